@@ -1,0 +1,51 @@
+# The two commands of the README: `make demo` and `make test`. Both set everything up from a
+# clean clone: a Python 3.12 venv, the package with its test extras, the Kafka jars.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV := .venv
+BIN := $(VENV)/bin
+CACHE := $(HOME)/.cache/rollstream
+export PIP_CACHE_DIR := $(CACHE)/pip
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: help venv jars lint typecheck unit integration test demo clean
+
+help:
+	@echo "make demo   set up, start a local Kafka broker, send a session through it"
+	@echo "make test   set up, run ruff, mypy and the whole test suite (real broker)"
+
+$(BIN)/.installed: pyproject.toml
+	@py=$$(scripts/find-python312) || exit 1; \
+	  if [ ! -x $(BIN)/python ] || ! $(BIN)/python -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then \
+	    rm -rf $(VENV) && echo "creating $(VENV) with $$py" && $$py -m venv $(VENV); fi
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $@
+
+venv: $(BIN)/.installed
+
+jars: venv
+	$(BIN)/rollstream kafka fetch
+
+lint: venv
+	$(BIN)/ruff check rollstream tests
+	$(BIN)/ruff format --check rollstream tests
+
+typecheck: venv
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/pytest -m "not integration"
+
+integration: venv jars
+	$(BIN)/pytest -m integration
+
+test: venv jars lint typecheck
+	$(BIN)/pytest
+
+demo: venv jars
+	scripts/demo.sh
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

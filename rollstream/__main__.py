@@ -1,0 +1,5 @@
+"""Allow ``python -m rollstream``."""
+
+from rollstream.cli import main
+
+main()

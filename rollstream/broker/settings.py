@@ -1,0 +1,32 @@
+"""Settings of the local Kafka broker (``ROLLSTREAM_KAFKA_*``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class BrokerSettings(BaseSettings):
+    """How ``rollstream kafka start`` and the test fixture run the local broker."""
+
+    model_config = SettingsConfigDict(env_prefix="ROLLSTREAM_KAFKA_", frozen=True, extra="ignore")
+
+    version: str = Field(default="4.1.2", description="Apache Kafka version (Maven Central).")
+    port: int = Field(
+        default=9092,
+        ge=0,
+        le=65535,
+        description="Preferred client port on 127.0.0.1; another free port if taken, 0 for any.",
+    )
+    controller_port: int = Field(
+        default=0, ge=0, le=65535, description="KRaft controller port; 0 for any free port."
+    )
+    data_dir: Path | None = Field(
+        default=None, description="Broker data and logs. Default: STATE_DIR/kafka."
+    )
+    heap: str = Field(default="1g", description="JVM maximum heap (-Xmx).")
+    start_timeout: float = Field(default=90.0, gt=0, description="Seconds to wait for ready.")
+    java: str = Field(default="java", description="The java executable.")
+    mvn: str = Field(default="mvn", description="The Maven executable (fetches the jars once).")

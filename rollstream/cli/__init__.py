@@ -1,0 +1,60 @@
+"""The ``rollstream`` command line."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import click
+from pydantic import ValidationError
+
+from rollstream import __version__
+from rollstream.errors import RollstreamError
+
+
+class _Group(click.Group):
+    """Turns our errors into one clear message and exit code 1, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except RollstreamError as exc:
+            raise click.ClickException(str(exc)) from exc
+        except ValidationError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@click.group(cls=_Group)
+@click.version_option(__version__, prog_name="rollstream")
+@click.option(
+    "--log-level",
+    default=lambda: os.environ.get("ROLLSTREAM_LOG_LEVEL", "INFO"),
+    show_default="INFO",
+    help="Logging level. [env: ROLLSTREAM_LOG_LEVEL]",
+)
+def cli(log_level: str) -> None:
+    """Token-faithful RL rollouts from any agent harness, streamed through Apache Kafka."""
+    logging.basicConfig(
+        level=log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # aiokafka logs expected transient states (coordinator not yet elected) at ERROR.
+    logging.getLogger("aiokafka").setLevel(max(logging.WARNING, logging.getLogger().level))
+
+
+def _register() -> None:
+    from rollstream.cli import kafka, smoke, tail, topics
+
+    cli.add_command(kafka.kafka)
+    cli.add_command(topics.topics)
+    cli.add_command(tail.tail_command)
+    cli.add_command(smoke.smoke)
+
+
+_register()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="rollstream")

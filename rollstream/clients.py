@@ -1,0 +1,61 @@
+"""aiokafka clients configured the rollstream way, from one KafkaSettings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.structs import TopicPartition
+
+from rollstream.schemas.topics import MAX_MESSAGE_BYTES
+from rollstream.settings import KafkaSettings
+
+
+def make_producer(settings: KafkaSettings, **overrides: Any) -> AIOKafkaProducer:
+    """An idempotent, zstd-compressing producer that accepts records up to 16 MiB.
+
+    aiokafka checks a record's uncompressed size against ``max_request_size``, so it is raised
+    together with the topics' ``max.message.bytes``.
+    """
+    kwargs: dict[str, Any] = settings.client_kwargs() | {
+        "acks": "all",
+        "enable_idempotence": True,
+        "compression_type": "zstd",
+        "max_request_size": MAX_MESSAGE_BYTES,
+        "linger_ms": 5,
+    }
+    return AIOKafkaProducer(**(kwargs | overrides))
+
+
+def make_consumer(
+    settings: KafkaSettings, *topics: str, group_id: str | None = None, **overrides: Any
+) -> AIOKafkaConsumer:
+    """A consumer that reads committed data only and commits offsets explicitly."""
+    kwargs: dict[str, Any] = settings.client_kwargs() | {
+        "group_id": group_id,
+        "isolation_level": "read_committed",
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "max_partition_fetch_bytes": MAX_MESSAGE_BYTES,
+        "fetch_max_bytes": 4 * MAX_MESSAGE_BYTES,
+    }
+    return AIOKafkaConsumer(*topics, **(kwargs | overrides))
+
+
+def make_admin(settings: KafkaSettings, **overrides: Any) -> AIOKafkaAdminClient:
+    """An admin client for topic management."""
+    return AIOKafkaAdminClient(**(settings.client_kwargs() | overrides))
+
+
+async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition] | None:
+    """The partitions of ``topic`` from fresh cluster metadata; None if there is no such topic.
+
+    ``AIOKafkaConsumer.partitions_for_topic`` only knows topics the consumer already tracks and
+    ``topics()`` discards the partitions it fetched, so this asks the client for the metadata.
+    """
+    cluster = await consumer._client.fetch_all_metadata()
+    partitions = cluster.partitions_for_topic(topic)
+    if partitions is None:
+        return None
+    return [TopicPartition(topic, p) for p in sorted(partitions)]

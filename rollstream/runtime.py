@@ -1,0 +1,57 @@
+"""Running async services from the command line: clean stop on SIGTERM/SIGINT.
+
+The first signal asks the service to stop (it finishes what it holds and closes its clients);
+a second one kills the process at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class StopSignal:
+    """Set when the process is asked to stop; ``stopping()`` is cheap to poll."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self._received = 0
+
+    def stopping(self) -> bool:
+        """Whether a stop was requested."""
+        return self.event.is_set()
+
+    def _on_signal(self, signum: int) -> None:
+        self._received += 1
+        if self._received > 1:
+            log.warning("second %s: exiting now", signal.Signals(signum).name)
+            os._exit(128 + signum)
+        log.info("%s: stopping (again to kill)", signal.Signals(signum).name)
+        self.event.set()
+
+
+def run_service(main: Callable[[StopSignal], Awaitable[T]]) -> T:
+    """Run ``main(stop)`` in a new event loop with SIGINT/SIGTERM wired to ``stop``."""
+
+    async def runner() -> T:
+        stop = StopSignal()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop._on_signal, signum)
+        try:
+            return await main(stop)
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(ValueError, RuntimeError):
+                    loop.remove_signal_handler(signum)
+
+    return asyncio.run(runner())

@@ -1,0 +1,72 @@
+"""The data contract: Avro schemas, the models mirroring them, the serializer and the topics.
+
+Everything else in rollstream imports this package; it imports no other part of rollstream.
+"""
+
+from rollstream.schemas.base import AvroRecord, utcnow
+from rollstream.schemas.blobs import compress_json, decompress_json
+from rollstream.schemas.calls import (
+    ApiKind,
+    CallError,
+    CallRecord,
+    CallStatus,
+    CallTimings,
+    PromptTokens,
+)
+from rollstream.schemas.deadletter import DeadLetter
+from rollstream.schemas.packed import Logprobs, LossMask, TokenIds
+from rollstream.schemas.prompts import encode_prompt, resolve_prompt
+from rollstream.schemas.registry import RECORD_MODELS, KnownSchema, SchemaRegistry, fingerprint
+from rollstream.schemas.serializer import AvroSerializer, DecodedDatum, fingerprint_of
+from rollstream.schemas.sessions import Artifact, SessionEnded, SessionStarted, SessionStatus
+from rollstream.schemas.tasks import EvaluatorSpec, Task, Workspace, WorkspaceKind
+from rollstream.schemas.topics import Topic, TopicNames, TopicSpec, topic_specs
+from rollstream.schemas.trajectories import (
+    Scored,
+    Segment,
+    Trajectory,
+    TrajectoryStats,
+    TrajectoryStatus,
+)
+
+__all__ = [
+    "RECORD_MODELS",
+    "ApiKind",
+    "Artifact",
+    "AvroRecord",
+    "AvroSerializer",
+    "CallError",
+    "CallRecord",
+    "CallStatus",
+    "CallTimings",
+    "DeadLetter",
+    "DecodedDatum",
+    "EvaluatorSpec",
+    "KnownSchema",
+    "Logprobs",
+    "LossMask",
+    "PromptTokens",
+    "SchemaRegistry",
+    "Scored",
+    "Segment",
+    "SessionEnded",
+    "SessionStarted",
+    "SessionStatus",
+    "Task",
+    "TokenIds",
+    "Topic",
+    "TopicNames",
+    "TopicSpec",
+    "Trajectory",
+    "TrajectoryStats",
+    "TrajectoryStatus",
+    "Workspace",
+    "WorkspaceKind",
+    "compress_json",
+    "decompress_json",
+    "encode_prompt",
+    "fingerprint",
+    "fingerprint_of",
+    "resolve_prompt",
+    "topic_specs",
+]

@@ -1,0 +1,125 @@
+"""CallRecord: one LLM call, token ids and logprobs included."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import AwareDatetime, Field, model_validator
+
+from rollstream.schemas.base import AvroRecord, Model
+from rollstream.schemas.blobs import decompress_json
+from rollstream.schemas.packed import Logprobs, TokenIds
+
+
+class ApiKind(StrEnum):
+    """The API a harness spoke to the interceptor."""
+
+    CHAT_COMPLETIONS = "chat_completions"
+    RESPONSES = "responses"
+    ANTHROPIC_MESSAGES = "anthropic_messages"
+    COMPLETIONS = "completions"
+    UNKNOWN = "unknown"
+
+
+class CallStatus(StrEnum):
+    """How a call ended."""
+
+    OK = "ok"
+    ERROR = "error"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+
+
+class PromptTokens(Model):
+    """A delta-encoded prompt: ``shared_len`` tokens of the base call's context, then ``suffix``.
+
+    The base call's context is its prompt followed by its completion. Without a base the
+    suffix is the whole prompt.
+    """
+
+    base_call_id: str | None = None
+    shared_len: int = Field(default=0, ge=0)
+    suffix: TokenIds = TokenIds()
+
+    @model_validator(mode="after")
+    def _base_needed_for_sharing(self) -> PromptTokens:
+        if self.base_call_id is None and self.shared_len:
+            raise ValueError("shared_len > 0 needs a base_call_id")
+        return self
+
+    @property
+    def is_full(self) -> bool:
+        """Whether the prompt is written in full (no base call)."""
+        return self.base_call_id is None
+
+
+class CallTimings(Model):
+    """When the call started, produced its first token and ended."""
+
+    started_at: AwareDatetime
+    first_token_at: AwareDatetime | None = None
+    ended_at: AwareDatetime | None = None
+
+
+class CallError(Model):
+    """Why a call failed."""
+
+    type: str
+    message: str
+    http_status: int | None = None
+    retriable: bool = False
+
+
+class CallRecord(AvroRecord):
+    """One LLM call of a harness session as the interceptor recorded it."""
+
+    avro_name = "rollstream.CallRecord"
+
+    call_id: str
+    session_id: str
+    seq: int = Field(ge=0)
+    api: ApiKind
+    model: str
+    policy_version: int = 0
+    stream: bool = False
+    harness_request: bytes | None = None
+    upstream_request: bytes | None = None
+    response: bytes | None = None
+    prompt: PromptTokens | None = None
+    completion_token_ids: TokenIds | None = None
+    completion_logprobs: Logprobs | None = None
+    finish_reason: str | None = None
+    timings: CallTimings
+    status: CallStatus = CallStatus.OK
+    error: CallError | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CallRecord:
+        if (
+            self.completion_logprobs is not None
+            and self.completion_token_ids is not None
+            and len(self.completion_logprobs) != len(self.completion_token_ids)
+        ):
+            raise ValueError(
+                f"{len(self.completion_logprobs)} logprobs for "
+                f"{len(self.completion_token_ids)} completion tokens"
+            )
+        if self.status is CallStatus.ERROR and self.error is None:
+            raise ValueError("a call with status 'error' needs an error")
+        return self
+
+    @property
+    def started_at(self) -> datetime:
+        """When the call started."""
+        return self.timings.started_at
+
+    @property
+    def has_tokens(self) -> bool:
+        """Whether the server returned prompt and completion token ids."""
+        return self.prompt is not None and self.completion_token_ids is not None
+
+    def decoded_response(self) -> Any:
+        """The normalized Chat Completions response as JSON, or None."""
+        return None if self.response is None else decompress_json(self.response)

@@ -1,0 +1,64 @@
+"""Session lifecycle records: SessionStarted and SessionEnded."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import AwareDatetime, Field
+
+from rollstream.schemas.base import AvroRecord, Model
+
+
+class SessionStatus(StrEnum):
+    """How a harness session ended."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+
+
+class SessionStarted(AvroRecord):
+    """A harness session began."""
+
+    avro_name = "rollstream.SessionStarted"
+
+    session_id: str
+    task_id: str
+    group_id: str
+    sample_index: int = Field(default=0, ge=0)
+    harness: str
+    policy_version: int = 0
+    node_id: str = ""
+    started_at: AwareDatetime
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+
+class Artifact(Model):
+    """A bounded output of a session, e.g. the workspace diff."""
+
+    name: str
+    media_type: str = "text/plain"
+    content: bytes
+    truncated: bool = False
+    original_size: int = Field(default=0, ge=0)
+
+
+class SessionEnded(AvroRecord):
+    """A harness session ended; ``call_count`` is what the interceptor recorded for it."""
+
+    avro_name = "rollstream.SessionEnded"
+
+    session_id: str
+    task_id: str
+    group_id: str
+    sample_index: int = Field(default=0, ge=0)
+    harness: str
+    policy_version: int = 0
+    status: SessionStatus
+    exit_code: int | None = None
+    call_count: int = Field(ge=0)
+    ended_at: AwareDatetime
+    error: str | None = None
+    artifacts: list[Artifact] = Field(default_factory=list)

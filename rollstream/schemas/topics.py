@@ -1,0 +1,144 @@
+"""Topic names, what each carries, and the configuration each is created with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+_DAY_MS = 24 * 60 * 60 * 1000
+
+
+class Topic(StrEnum):
+    """The logical topics; the full name is ``<prefix>.<value>``."""
+
+    EVENTS = "events"
+    TRAJECTORIES = "trajectories"
+    SCORED = "scored"
+    TASKS = "tasks"
+    CONTROL = "control"
+    DEADLETTERS = "deadletters"
+    SCHEMAS = "schemas"
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic to create: full name, partitions, configs, and what it holds."""
+
+    name: str
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    """Full topic names under one prefix (tests use a unique prefix each)."""
+
+    prefix: str = "rollstream"
+
+    def __getitem__(self, topic: Topic) -> str:
+        return f"{self.prefix}.{topic.value}"
+
+    @property
+    def events(self) -> str:
+        """Calls and session lifecycle, keyed by session id."""
+        return self[Topic.EVENTS]
+
+    @property
+    def trajectories(self) -> str:
+        """Reconstructed trajectories, keyed by group id."""
+        return self[Topic.TRAJECTORIES]
+
+    @property
+    def scored(self) -> str:
+        """Scored trajectories, keyed by group id."""
+        return self[Topic.SCORED]
+
+    @property
+    def tasks(self) -> str:
+        """Tasks for the rollout nodes, keyed by task id."""
+        return self[Topic.TASKS]
+
+    @property
+    def control(self) -> str:
+        """Control events (policy versions, pause), keyed by kind; compacted."""
+        return self[Topic.CONTROL]
+
+    @property
+    def deadletters(self) -> str:
+        """Records consumers gave up on."""
+        return self[Topic.DEADLETTERS]
+
+    @property
+    def schemas(self) -> str:
+        """The schema store: every writer schema, keyed by fingerprint; compacted."""
+        return self[Topic.SCHEMAS]
+
+    def resolve(self, name: str) -> str:
+        """A logical name (``events``) or a full topic name to the full name."""
+        try:
+            return self[Topic(name)]
+        except ValueError:
+            return name
+
+    def logical(self, full_name: str) -> Topic | None:
+        """The logical topic a full name stands for, if it is one of ours."""
+        for topic in Topic:
+            if self[topic] == full_name:
+                return topic
+        return None
+
+
+def topic_specs(
+    names: TopicNames,
+    partitions: int = 6,
+    retention_days: float = 30.0,
+) -> list[TopicSpec]:
+    """Every rollstream topic with its configuration.
+
+    ``partitions`` applies to the keyed data topics (events, trajectories, scored, tasks): it
+    bounds how many consumers of one group work in parallel. ``retention_days`` applies to the
+    events topic, which is also the replay source; derived topics keep half as long.
+    """
+    base = {
+        "compression.type": "zstd",
+        "max.message.bytes": str(MAX_MESSAGE_BYTES),
+    }
+    retention = str(int(retention_days * _DAY_MS))
+    derived_retention = str(int(retention_days * _DAY_MS / 2))
+    compacted = base | {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
+    return [
+        TopicSpec(
+            names.events,
+            partitions,
+            base | {"retention.ms": retention},
+            "calls and session lifecycle; key = session id; the replay source",
+        ),
+        TopicSpec(
+            names.trajectories,
+            partitions,
+            base | {"retention.ms": derived_retention},
+            "reconstructed trajectories; key = group id",
+        ),
+        TopicSpec(
+            names.scored,
+            partitions,
+            base | {"retention.ms": derived_retention},
+            "scored trajectories; key = group id",
+        ),
+        TopicSpec(
+            names.tasks,
+            partitions,
+            base | {"retention.ms": str(7 * _DAY_MS)},
+            "tasks for the rollout nodes; key = task id",
+        ),
+        TopicSpec(names.control, 1, compacted, "policy versions and pause; key = kind; compacted"),
+        TopicSpec(
+            names.deadletters,
+            1,
+            base | {"retention.ms": retention},
+            "records consumers gave up on, with the reason",
+        ),
+        TopicSpec(names.schemas, 1, compacted, "writer schemas; key = fingerprint; compacted"),
+    ]

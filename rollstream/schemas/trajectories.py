@@ -1,0 +1,94 @@
+"""Trajectory and Scored: what reconstruction and scoring emit."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import AwareDatetime, Field, model_validator
+
+from rollstream.schemas.base import AvroRecord, Model
+from rollstream.schemas.packed import Logprobs, LossMask, TokenIds
+from rollstream.schemas.sessions import SessionStatus
+
+
+class TrajectoryStatus(StrEnum):
+    """Whether every call the session reported arrived before reconstruction."""
+
+    COMPLETE = "complete"
+    INCOMPLETE = "incomplete"
+    UNKNOWN = "unknown"
+
+
+class Segment(Model):
+    """One token sequence of a trajectory, aligned arrays of equal length."""
+
+    input_ids: TokenIds
+    loss_mask: LossMask
+    logprobs: Logprobs
+    call_ids: list[str]
+    parent: int | None = None
+
+    @model_validator(mode="after")
+    def _aligned(self) -> Segment:
+        n = len(self.input_ids)
+        if len(self.loss_mask) != n or len(self.logprobs) != n:
+            raise ValueError(
+                f"segment arrays differ in length: {n} ids, {len(self.loss_mask)} mask, "
+                f"{len(self.logprobs)} logprobs"
+            )
+        return self
+
+    @property
+    def trainable_tokens(self) -> int:
+        """How many tokens carry loss (mask 1)."""
+        return sum(self.loss_mask.data)
+
+
+class TrajectoryStats(Model):
+    """What the strategy did with the session's calls."""
+
+    calls: int = Field(ge=0)
+    calls_reported: int = 0
+    calls_used: int = 0
+    merges: int = 0
+    breaks: int = 0
+    break_reasons: dict[str, int] = Field(default_factory=dict)
+    failed_calls: int = 0
+    duplicate_calls: int = 0
+    calls_without_tokens: int = 0
+    missing_token_reasons: dict[str, int] = Field(default_factory=dict)
+    invariant_relaxed: bool = False
+    notes: list[str] = Field(default_factory=list)
+
+
+class Trajectory(AvroRecord):
+    """A session's calls rebuilt into token segments by one strategy."""
+
+    avro_name = "rollstream.Trajectory"
+
+    trajectory_id: str
+    session_id: str
+    task_id: str
+    group_id: str
+    sample_index: int = 0
+    harness: str = ""
+    strategy: str
+    status: TrajectoryStatus
+    session_status: SessionStatus
+    segments: list[Segment]
+    stats: TrajectoryStats
+    policy_versions: list[int] = Field(default_factory=list)
+    created_at: AwareDatetime
+
+
+class Scored(AvroRecord):
+    """A trajectory with its reward; ``reward`` is None when the evaluator failed."""
+
+    avro_name = "rollstream.Scored"
+
+    trajectory: Trajectory
+    reward: float | None = None
+    evaluator: str
+    details: dict[str, str] = Field(default_factory=dict)
+    error: str | None = None
+    scored_at: AwareDatetime

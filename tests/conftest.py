@@ -1,0 +1,129 @@
+"""Shared fixtures: one real Kafka broker for the session, unique topics and clients per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from rollstream.admin import TopicAdmin
+from rollstream.broker import BrokerInfo, BrokerSettings, LocalBroker
+from rollstream.clients import make_consumer, make_producer
+from rollstream.schemas import TopicNames, TopicSpec, topic_specs
+from rollstream.settings import KafkaSettings, StatePaths
+
+# The jar cache is shared with the user's (downloads once); everything else is per test run.
+JAR_CACHE = StatePaths().cache_dir
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No test sees the developer's ROLLSTREAM_* variables or their broker's state file."""
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("ROLLSTREAM_") and key != "ROLLSTREAM_PYTHON":
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("ROLLSTREAM_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("ROLLSTREAM_CACHE_DIR", str(JAR_CACHE))
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerInfo]:
+    """One real Kafka broker (KRaft) for the whole test run, on free ports."""
+    settings = BrokerSettings(
+        port=0, data_dir=tmp_path_factory.mktemp("kafka"), heap="768m", start_timeout=120
+    )
+    broker = LocalBroker(settings, StatePaths(cache_dir=JAR_CACHE), record_state=False)
+    info = broker.start()
+    yield info
+    broker.stop()
+
+
+@pytest.fixture
+def kafka_settings(kafka_broker: BrokerInfo) -> KafkaSettings:
+    """Settings reaching the session broker, with a topic prefix unique to this test."""
+    return KafkaSettings(
+        bootstrap_servers=kafka_broker.bootstrap_servers,
+        topic_prefix=f"test-{uuid.uuid4().hex[:10]}",
+    )
+
+
+@pytest.fixture
+def topic_names(kafka_settings: KafkaSettings) -> TopicNames:
+    """This test's topic names."""
+    return TopicNames(kafka_settings.topic_prefix)
+
+
+TopicFactory = Callable[..., Awaitable[str]]
+
+
+@pytest.fixture
+async def topic_factory(kafka_settings: KafkaSettings) -> AsyncIterator[TopicFactory]:
+    """Create a topic with a unique name: ``await topic_factory(partitions=3, configs={...})``."""
+    async with TopicAdmin(kafka_settings) as admin:
+
+        async def create(
+            partitions: int = 1, configs: dict[str, str] | None = None, name: str | None = None
+        ) -> str:
+            name = name or f"{kafka_settings.topic_prefix}.{uuid.uuid4().hex[:8]}"
+            await admin.create([TopicSpec(name, partitions, configs or {})])
+            return name
+
+        yield create
+
+
+@pytest.fixture
+async def rollstream_topics(kafka_settings: KafkaSettings, topic_names: TopicNames) -> TopicNames:
+    """Every rollstream topic, created under this test's prefix."""
+    async with TopicAdmin(kafka_settings) as admin:
+        await admin.create(topic_specs(topic_names, partitions=3))
+    return topic_names
+
+
+@pytest.fixture
+async def producer_factory(
+    kafka_settings: KafkaSettings,
+) -> AsyncIterator[Callable[..., Awaitable[AIOKafkaProducer]]]:
+    """Started producers built like rollstream's, stopped after the test."""
+    producers: list[AIOKafkaProducer] = []
+
+    async def create(**overrides: Any) -> AIOKafkaProducer:
+        producer = make_producer(kafka_settings, **overrides)
+        await producer.start()
+        producers.append(producer)
+        return producer
+
+    yield create
+    for producer in producers:
+        await producer.stop()
+
+
+@pytest.fixture
+async def consumer_factory(
+    kafka_settings: KafkaSettings,
+) -> AsyncIterator[Callable[..., Awaitable[AIOKafkaConsumer]]]:
+    """Started consumers (read_committed, manual commits) with a unique group by default."""
+    consumers: list[AIOKafkaConsumer] = []
+
+    async def create(*topics: str, **overrides: Any) -> AIOKafkaConsumer:
+        overrides.setdefault("group_id", f"group-{uuid.uuid4().hex[:8]}")
+        consumer = make_consumer(kafka_settings, *topics, **overrides)
+        await consumer.start()
+        consumers.append(consumer)
+        return consumer
+
+    yield create
+    for consumer in consumers:
+        await consumer.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses the broker as an integration test."""
+    for item in items:
+        if "kafka_broker" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.integration)
