@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import for_code
 from aiokafka.structs import TopicPartition
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rollstream.clients import make_admin, make_consumer
 from rollstream.errors import BrokerError
@@ -86,10 +86,15 @@ class TopicAdmin:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    async def create(self, specs: list[TopicSpec], replication_factor: int = 1) -> list[TopicReport]:
+    async def create(
+        self, specs: list[TopicSpec], replication_factor: int = 1
+    ) -> list[TopicReport]:
         """Create the topics that do not exist; report drift on those that do."""
         response = await self._admin.create_topics(
-            [NewTopic(s.name, s.partitions, replication_factor, topic_configs=s.configs) for s in specs]
+            [
+                NewTopic(s.name, s.partitions, replication_factor, topic_configs=s.configs)
+                for s in specs
+            ]
         )
         existing: set[str] = set()
         for topic, code, message in response.topic_errors:
@@ -120,7 +125,7 @@ class TopicAdmin:
             reports.append(TopicReport(spec.name, False, partitions, drift))
         return reports
 
-    async def list(self) -> list[str]:
+    async def list_topics(self) -> list[str]:
         """Every topic name in the cluster, internal ones excluded, sorted."""
         return sorted(t for t in await self._admin.list_topics() if not t.startswith("__"))
 
@@ -153,7 +158,9 @@ class TopicAdmin:
         try:
             descriptions = []
             for topic in metadata:
-                parts = [TopicPartition(topic["topic"], p["partition"]) for p in topic["partitions"]]
+                parts = [
+                    TopicPartition(topic["topic"], p["partition"]) for p in topic["partitions"]
+                ]
                 begin = await consumer.beginning_offsets(parts)
                 end = await consumer.end_offsets(parts)
                 descriptions.append(

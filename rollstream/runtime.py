@@ -12,11 +12,8 @@ import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 class StopSignal:
@@ -39,7 +36,7 @@ class StopSignal:
         self.event.set()
 
 
-def run_service(main: Callable[[StopSignal], Awaitable[T]]) -> T:
+def run_service[T](main: Callable[[StopSignal], Awaitable[T]]) -> T:
     """Run ``main(stop)`` in a new event loop with SIGINT/SIGTERM wired to ``stop``."""
 
     async def runner() -> T:

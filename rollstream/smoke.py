@@ -30,7 +30,9 @@ class SmokeResult:
     full_prompt_bytes: int
 
 
-async def run_smoke(settings: KafkaSettings, turns: int = 5, timeout_s: float = 30.0) -> SmokeResult:
+async def run_smoke(
+    settings: KafkaSettings, turns: int = 5, timeout_s: float = 30.0
+) -> SmokeResult:
     """Produce one synthetic session transactionally and verify it reads back intact."""
     topic = TopicNames(settings.topic_prefix).events
     serializer = AvroSerializer()

@@ -108,7 +108,9 @@ async def test_consume_transform_produce_commits_offsets_with_the_output(
         await producer.begin_transaction()
         for value in batch:
             started = serializer.decode_as(value, SessionStarted)
-            await producer.send(sink, serializer.encode(CALL.model_copy(update={"seq": started.sample_index})))
+            await producer.send(
+                sink, serializer.encode(CALL.model_copy(update={"seq": started.sample_index}))
+            )
         await producer.send_offsets_to_transaction({tp: await consumer.position(tp)}, group)
         if commit:
             await producer.commit_transaction()

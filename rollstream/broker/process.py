@@ -74,7 +74,7 @@ def _run_sync[T](coro: Coroutine[Any, Any, T]) -> T:
 
 
 async def probe_metadata(bootstrap_servers: str, timeout: float = 5.0) -> bool:
-    """Whether a metadata request to ``bootstrap_servers`` succeeds and names at least one broker."""
+    """Whether a metadata request to ``bootstrap_servers`` succeeds and names a broker."""
     client = AIOKafkaClient(
         bootstrap_servers=bootstrap_servers,
         request_timeout_ms=int(timeout * 1000),
@@ -151,7 +151,8 @@ class LocalBroker:
             return existing
         began = time.monotonic()
         java = require_tool(
-            self.settings.java, "a Java 17+ runtime (e.g. `apt-get install openjdk-17-jre-headless`)"
+            self.settings.java,
+            "a Java 17+ runtime (e.g. `apt-get install openjdk-17-jre-headless`)",
         )
         lib = ensure_jars(self.paths.cache_dir, self.settings.version, self.settings.mvn)
         layout, cluster_id = self._prepare_layout()
@@ -229,9 +230,7 @@ class LocalBroker:
             info = BrokerInfo.from_json(self.paths.broker_state_file.read_text())
         except (OSError, ValueError, TypeError):
             return None
-        if Path(info.data_dir) != self.data_dir or not _pid_is_broker(
-            info.pid, self._props_path()
-        ):
+        if Path(info.data_dir) != self.data_dir or not _pid_is_broker(info.pid, self._props_path()):
             return None
         return info
 

@@ -24,7 +24,9 @@ def create(kafka: KafkaSettings, sizing: TopicsSettings) -> None:
     """Create every rollstream topic that does not exist yet (safe to repeat)."""
 
     async def run() -> None:
-        specs = topic_specs(TopicNames(kafka.topic_prefix), sizing.partitions, sizing.retention_days)
+        specs = topic_specs(
+            TopicNames(kafka.topic_prefix), sizing.partitions, sizing.retention_days
+        )
         async with TopicAdmin(kafka) as admin:
             reports = await admin.create(specs, sizing.replication_factor)
         for report in reports:
@@ -45,7 +47,7 @@ def list_(kafka: KafkaSettings, show_all: bool) -> None:
     async def run() -> None:
         names = TopicNames(kafka.topic_prefix)
         async with TopicAdmin(kafka) as admin:
-            for name in await admin.list():
+            for name in await admin.list_topics():
                 logical = names.logical(name)
                 if logical is not None or show_all:
                     click.echo(f"{name:<32} {logical.value if logical else ''}")

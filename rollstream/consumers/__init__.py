@@ -1,2 +1,4 @@
-"""What reads the stream: reconstruction strategies and service, scorer, trainer client, replay
-and export (issues 5 and 7)."""
+"""What reads the stream.
+
+Reconstruction strategies and service, scorer, trainer client, replay and export (issues 5, 7).
+"""

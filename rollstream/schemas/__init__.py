@@ -69,4 +69,5 @@ __all__ = [
     "fingerprint_of",
     "resolve_prompt",
     "topic_specs",
+    "utcnow",
 ]

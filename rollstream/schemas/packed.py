@@ -38,7 +38,7 @@ class _Packed:
     def from_list(cls, values: Iterable[float] | Iterable[int]) -> Self:
         """Pack ``values``; raises ValueError for values out of the type's range."""
         try:
-            arr = array(cls.typecode, values)  # type: ignore[arg-type]
+            arr = array(cls.typecode, values)
         except (OverflowError, TypeError) as exc:
             raise ValueError(f"{cls.__name__}: {exc}") from exc
         if _BIG_ENDIAN:
@@ -83,9 +83,9 @@ class _Packed:
             index += n
         if not 0 <= index < n:
             raise IndexError(f"{type(self).__name__} index out of range")
-        return type(self)(self._data[index * self.itemsize : (index + 1) * self.itemsize]).to_list()[
-            0
-        ]
+        return type(self)(
+            self._data[index * self.itemsize : (index + 1) * self.itemsize]
+        ).to_list()[0]
 
     def __add__(self, other: object) -> Self:
         if type(other) is not type(self):
@@ -94,7 +94,9 @@ class _Packed:
         return type(self)(self._data + other._data)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self._data == other._data  # type: ignore[attr-defined]
+        return (
+            isinstance(other, _Packed) and type(other) is type(self) and self._data == other._data
+        )
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self._data))

@@ -62,7 +62,7 @@ class KnownSchema:
         raw: dict[str, Any] = json.loads(schema) if isinstance(schema, str) else schema
         try:
             # A fresh namespace of named types per version: v1 and v2 of a record coexist.
-            parsed = fastavro.parse_schema(raw, named_schemas={}, _write_hint=False)
+            parsed: Any = fastavro.parse_schema(raw, named_schemas={}, _write_hint=False)
         except Exception as exc:
             raise SerializationError(f"invalid Avro schema: {exc}") from exc
         if not isinstance(parsed, dict) or parsed.get("type") != "record":
@@ -78,7 +78,9 @@ def _load_packaged(filename: str) -> dict[str, Any]:
     avro_dir = resources.files("rollstream.schemas").joinpath("avro")
     with resources.as_file(avro_dir.joinpath(filename)) as path:
         # load_schema resolves references to named types in sibling files (rollstream.X.avsc).
-        loaded: dict[str, Any] = fastavro.schema.load_schema(str(path), _write_hint=False)
+        loaded = fastavro.schema.load_schema(str(path), _write_hint=False)
+    if not isinstance(loaded, dict):
+        raise SerializationError(f"{filename} is not a record schema")
     return loaded
 
 

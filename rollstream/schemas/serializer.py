@@ -74,6 +74,10 @@ class AvroSerializer:
         except Exception as exc:
             # fastavro raises anything from EOFError to SchemaResolutionError on bad bytes.
             raise SerializationError(f"cannot decode {writer.name}: {exc}") from exc
+        if not isinstance(datum, dict):
+            raise SerializationError(
+                f"{writer.name}: decoded to {type(datum).__name__}, not a record"
+            )
         if body.tell() != len(data):
             raise SerializationError(
                 f"{writer.name}: {len(data) - body.tell()} trailing bytes after the record"
@@ -95,7 +99,5 @@ class AvroSerializer:
         """Decode and check the record is a ``model``."""
         record = self.decode(data)
         if not isinstance(record, model):
-            raise SerializationError(
-                f"expected {model.avro_name}, got {type(record).avro_name}"
-            )
+            raise SerializationError(f"expected {model.avro_name}, got {type(record).avro_name}")
         return record

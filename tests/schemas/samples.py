@@ -52,7 +52,9 @@ CALL = CallRecord(
     finish_reason="length",
     timings=CallTimings(started_at=T0, first_token_at=T0, ended_at=T1),
     status=CallStatus.ERROR,
-    error=CallError(type="upstream_http", message="502 Bad Gateway", http_status=502, retriable=True),
+    error=CallError(
+        type="upstream_http", message="502 Bad Gateway", http_status=502, retriable=True
+    ),
 )
 
 STARTED = SessionStarted(

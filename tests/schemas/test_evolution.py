@@ -69,8 +69,14 @@ def test_v2_record_read_by_v1_code_once_it_learns_the_writer_schema() -> None:
 def test_a_new_enum_symbol_reads_as_the_default_in_old_code() -> None:
     v2 = _call_schema_with(
         {"name": "harness_version", "type": "string", "default": "unknown"},
-        symbols=["chat_completions", "responses", "anthropic_messages", "completions",
-                 "unknown", "gemini"],
+        symbols=[
+            "chat_completions",
+            "responses",
+            "anthropic_messages",
+            "completions",
+            "unknown",
+            "gemini",
+        ],
     )
     datum = CallRecordV2(**CALL.model_dump()).to_avro() | {"api": "gemini"}
     # Our ApiKind does not know "gemini": write the datum directly, as newer code would.

@@ -85,7 +85,7 @@ def test_fingerprint_is_of_the_parsing_canonical_form() -> None:
 def test_decode_as_checks_the_type(serializer: AvroSerializer) -> None:
     data = serializer.encode(STARTED)
     assert serializer.decode_as(data, SessionStarted) == STARTED
-    with pytest.raises(SerializationError, match="expected rollstream.CallRecord"):
+    with pytest.raises(SerializationError, match=r"expected rollstream\.CallRecord"):
         serializer.decode_as(data, CallRecord)
 
 
@@ -93,7 +93,7 @@ def test_decode_as_checks_the_type(serializer: AvroSerializer) -> None:
     ("data", "message"),
     [
         (b"", "not an Avro single-object record"),
-        (b"{\"json\": true}", "not an Avro single-object record"),
+        (b'{"json": true}', "not an Avro single-object record"),
         (MAGIC + b"\x00" * 3, "not an Avro single-object record"),
     ],
 )
@@ -116,7 +116,7 @@ def test_unknown_fingerprint_is_retriable(serializer: AvroSerializer) -> None:
 
 def test_truncated_body_fails_cleanly(serializer: AvroSerializer) -> None:
     data = serializer.encode(CALL)
-    with pytest.raises(SerializationError, match="cannot decode rollstream.CallRecord") as info:
+    with pytest.raises(SerializationError, match=r"cannot decode rollstream\.CallRecord") as info:
         serializer.decode(data[:-20])
     assert info.value.retriable is False
 
@@ -130,5 +130,5 @@ def test_invalid_values_in_the_body_are_a_serialization_error(serializer: AvroSe
     # A body that decodes as Avro but breaks the model's rules (negative seq).
     bad = CALL.model_copy(update={"seq": -1})
     data = serializer.encode(bad)
-    with pytest.raises(SerializationError, match="invalid rollstream.CallRecord"):
+    with pytest.raises(SerializationError, match=r"invalid rollstream\.CallRecord"):
         serializer.decode(data)
