@@ -60,6 +60,8 @@ def topic_names(kafka_settings: KafkaSettings) -> TopicNames:
 
 
 TopicFactory = Callable[..., Awaitable[str]]
+ProducerFactory = Callable[..., Awaitable[AIOKafkaProducer]]
+ConsumerFactory = Callable[..., Awaitable[AIOKafkaConsumer]]
 
 
 @pytest.fixture
@@ -88,7 +90,7 @@ async def rollstream_topics(kafka_settings: KafkaSettings, topic_names: TopicNam
 @pytest.fixture
 async def producer_factory(
     kafka_settings: KafkaSettings,
-) -> AsyncIterator[Callable[..., Awaitable[AIOKafkaProducer]]]:
+) -> AsyncIterator[ProducerFactory]:
     """Started producers built like rollstream's, stopped after the test."""
     producers: list[AIOKafkaProducer] = []
 
@@ -106,7 +108,7 @@ async def producer_factory(
 @pytest.fixture
 async def consumer_factory(
     kafka_settings: KafkaSettings,
-) -> AsyncIterator[Callable[..., Awaitable[AIOKafkaConsumer]]]:
+) -> AsyncIterator[ConsumerFactory]:
     """Started consumers (read_committed, manual commits) with a unique group by default."""
     consumers: list[AIOKafkaConsumer] = []
 

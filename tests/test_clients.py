@@ -4,21 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
 from rollstream.schemas import AvroSerializer, CallRecord, SessionStarted
 from rollstream.schemas.topics import MAX_MESSAGE_BYTES
-from tests.conftest import TopicFactory
+from tests.conftest import ConsumerFactory, ProducerFactory, TopicFactory
 from tests.schemas.samples import CALL, STARTED
 
 pytestmark = pytest.mark.integration
-
-ProducerFactory = Callable[..., Awaitable[AIOKafkaProducer]]
-ConsumerFactory = Callable[..., Awaitable[AIOKafkaConsumer]]
 
 
 async def _drain(consumer: AIOKafkaConsumer, n: int, timeout: float = 20.0) -> list[bytes]:

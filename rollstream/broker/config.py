@@ -42,8 +42,15 @@ def pick_port(preferred: int, avoid: frozenset[int] = frozenset()) -> int:
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, base64url without padding (22 characters)."""
-    return base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes, base64url without padding (22 characters).
+
+    Like Kafka's own ``Uuid.randomUuid``, never one starting with ``-``: command-line parsers
+    (the storage tool's among them) take such a value for an option.
+    """
+    while True:
+        cid = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 @dataclass(frozen=True)

@@ -295,8 +295,7 @@ class LocalBroker:
             "kafka.tools.StorageTool",
             "format",
             "--standalone",
-            "--cluster-id",
-            cluster_id,
+            f"--cluster-id={cluster_id}",
             "--config",
             str(layout.server_properties),
         ]

@@ -56,10 +56,11 @@ def test_log4j2_writes_the_server_log(tmp_path: Path) -> None:
 
 
 def test_cluster_id_is_22_base64url_characters() -> None:
-    ids = {new_cluster_id() for _ in range(50)}
-    assert len(ids) == 50
+    ids = {new_cluster_id() for _ in range(500)}
+    assert len(ids) == 500
     for cid in ids:
         assert len(cid) == 22
+        assert not cid.startswith("-")
         assert set(cid) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 

@@ -73,7 +73,7 @@ def test_segment_counts_trainable_tokens() -> None:
 )
 def test_workspace_fields_match_kind(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
-        Workspace(**kwargs)  # type: ignore[arg-type]
+        Workspace(**kwargs)
 
 
 def test_task_needs_at_least_one_sample() -> None:

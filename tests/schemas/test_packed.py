@@ -82,7 +82,7 @@ def test_concatenation(a: list[int], b: list[int]) -> None:
 def test_types_do_not_mix() -> None:
     assert TokenIds.from_list([1]) != LossMask.from_list([1])
     with pytest.raises(TypeError):
-        _ = TokenIds.from_list([1]) + Logprobs.from_list([1.0])  # type: ignore[operator]
+        _ = TokenIds.from_list([1]) + Logprobs.from_list([1.0])
 
 
 class _Holder(BaseModel):
@@ -91,7 +91,7 @@ class _Holder(BaseModel):
 
 
 def test_pydantic_accepts_lists_and_bytes_and_dumps_both_ways() -> None:
-    held = _Holder(ids=[1, 2, 3], logprobs=Logprobs.from_list([-1.0]).data)  # type: ignore[arg-type]
+    held = _Holder(ids=[1, 2, 3], logprobs=Logprobs.from_list([-1.0]).data)
     assert held.ids.to_list() == [1, 2, 3]
     assert held.model_dump()["ids"] == TokenIds.from_list([1, 2, 3]).data
     assert held.model_dump(mode="json") == {"ids": [1, 2, 3], "logprobs": [-1.0]}
@@ -100,7 +100,7 @@ def test_pydantic_accepts_lists_and_bytes_and_dumps_both_ways() -> None:
 
 def test_pydantic_rejects_other_types() -> None:
     with pytest.raises(ValueError, match="TokenIds expects bytes or a list"):
-        _Holder(ids="1 2 3", logprobs=[])  # type: ignore[arg-type]
+        _Holder(ids="1 2 3", logprobs=[])
 
 
 def test_repr_is_short() -> None:

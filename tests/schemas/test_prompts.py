@@ -33,7 +33,7 @@ def test_extending_prompt_carries_only_the_new_tokens() -> None:
     context = TokenIds.from_list(range(1000))
     prompt = context + TokenIds.from_list([7, 8, 9])
     encoded = encode_prompt(prompt, [("c0", context)])
-    assert encoded == PromptTokens(base_call_id="c0", shared_len=1000, suffix=[7, 8, 9])  # type: ignore[arg-type]
+    assert encoded == PromptTokens(base_call_id="c0", shared_len=1000, suffix=[7, 8, 9])
 
 
 def test_short_overlap_is_written_in_full() -> None:
@@ -48,11 +48,11 @@ def test_unknown_base_is_an_error() -> None:
 
 
 def test_base_shorter_than_shared_len_is_an_error() -> None:
-    prompt = PromptTokens(base_call_id="c0", shared_len=5, suffix=[])  # type: ignore[arg-type]
+    prompt = PromptTokens(base_call_id="c0", shared_len=5, suffix=[])
     with pytest.raises(SerializationError, match="has only 2"):
         resolve_prompt(prompt, {"c0": TokenIds.from_list([1, 2])}.get)
 
 
 def test_shared_len_without_base_is_invalid() -> None:
     with pytest.raises(ValueError, match="needs a base_call_id"):
-        PromptTokens(shared_len=3, suffix=[])  # type: ignore[arg-type]
+        PromptTokens(shared_len=3, suffix=[])
