@@ -44,12 +44,13 @@ def cli(log_level: str) -> None:
 
 
 def _register() -> None:
-    from rollstream.cli import kafka, smoke, tail, topics
+    from rollstream.cli import backend, kafka, smoke, tail, topics
 
     cli.add_command(kafka.kafka)
     cli.add_command(topics.topics)
     cli.add_command(tail.tail_command)
     cli.add_command(smoke.smoke)
+    cli.add_command(backend.backend)
 
 
 _register()

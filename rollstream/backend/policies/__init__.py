@@ -1,0 +1,44 @@
+"""Policies of the reference backend: what "the model" samples."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rollstream.backend.policies.base import Policy, PolicyError
+from rollstream.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from rollstream.backend.settings import BackendSettings
+    from rollstream.backend.tokenizer import ChatTokenizer
+
+__all__ = ["Policy", "PolicyError", "make_policy"]
+
+
+def default_scenarios_path() -> str:
+    """The scenario file shipped with rollstream."""
+    from importlib import resources
+
+    return str(resources.files("rollstream.backend").joinpath("data", "scenarios.yaml"))
+
+
+def make_policy(settings: BackendSettings, tokenizer: ChatTokenizer) -> Policy:
+    """The policy the settings name."""
+    if settings.policy == "tiny":
+        from rollstream.backend.policies.tiny import TinyPolicy
+
+        return TinyPolicy(tokenizer, seed=settings.seed)
+    if settings.policy == "scripted":
+        from pathlib import Path
+
+        from rollstream.backend.policies.scripted import ScriptedPolicy
+        from rollstream.backend.scenarios import load_scenarios
+
+        path = settings.scenarios or Path(default_scenarios_path())
+        return ScriptedPolicy(tokenizer, load_scenarios(path), seed=settings.seed)
+    if settings.policy == "hf":
+        from rollstream.backend.policies.hf import HFPolicy
+
+        if settings.hf_model is None:
+            raise ConfigurationError("the hf policy needs ROLLSTREAM_BACKEND_HF_MODEL (a folder)")
+        return HFPolicy(settings.hf_model, tokenizer, seed=settings.seed)
+    raise ConfigurationError(f"unknown policy {settings.policy!r}")

@@ -1,0 +1,39 @@
+"""Settings of the reference backend (``ROLLSTREAM_BACKEND_*``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class BackendSettings(BaseSettings):
+    """How ``rollstream backend`` serves: address, tokenizer, policy, latency."""
+
+    model_config = SettingsConfigDict(env_prefix="ROLLSTREAM_BACKEND_", frozen=True, extra="ignore")
+
+    host: str = Field(default="127.0.0.1", description="Address to listen on.")
+    port: int = Field(default=8000, ge=0, le=65535, description="Port (0: any free port).")
+    model: str = Field(default="rollstream-tiny", description="The served model name.")
+    tokenizer: Path | None = Field(
+        default=None, description="A Hugging Face tokenizer folder. Default: the shipped one."
+    )
+    policy: Literal["tiny", "scripted", "hf"] = Field(
+        default="tiny",
+        description="tiny (numpy LM), scripted (scenarios) or hf (a transformers model; torch).",
+    )
+    scenarios: Path | None = Field(
+        default=None, description="Scenario YAML of the scripted policy. Default: the shipped one."
+    )
+    hf_model: Path | None = Field(
+        default=None, description="A transformers model folder for the hf policy."
+    )
+    seed: int = Field(default=0, description="Seed of the policy's weights and scenario draws.")
+    max_model_len: int = Field(default=32768, ge=16, description="Context length in tokens.")
+    ttft_ms: float = Field(default=0.0, ge=0, description="Time to first token, fixed part (ms).")
+    prefill_us_per_token: float = Field(
+        default=0.0, ge=0, description="Time to first token per prompt token (microseconds)."
+    )
+    tpot_ms: float = Field(default=0.0, ge=0, description="Time per output token (ms).")

@@ -1,0 +1,48 @@
+"""``rollstream backend``: the reference inference server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import click
+from aiohttp import web
+
+from rollstream.backend.settings import BackendSettings
+from rollstream.cli.options import settings_options
+from rollstream.runtime import StopSignal, run_service
+
+
+async def serve(settings: BackendSettings, stop: StopSignal) -> None:
+    """Serve until ``stop`` is set; prints the address once listening."""
+    from rollstream.backend.server import Backend
+
+    backend = Backend(settings)
+    runner = web.AppRunner(backend.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port)
+    await site.start()
+    port = runner.addresses[0][1]  # the real port when 0 was asked
+    click.echo(
+        f"serving {settings.model} ({settings.policy} policy, {backend.tokenizer.vocab_size} "
+        f"tokens) on http://{settings.host}:{port}/v1",
+        err=True,
+    )
+    try:
+        await stop.event.wait()
+    finally:
+        await runner.cleanup()
+        await asyncio.sleep(0)
+
+
+@click.command(name="backend")
+@settings_options(BackendSettings, "settings")
+def backend(settings: BackendSettings) -> None:
+    """Serve vLLM's OpenAI-compatible subset on the CPU (token ids, logprobs, tool calls).
+
+    With no options: the shipped tokenizer and the tiny policy on 127.0.0.1:8000.
+    """
+
+    async def main(stop: StopSignal) -> None:
+        await serve(settings, stop)
+
+    run_service(main)

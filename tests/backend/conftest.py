@@ -1,0 +1,75 @@
+"""Backend fixtures: the shipped tokenizer (loaded once) and servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from rollstream.backend.server import Backend
+from rollstream.backend.settings import BackendSettings
+from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+
+SHELL_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "bash",
+        "description": "Run a shell command",
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string"}},
+            "required": ["command"],
+        },
+    },
+}
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> ChatTokenizer:
+    return ChatTokenizer(default_tokenizer_dir())
+
+
+BackendFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
+
+
+@pytest.fixture
+async def backend_factory(tokenizer: ChatTokenizer) -> AsyncIterator[BackendFactory]:
+    """Start a backend on a free 127.0.0.1 port: ``client = await backend_factory(policy=...)``."""
+    clients: list[TestClient[Any, Any]] = []
+
+    async def start(tok: ChatTokenizer | None = None, **settings: Any) -> TestClient[Any, Any]:
+        backend = Backend(BackendSettings(**settings), tokenizer=tok or tokenizer)
+        client: TestClient[Any, Any] = TestClient(TestServer(backend.app(), host="127.0.0.1"))
+        await client.start_server()
+        clients.append(client)
+        return client
+
+    yield start
+    for client in clients:
+        await client.close()
+
+
+@pytest.fixture
+def scenario_file(tmp_path: Path) -> Path:
+    path = tmp_path / "scenarios.yaml"
+    path.write_text(
+        """
+scenarios:
+  - name: solve
+    turns:
+      - text: Let me look.
+        tool_call: {tool: shell, arguments: {command: "echo polar > hello.txt"}}
+      - tool_calls:
+          - {tool: shell, arguments: {command: "cat hello.txt"}}
+          - {tool: shell, arguments: {command: "ls"}}
+      - text: Done.
+  - name: needs-editor
+    turns:
+      - tool_call: {tool: str_replace_editor, arguments: {path: a.py}}
+side_call_text: Side answer.
+"""
+    )
+    return path
