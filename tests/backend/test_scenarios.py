@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,7 +91,7 @@ def test_turn_text_parses_back_to_the_scripted_calls() -> None:
 
 
 def test_turn_count_and_offered_tools() -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "go"},
         {"role": "assistant", "content": None, "tool_calls": []},
         {"role": "tool", "content": "ok"},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -13,7 +14,7 @@ from rollstream.backend.tokenizer import ChatTokenizer, normalize_messages
 from rollstream.errors import ConfigurationError
 from tests.backend.conftest import SHELL_TOOL
 
-CONVERSATION = [
+CONVERSATION: list[dict[str, Any]] = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Create hello.txt"},
     {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 from hypothesis import given
@@ -79,7 +80,7 @@ def _stream(text: str, cuts: list[int]) -> tuple[str, list[dict[str, object]]]:
     parser = StreamingToolParser()
     content, deltas = "", []
     points = sorted({c % (len(text) + 1) for c in cuts} | {0, len(text)})
-    for a, b in zip(points, points[1:], strict=False):
+    for a, b in itertools.pairwise(points):
         out = parser.feed(text[a:b])
         content += out.content
         deltas += out.tool_calls
