@@ -74,7 +74,7 @@ async def generate(
             await asyncio.sleep(latency.tpot_ms / 1000)
         sample = generation.next_token()
         outcome.token_ids.append(sample.token_id)
-        if sample.token_id in tokenizer.stop_ids:
+        if sample.token_id in tokenizer.stop_ids and not request.ignore_eos:
             full += decoder.flush()
             outcome.finish_reason = "stop"
             outcome.text = full

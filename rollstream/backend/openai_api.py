@@ -62,6 +62,7 @@ class _Request(BaseModel):
     stream_options: dict[str, Any] | None = None
     return_token_ids: bool = False
     return_tokens_as_token_ids: bool = False
+    ignore_eos: bool = False
 
     @property
     def stop_strings(self) -> list[str]:

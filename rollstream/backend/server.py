@@ -203,6 +203,7 @@ class Backend:
             seed=req.seed,
             temperature=req.temperature,
             top_logprobs=req.top_logprobs if req.logprobs else 0,
+            ignore_eos=req.ignore_eos,
         )
         generation = self._start(gen_request)
         outcome = Outcome()
@@ -333,6 +334,7 @@ class Backend:
             seed=req.seed,
             temperature=req.temperature,
             top_logprobs=req.logprobs or 0,
+            ignore_eos=req.ignore_eos,
         )
         generation = self._start(gen_request)
         outcome = Outcome()

@@ -44,13 +44,14 @@ def cli(log_level: str) -> None:
 
 
 def _register() -> None:
-    from rollstream.cli import backend, kafka, smoke, tail, topics
+    from rollstream.cli import backend, bench, kafka, smoke, tail, topics
 
     cli.add_command(kafka.kafka)
     cli.add_command(topics.topics)
     cli.add_command(tail.tail_command)
     cli.add_command(smoke.smoke)
     cli.add_command(backend.backend)
+    cli.add_command(bench.bench)
 
 
 _register()

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from rollstream.backend.build_tokenizer import build
 from rollstream.backend.server import Backend
 from rollstream.backend.settings import BackendSettings
 from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
@@ -73,3 +74,19 @@ side_call_text: Side answer.
 """
     )
     return path
+
+
+LLAMA_LIKE = (
+    "{{- '<|begin|>' }}{%- for m in messages %}"
+    "{{- '<|header|>' + m.role + '<|/header|>' + (m.content or '') }}"
+    "{%- for c in m.tool_calls | default([], true) %}"
+    "{{- '<tool_call>' + (c.function | tojson) + '</tool_call>' }}{%- endfor %}"
+    "{{- '<|eot|>' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|header|>assistant<|/header|>' }}{%- endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def other_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> ChatTokenizer:
+    """A tokenizer folder with another template, as a real model's would have."""
+    return ChatTokenizer(build(tmp_path_factory.mktemp("other"), 1200, LLAMA_LIKE))

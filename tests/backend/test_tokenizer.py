@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollstream.backend.build_tokenizer import SPECIAL_TOKENS, TAG_TOKENS, build
+from rollstream.backend.build_tokenizer import SPECIAL_TOKENS, TAG_TOKENS
 from rollstream.backend.tokenizer import ChatTokenizer, normalize_messages
 from rollstream.errors import ConfigurationError
 from tests.backend.conftest import SHELL_TOOL
@@ -109,22 +109,6 @@ def test_split_tokens_spell_the_same_text_but_retokenize_to_one(tokenizer: ChatT
 def test_a_folder_without_tokenizer_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="cannot load a tokenizer"):
         ChatTokenizer(tmp_path)
-
-
-LLAMA_LIKE = (
-    "{{- '<|begin|>' }}{%- for m in messages %}"
-    "{{- '<|header|>' + m.role + '<|/header|>' + (m.content or '') }}"
-    "{%- for c in m.tool_calls | default([], true) %}"
-    "{{- '<tool_call>' + (c.function | tojson) + '</tool_call>' }}{%- endfor %}"
-    "{{- '<|eot|>' }}{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|header|>assistant<|/header|>' }}{%- endif %}"
-)
-
-
-@pytest.fixture(scope="session")
-def other_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> ChatTokenizer:
-    """A tokenizer folder with another template, as a real model's would have."""
-    return ChatTokenizer(build(tmp_path_factory.mktemp("other"), 1200, LLAMA_LIKE))
 
 
 def test_another_template_renders_its_own_way(other_tokenizer: ChatTokenizer) -> None:

@@ -37,6 +37,7 @@ class GenerationRequest:
     seed: int | None = None
     temperature: float = 1.0
     top_logprobs: int = 0
+    ignore_eos: bool = False
 
 
 class Generation(Protocol):

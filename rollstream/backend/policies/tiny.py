@@ -45,6 +45,31 @@ class TinyWeights:
         )
 
 
+_BLOCK = 64
+
+
+def _sample(probs: npt.NDArray[np.float32], u: float) -> int:
+    """Inverse-CDF sampling in two levels: pick a block of 64 by its mass, then a token in it.
+
+    Equivalent to one cumulative sum over the vocabulary, at a fraction of its cost.
+    """
+    n = len(probs)
+    padded = np.zeros(-(-n // _BLOCK) * _BLOCK, dtype=np.float32)
+    padded[:n] = probs
+    blocks = padded.reshape(-1, _BLOCK)
+    block_cdf = np.cumsum(blocks.sum(axis=1, dtype=np.float64))
+    target = u * block_cdf[-1]
+    block = min(int(np.searchsorted(block_cdf, target, side="right")), len(block_cdf) - 1)
+    below = block_cdf[block - 1] if block else 0.0
+    inner = np.cumsum(blocks[block], dtype=np.float64)
+    index = int(np.searchsorted(inner, target - below, side="right"))
+    token = block * _BLOCK + min(index, _BLOCK - 1)
+    # Rounding can land on padding or a zero-probability entry: step back to a real token.
+    while token >= n or probs[token] == 0:
+        token -= 1
+    return token
+
+
 class TinyGeneration:
     """One generation: the context window, the sampler, the stop mixture."""
 
@@ -55,28 +80,23 @@ class TinyGeneration:
         self.top_k = request.top_logprobs
         self.rng = np.random.default_rng(request.seed) if request.seed is not None else _global_rng
 
-    def distribution(self) -> npt.NDArray[np.float64]:
+    def distribution(self) -> npt.NDArray[np.float32]:
         """Next-token probabilities given the current window."""
         w = self.policy.weights
         ids = self.window[::-1]  # most recent first, matching the decay
-        context = (w.embed[ids] * w.decay[: len(ids), None]).sum(axis=0)
+        context = w.decay[: len(ids)] @ w.embed[ids]
         logits = np.tanh(context @ w.mix) @ w.out
-        temperature = max(self.temperature, 1e-3)
-        scaled = logits.astype(np.float64) / temperature
-        scaled -= scaled.max()
-        probs = np.exp(scaled)
-        probs /= probs.sum()
-        probs *= 1.0 - self.policy.stop_probability
-        probs[self.policy.eos] += self.policy.stop_probability
+        logits *= np.float32(1.0 / max(self.temperature, 1e-3))
+        logits -= logits.max()
+        probs = np.exp(logits, out=logits)
+        probs *= np.float32((1.0 - self.policy.stop_probability) / probs.sum())
+        probs[self.policy.eos] += np.float32(self.policy.stop_probability)
         return probs
 
     def next_token(self) -> Sample:
         """Sample (or take the argmax at temperature 0) and report its logprob."""
         probs = self.distribution()
-        if self.temperature <= 0:
-            token = int(probs.argmax())
-        else:
-            token = int(self.rng.choice(len(probs), p=probs))
+        token = int(probs.argmax()) if self.temperature <= 0 else _sample(probs, self.rng.random())
         top: list[tuple[int, float]] = []
         if self.top_k:
             best = np.argpartition(probs, -self.top_k)[-self.top_k :]
@@ -95,7 +115,7 @@ class TinyPolicy:
         self,
         tokenizer: ChatTokenizer,
         seed: int = 0,
-        dim: int = 64,
+        dim: int = 32,
         window: int = 8,
         mean_length: int = 48,
     ) -> None:

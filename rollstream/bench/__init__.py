@@ -1,0 +1,1 @@
+"""Benchmarks: ``rollstream bench``. Results are JSON; ``bench/RESULTS.md`` summarises them."""

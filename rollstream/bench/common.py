@@ -1,0 +1,74 @@
+"""Helpers shared by the benchmarks: percentiles, process CPU time, machine description."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` percentile (0-100) by nearest rank; NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
+    return ordered[rank]
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def process_rss_mb(pid: int) -> float:
+    """Resident memory of a process in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+
+
+def spawn_pinned(cmd: list[str], core: int | None, log: Path) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` with its output in ``log``, pinned to ``core`` where the OS allows it."""
+
+    def pin() -> None:
+        if core is not None and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, {core})
+
+    with log.open("wb") as out:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=pin)

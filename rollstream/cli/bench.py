@@ -1,0 +1,63 @@
+"""``rollstream bench``."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import click
+
+from rollstream.bench.backend import BackendBenchConfig, run_backend_bench
+from rollstream.bench.report import record, write_markdown
+
+
+@click.group()
+def bench() -> None:
+    """Benchmarks; results go to a JSON file and a generated RESULTS.md."""
+
+
+@bench.command(name="backend")
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    default=Path("bench/results.json"),
+    show_default=True,
+)
+@click.option(
+    "--markdown",
+    type=click.Path(path_type=Path),
+    default=Path("bench/RESULTS.md"),
+    show_default=True,
+)
+@click.option(
+    "--concurrency", default="1,50,200,400", show_default=True, help="Levels, comma-separated."
+)
+@click.option("--max-tokens", default=200, show_default=True)
+@click.option("--tpot-ms", default=20.0, show_default=True, help="Time per output token (ms).")
+@click.option("--ttft-ms", default=50.0, show_default=True)
+@click.option(
+    "--policy", type=click.Choice(["tiny", "scripted"]), default="tiny", show_default=True
+)
+def backend(
+    json_path: Path,
+    markdown: Path,
+    concurrency: str,
+    max_tokens: int,
+    tpot_ms: float,
+    ttft_ms: float,
+    policy: str,
+) -> None:
+    """Streamed tokens/s and concurrent streams of the reference backend on one core."""
+    config = BackendBenchConfig(
+        concurrency=tuple(int(c) for c in concurrency.split(",")),
+        max_tokens=max_tokens,
+        tpot_ms=tpot_ms,
+        ttft_ms=ttft_ms,
+        policy=policy,
+    )
+    click.echo(f"reference backend, {policy} policy, {max_tokens} tokens per stream:")
+    result = asyncio.run(run_backend_bench(config, progress=click.echo))
+    data = record(json_path, "backend", result)
+    write_markdown(data, markdown)
+    click.echo(f"results in {json_path}, summary in {markdown}")
