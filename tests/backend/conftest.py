@@ -10,6 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from rollstream.backend.build_tokenizer import build
+from rollstream.backend.policies.base import Policy
 from rollstream.backend.server import Backend
 from rollstream.backend.settings import BackendSettings
 from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
@@ -41,8 +42,10 @@ async def backend_factory(tokenizer: ChatTokenizer) -> AsyncIterator[BackendFact
     """Start a backend on a free 127.0.0.1 port: ``client = await backend_factory(policy=...)``."""
     clients: list[TestClient[Any, Any]] = []
 
-    async def start(tok: ChatTokenizer | None = None, **settings: Any) -> TestClient[Any, Any]:
-        backend = Backend(BackendSettings(**settings), tokenizer=tok or tokenizer)
+    async def start(
+        tok: ChatTokenizer | None = None, policy: Policy | None = None, **settings: Any
+    ) -> TestClient[Any, Any]:
+        backend = Backend(BackendSettings(**settings), tokenizer=tok or tokenizer, policy=policy)
         client: TestClient[Any, Any] = TestClient(TestServer(backend.app(), host="127.0.0.1"))
         await client.start_server()
         clients.append(client)

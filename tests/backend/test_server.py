@@ -284,3 +284,61 @@ async def test_another_tokenizer_folder_is_served_with_its_own_template(
     expected = other_tokenizer.encode(other_tokenizer.render(MESSAGES))
     assert data["prompt_token_ids"] == expected
     assert all(t < other_tokenizer.vocab_size for t in data["choices"][0]["token_ids"])
+
+
+async def test_next_prompt_extends_the_sampled_tokens_only_without_drift(
+    backend_factory: BackendFactory, tokenizer: ChatTokenizer, tmp_path: Path
+) -> None:
+    """What reconstruction depends on: with canonical JSON and canonical tokens, the next
+    prompt starts with prompt + sampled completion; compact JSON or split tokens break that,
+    because the template re-renders the call from parsed JSON."""
+    from rollstream.backend.policies.scripted import ScriptedPolicy
+    from rollstream.backend.scenarios import load_scenarios
+
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "scenarios: [{name: one, turns: [{tool_call: {tool: shell, arguments: {command: ls}}},"
+        " {text: Done.}]}]"
+    )
+    outcomes = {}
+    for split_rate in (0.0, 1.0):
+        policy = ScriptedPolicy(tokenizer, load_scenarios(path), split_rate=split_rate)
+        client = await backend_factory(policy=policy)
+        for i in range(12):
+            headers = {"Authorization": f"Bearer s{i}"}
+            body: dict[str, Any] = {
+                "model": MODEL,
+                "messages": MESSAGES,
+                "tools": [SHELL_TOOL],
+                "return_token_ids": True,
+            }
+            first = await (
+                await client.post("/v1/chat/completions", json=body, headers=headers)
+            ).json()
+            message = first["choices"][0]["message"]
+            call = message["tool_calls"][0]
+            follow = MESSAGES + [
+                {
+                    "role": "assistant",
+                    "content": message["content"],
+                    "tool_calls": message["tool_calls"],
+                },
+                {"role": "tool", "tool_call_id": call["id"], "content": "hello.txt"},
+            ]
+            second = await (
+                await client.post(
+                    "/v1/chat/completions", json=body | {"messages": follow}, headers=headers
+                )
+            ).json()
+            context = first["prompt_token_ids"] + first["choices"][0]["token_ids"]
+            extends = second["prompt_token_ids"][: len(context)] == context
+            sampled = tokenizer.decode(first["choices"][0]["token_ids"])
+            canonical = '"arguments": {"command": "ls"}' in sampled
+            outcomes[(split_rate, i)] = (extends, canonical)
+    # No splits: extension exactly when the sampled JSON was in the template's own form.
+    for i in range(12):
+        extends, canonical = outcomes[(0.0, i)]
+        assert extends == canonical
+    assert {outcomes[(0.0, i)][1] for i in range(12)} == {True, False}  # both occur
+    # Every token split: the ids never match the re-tokenized prompt.
+    assert not any(outcomes[(1.0, i)][0] for i in range(12))
