@@ -317,7 +317,8 @@ async def test_next_prompt_extends_the_sampled_tokens_only_without_drift(
             ).json()
             message = first["choices"][0]["message"]
             call = message["tool_calls"][0]
-            follow = MESSAGES + [
+            follow = [
+                *MESSAGES,
                 {
                     "role": "assistant",
                     "content": message["content"],
