@@ -43,9 +43,9 @@ async def backend_factory(tokenizer: ChatTokenizer) -> AsyncIterator[BackendFact
     clients: list[TestClient[Any, Any]] = []
 
     async def start(
-        tok: ChatTokenizer | None = None, policy: Policy | None = None, **settings: Any
+        tok: ChatTokenizer | None = None, instance: Policy | None = None, **settings: Any
     ) -> TestClient[Any, Any]:
-        backend = Backend(BackendSettings(**settings), tokenizer=tok or tokenizer, policy=policy)
+        backend = Backend(BackendSettings(**settings), tokenizer=tok or tokenizer, policy=instance)
         client: TestClient[Any, Any] = TestClient(TestServer(backend.app(), host="127.0.0.1"))
         await client.start_server()
         clients.append(client)

@@ -303,7 +303,7 @@ async def test_next_prompt_extends_the_sampled_tokens_only_without_drift(
     outcomes = {}
     for split_rate in (0.0, 1.0):
         policy = ScriptedPolicy(tokenizer, load_scenarios(path), split_rate=split_rate)
-        client = await backend_factory(policy=policy)
+        client = await backend_factory(instance=policy)
         for i in range(12):
             headers = {"Authorization": f"Bearer s{i}"}
             body: dict[str, Any] = {
