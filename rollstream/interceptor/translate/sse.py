@@ -1,0 +1,84 @@
+"""Server-sent events: parse an upstream byte stream, encode events for the harness."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+DONE = "[DONE]"
+
+
+@dataclass(frozen=True)
+class SSEEvent:
+    """One event: an optional name and its data (a JSON object, or a string such as [DONE])."""
+
+    data: dict[str, Any] | str
+    event: str | None = None
+
+    def encode(self) -> bytes:
+        """Wire form: ``event: NAME`` (if named), ``data: JSON``, blank line."""
+        payload = (
+            self.data if isinstance(self.data, str) else json.dumps(self.data, ensure_ascii=False)
+        )
+        head = f"event: {self.event}\n" if self.event else ""
+        return f"{head}data: {payload}\n\n".encode()
+
+
+class SSEParser:
+    """Incremental parser: feed bytes as they arrive, get complete events.
+
+    Buffers only up to the end of the current event. Lines ``data:`` are joined with newlines,
+    ``event:`` names the event, comments (``:``) and other fields are ignored; CRLF and
+    LF line endings both work. Data that is not JSON is returned as a string.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """Consume bytes; return the events they completed."""
+        self._buffer += chunk
+        events = []
+        while True:
+            end, sep_len = _event_end(self._buffer)
+            if end < 0:
+                return events
+            block, self._buffer = self._buffer[:end], self._buffer[end + sep_len :]
+            event = _parse_block(block.decode("utf-8", "replace"))
+            if event is not None:
+                events.append(event)
+
+    def flush(self) -> list[SSEEvent]:
+        """An event left unterminated at the end of the stream, if any."""
+        block, self._buffer = self._buffer, b""
+        event = _parse_block(block.decode("utf-8", "replace")) if block.strip() else None
+        return [event] if event is not None else []
+
+
+def _event_end(buffer: bytes) -> tuple[int, int]:
+    candidates = [(buffer.find(sep), len(sep)) for sep in (b"\r\n\r\n", b"\n\n", b"\r\r")]
+    found = [(i, n) for i, n in candidates if i >= 0]
+    return min(found) if found else (-1, 0)
+
+
+def _parse_block(block: str) -> SSEEvent | None:
+    name: str | None = None
+    data: list[str] = []
+    for line in block.splitlines():
+        if not line or line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if field == "data":
+            data.append(value)
+        elif field == "event":
+            name = value
+    if not data:
+        return None
+    text = "\n".join(data)
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return SSEEvent(text, name)
+    return SSEEvent(parsed if isinstance(parsed, dict) else text, name)
