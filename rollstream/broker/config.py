@@ -15,8 +15,13 @@ READY_LINE = "Kafka Server started"
 
 
 def port_is_free(port: int, host: str = HOST) -> bool:
-    """Whether ``port`` can be bound on ``host`` right now."""
+    """Whether ``port`` can be bound on ``host`` right now by a listening server.
+
+    SO_REUSEADDR as the JVM sets it: a port whose old connections linger in TIME_WAIT (a
+    broker just killed) is free to listen on again.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

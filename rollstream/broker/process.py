@@ -149,6 +149,9 @@ class LocalBroker:
         if existing is not None:
             self.info = existing
             return existing
+        if self._proc is not None:
+            self._proc.poll()  # reap a previous process of ours that died (e.g. killed)
+            self._proc = None
         began = time.monotonic()
         java = require_tool(
             self.settings.java,
