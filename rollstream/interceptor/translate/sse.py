@@ -39,7 +39,7 @@ class SSEParser:
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume bytes; return the events they completed."""
         self._buffer += chunk
-        events = []
+        events: list[SSEEvent] = []
         while True:
             end, sep_len = _event_end(self._buffer)
             if end < 0:
