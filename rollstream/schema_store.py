@@ -36,8 +36,12 @@ class SchemaStore:
         """Connect (a producer for publishing, a group-less consumer for reading)."""
         self._producer = make_producer(self.settings, linger_ms=0)
         self._consumer = make_consumer(self.settings, isolation_level="read_uncommitted")
-        await self._producer.start()
-        await self._consumer.start()
+        try:
+            await self._producer.start()
+            await self._consumer.start()
+        except BaseException:
+            await self.stop()  # close whichever client did connect
+            raise
 
     async def stop(self) -> None:
         """Close both clients."""

@@ -44,7 +44,7 @@ def cli(log_level: str) -> None:
 
 
 def _register() -> None:
-    from rollstream.cli import backend, bench, kafka, smoke, tail, topics
+    from rollstream.cli import backend, bench, interceptor, kafka, smoke, tail, topics
 
     cli.add_command(kafka.kafka)
     cli.add_command(topics.topics)
@@ -52,6 +52,7 @@ def _register() -> None:
     cli.add_command(smoke.smoke)
     cli.add_command(backend.backend)
     cli.add_command(bench.bench)
+    cli.add_command(interceptor.interceptor)
 
 
 _register()

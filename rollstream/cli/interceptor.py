@@ -1,0 +1,40 @@
+"""``rollstream interceptor``: the capturing reverse proxy."""
+
+from __future__ import annotations
+
+import click
+
+from rollstream.cli.options import settings_options
+from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.producers.publisher import PublisherSettings
+from rollstream.runtime import StopSignal, run_service
+from rollstream.settings import KafkaSettings, StatePaths
+
+
+@click.command(name="interceptor")
+@settings_options(InterceptorSettings, "settings")
+@settings_options(KafkaSettings, "kafka")
+@settings_options(PublisherSettings, "publisher")
+def interceptor(
+    settings: InterceptorSettings, kafka: KafkaSettings, publisher: PublisherSettings
+) -> None:
+    """Proxy harness calls to the inference server; record every call to Kafka.
+
+    Point a harness's base URL at the printed address and give it its session id as API key.
+    """
+    from rollstream.interceptor.proxy import Interceptor
+
+    async def main(stop: StopSignal) -> None:
+        proxy = Interceptor(settings, kafka, publisher, StatePaths())
+        await proxy.start()
+        click.echo(
+            f"intercepting on {proxy.url} -> {settings.upstream}; "
+            f"calls to {kafka.topic_prefix}.events at {kafka.bootstrap_servers}",
+            err=True,
+        )
+        try:
+            await stop.event.wait()
+        finally:
+            await proxy.stop()
+
+    run_service(main)

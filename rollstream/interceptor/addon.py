@@ -1,0 +1,274 @@
+"""The mitmproxy addon: wires mitmproxy's hooks to the translators and the recorder.
+
+The logic lives in pure functions (``translate/``, ``recording``); this class only moves bytes
+between mitmproxy's flow and them. Every LLM call ends in exactly one CallRecord, failed ones
+included; other paths are forwarded without a record.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from mitmproxy import http
+
+from rollstream.interceptor.adapters import ADAPTER_BY_KIND, COUNT_TOKENS_PATH, Adapter, adapter_for
+from rollstream.interceptor.recording import ANONYMOUS, CallState, build_record
+from rollstream.interceptor.sessions import SessionLedger, credential_headers, session_of
+from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.interceptor.translate.anthropic import anthropic_count_tokens_request
+from rollstream.interceptor.translate.chat import CaptureOptions, prepare_chat_request
+from rollstream.interceptor.translate.errors import TranslationError
+from rollstream.interceptor.translate.sse import DONE, SSEEvent, SSEParser
+from rollstream.schemas import ApiKind, CallRecord
+
+log = logging.getLogger(__name__)
+
+_STATE = "rollstream"
+Publish = Callable[[CallRecord], None]
+
+
+class RollstreamAddon:
+    """Intercepts LLM calls: translate, capture token ids, answer in the harness's API, record."""
+
+    def __init__(self, settings: InterceptorSettings, publish: Publish) -> None:
+        self.settings = settings
+        self.publish = publish
+        self.ledger = SessionLedger(settings.recent_contexts)
+        self.capture = CaptureOptions(
+            backend=settings.backend,
+            top_logprobs=settings.top_logprobs,
+            upstream_model=settings.upstream_model,
+        )
+        self.calls_recorded = 0
+        self.calls_failed = 0
+        self.in_flight = 0
+
+    # -- hooks ---------------------------------------------------------------------------
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        """Translate an LLM call for the upstream, or forward anything else as it is."""
+        session, path = session_of(dict(flow.request.headers), flow.request.path)
+        self._rewrite_credentials(flow)
+        flow.request.path = path
+        if path.split("?", 1)[0].rstrip("/") == COUNT_TOKENS_PATH:
+            self._count_tokens(flow)
+            return
+        adapter = adapter_for(path)
+        if adapter is None or flow.request.method != "POST":
+            return
+        size = len(flow.request.raw_content or b"")
+        if size > self.settings.max_body_bytes:
+            self._reject(flow, adapter, None, 413, f"request body of {size} bytes is too large")
+            return
+        try:
+            body = json.loads(flow.request.get_text(strict=False) or "")
+        except ValueError as exc:
+            self._reject(flow, adapter, session, 400, f"malformed JSON body: {exc}")
+            return
+        state = CallState(
+            adapter.kind, session or ANONYMOUS, body if isinstance(body, dict) else {}
+        )
+        flow.metadata[_STATE] = state
+        self.in_flight += 1
+        try:
+            if not isinstance(body, dict):
+                raise TranslationError("the request body must be a JSON object")
+            model = self.settings.upstream_model or str(body.get("model") or "")
+            chat = adapter.to_chat(body, model)
+            upstream, state.asked = prepare_chat_request(chat, self.capture)
+        except TranslationError as exc:
+            state.fail("invalid_request", str(exc), 400, False)
+            flow.response = _json_response(400, adapter.error(400, str(exc)))
+            return
+        state.upstream_request = upstream
+        state.stream = bool(upstream.get("stream"))
+        flow.request.path = "/v1/chat/completions"
+        flow.request.headers.pop("accept-encoding", None)  # we read the answer
+        flow.request.set_content(json.dumps(upstream, ensure_ascii=False).encode())
+        flow.request.headers["content-type"] = "application/json"
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        """Stream a successful streamed answer through, translating event by event."""
+        state: CallState | None = flow.metadata.get(_STATE)
+        if state is None or flow.response is None or not state.stream:
+            return
+        if flow.response.status_code >= 400:
+            return  # the whole error body is needed to translate it
+        flow.response.stream = self._stream_function(state, ADAPTER_BY_KIND[state.api])
+        flow.response.headers.pop("content-length", None)
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        """Translate a whole answer (or an upstream error) and record the call."""
+        state: CallState | None = flow.metadata.get(_STATE)
+        if state is None or flow.response is None or state.recorded:
+            return
+        if flow.metadata.get("count_tokens"):
+            return self._count_tokens_answer(flow)
+        adapter = ADAPTER_BY_KIND[state.api]
+        if flow.response.status_code >= 400:
+            message = _upstream_message(flow.response)
+            status = flow.response.status_code
+            state.fail("upstream_http", message, status, status >= 500 or status == 429)
+            flow.response = _json_response(status, adapter.error(status, message))
+        elif not state.stream and state.error is None:
+            try:
+                answer = json.loads(flow.response.get_text(strict=False) or "")
+                state.capture.add_response(answer)
+                state.response = answer
+                translated = adapter.answer(answer, state.harness_request, state.asked)
+                flow.response = _json_response(200, translated)
+            except (ValueError, TranslationError) as exc:
+                state.fail("bad_upstream_answer", str(exc), 502, True)
+                flow.response = _json_response(502, adapter.error(502, str(exc)))
+        self._record(state)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        """The upstream could not be reached, or a side hung up: record the failure."""
+        state: CallState | None = flow.metadata.get(_STATE)
+        if state is None or state.recorded:
+            return
+        message = flow.error.msg if flow.error else "connection error"
+        if flow.response is not None and state.stream:
+            state.cancel(message)  # the harness went away mid-stream
+        else:
+            state.fail("upstream_unreachable", message, 502, True)
+        self._record(state)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _stream_function(
+        self, state: CallState, adapter: Adapter
+    ) -> Callable[[bytes], Iterable[bytes]]:
+        parser = SSEParser()
+        translator = adapter.stream(state.harness_request, state.asked)
+
+        def encode(events: list[SSEEvent]) -> list[bytes]:
+            return [e.encode() for e in events]
+
+        def stream(data: bytes) -> Iterable[bytes]:
+            out: list[bytes] = []
+            try:
+                events = parser.feed(data) if data else parser.flush()
+                for event in events:
+                    if event.data == DONE:
+                        out += encode(translator.finish())
+                        continue
+                    if not isinstance(event.data, dict):
+                        continue
+                    if "error" in event.data and not event.data.get("choices"):
+                        message = str(event.data["error"])
+                        state.fail("upstream_stream_error", message, 502, True)
+                        out += encode(translator.error(502, message))
+                        continue
+                    if state.first_token_at is None and _has_output(event.data):
+                        state.first_token_at = datetime.now(UTC)
+                    state.capture.add_chunk(event.data)
+                    out += encode(translator.feed(event.data))
+                if not data:  # end of the upstream stream
+                    state.ended_at = datetime.now(UTC)
+                    if state.capture.finish_reason is None and state.error is None:
+                        state.fail(
+                            "upstream_stream_broken", "stream ended without a finish", 502, True
+                        )
+                        out += encode(translator.error(502, "upstream stream ended early"))
+                    out += encode(translator.finish())
+            except Exception as exc:  # never let a translation bug break the harness's stream
+                log.exception("stream translation failed")
+                state.fail("translation_error", str(exc), 500, False)
+                out += encode(translator.error(500, "rollstream could not translate the stream"))
+            return out
+
+        return stream
+
+    def _record(self, state: CallState) -> None:
+        state.recorded = True
+        self.in_flight = max(0, self.in_flight - 1)
+        model = str(state.harness_request.get("model") or "")
+        try:
+            record = build_record(state, self.ledger, model, self.settings.policy_version)
+        except Exception:
+            log.exception("cannot build the record of call %s", state.call_id)
+            return
+        self.calls_recorded += 1
+        self.calls_failed += state.error is not None
+        self.publish(record)
+
+    def _reject(
+        self, flow: http.HTTPFlow, adapter: Adapter, session: str | None, status: int, message: str
+    ) -> None:
+        """Answer a call that cannot go upstream, and record it."""
+        flow.response = _json_response(status, adapter.error(status, message))
+        state = CallState(adapter.kind, session or ANONYMOUS, {"rejected": message})
+        state.fail("invalid_request", message, status, False)
+        self.in_flight += 1
+        self._record(state)
+
+    def _rewrite_credentials(self, flow: http.HTTPFlow) -> None:
+        for header in credential_headers():
+            flow.request.headers.pop(header, None)
+        key = self.settings.upstream_api_key
+        if key is not None:
+            flow.request.headers["authorization"] = f"Bearer {key.get_secret_value()}"
+
+    def _count_tokens(self, flow: http.HTTPFlow) -> None:
+        try:
+            body = json.loads(flow.request.get_text(strict=False) or "")
+            model = self.settings.upstream_model or str(body.get("model") or "")
+            tokenize = anthropic_count_tokens_request(body, model)
+        except (ValueError, TranslationError, AttributeError) as exc:
+            flow.response = _json_response(
+                400, ADAPTER_BY_KIND[ApiKind.ANTHROPIC_MESSAGES].error(400, str(exc))
+            )
+            return
+        flow.metadata["count_tokens"] = True
+        flow.metadata[_STATE] = CallState(
+            ADAPTER_BY_KIND[ApiKind.ANTHROPIC_MESSAGES].kind, ANONYMOUS, body
+        )
+        flow.metadata[_STATE].recorded = True  # token counting is not an LLM call
+        flow.request.path = "/tokenize"
+        flow.request.set_content(json.dumps(tokenize).encode())
+
+    def _count_tokens_answer(self, flow: http.HTTPFlow) -> None:
+        assert flow.response is not None
+        adapter = ADAPTER_BY_KIND[ApiKind.ANTHROPIC_MESSAGES]
+        if flow.response.status_code >= 400:
+            message = _upstream_message(flow.response)
+            flow.response = _json_response(
+                flow.response.status_code, adapter.error(flow.response.status_code, message)
+            )
+            return
+        count = json.loads(flow.response.get_text(strict=False) or "{}").get("count", 0)
+        flow.response = _json_response(200, {"input_tokens": count})
+
+
+def _has_output(chunk: dict[str, Any]) -> bool:
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta") or {}
+        if delta.get("content") or delta.get("tool_calls") or choice.get("token_ids"):
+            return True
+    return False
+
+
+def _upstream_message(response: http.Response) -> str:
+    text = response.get_text(strict=False) or ""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text[:500] or f"upstream answered {response.status_code}"
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        if isinstance(body.get("message"), str):
+            return str(body["message"])
+    return text[:500]
+
+
+def _json_response(status: int, body: dict[str, Any]) -> http.Response:
+    return http.Response.make(
+        status, json.dumps(body, ensure_ascii=False).encode(), {"content-type": "application/json"}
+    )

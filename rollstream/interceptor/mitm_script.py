@@ -1,0 +1,42 @@
+"""The addon for ``mitmdump -s``: ``mitmdump --mode reverse:URL -s <this file>``.
+
+Settings come from the environment (``ROLLSTREAM_INTERCEPTOR_*``, ``ROLLSTREAM_BOOTSTRAP_SERVERS``).
+The publisher starts with mitmproxy's event loop and stops with it.
+"""
+
+from __future__ import annotations
+
+from rollstream.interceptor.addon import RollstreamAddon
+from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.producers.publisher import CapturePublisher, PublisherSettings
+from rollstream.schemas import AvroSerializer, CallRecord, TopicNames
+from rollstream.settings import KafkaSettings, StatePaths
+
+
+class ScriptAddon(RollstreamAddon):
+    """The addon plus the publisher's lifecycle, tied to mitmproxy's ``running``/``done``."""
+
+    def __init__(self) -> None:
+        settings, kafka = InterceptorSettings(), KafkaSettings()
+        self._serializer = AvroSerializer()
+        self._publisher = CapturePublisher(
+            kafka,
+            PublisherSettings(),
+            TopicNames(kafka.topic_prefix).events,
+            StatePaths().state_dir / "spool" / "mitmdump",
+        )
+        super().__init__(settings, self._publish_record)
+
+    def _publish_record(self, record: CallRecord) -> None:
+        self._publisher.publish(record.session_id.encode(), self._serializer.encode(record))
+
+    async def running(self) -> None:
+        """Start publishing once mitmproxy is up."""
+        await self._publisher.start()
+
+    async def done(self) -> None:
+        """Flush (or spool) what is queued as mitmproxy stops."""
+        await self._publisher.stop()
+
+
+addons = [ScriptAddon()]

@@ -1,0 +1,118 @@
+"""Running the interceptor: mitmproxy in reverse-proxy mode with our addon and the publisher."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+
+from mitmproxy import options
+from mitmproxy.tools.dump import DumpMaster
+
+from rollstream.errors import BrokerError, ConfigurationError
+from rollstream.interceptor.addon import RollstreamAddon
+from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.producers.publisher import CapturePublisher, PublisherSettings
+from rollstream.schema_store import SchemaStore
+from rollstream.schemas import AvroSerializer, CallRecord, TopicNames
+from rollstream.settings import KafkaSettings, StatePaths
+
+log = logging.getLogger(__name__)
+
+
+class Interceptor:
+    """The proxy, its addon and the capture publisher, as one async resource."""
+
+    def __init__(
+        self,
+        settings: InterceptorSettings,
+        kafka: KafkaSettings,
+        publisher: PublisherSettings | None = None,
+        paths: StatePaths | None = None,
+    ) -> None:
+        self.settings = settings
+        self.kafka = kafka
+        self.serializer = AvroSerializer()
+        spool = (paths or StatePaths()).state_dir / "spool" / f"interceptor-{settings.port}"
+        self.publisher = CapturePublisher(
+            kafka, publisher or PublisherSettings(), TopicNames(kafka.topic_prefix).events, spool
+        )
+        self.addon = RollstreamAddon(settings, self._publish)
+        self._master: DumpMaster | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.port = settings.port
+
+    def _publish(self, record: CallRecord) -> None:
+        self.publisher.publish(record.session_id.encode(), self.serializer.encode(record))
+
+    async def start(self) -> None:
+        """Publish our schemas (if the broker is there), start the publisher and the proxy."""
+        try:
+            async with SchemaStore(self.kafka, self.serializer.registry) as store:
+                await asyncio.wait_for(store.publish(), 10)
+        except (BrokerError, TimeoutError, OSError, Exception) as exc:  # the broker may be away
+            log.warning("schemas not published yet (%s); readers use the shipped ones", exc)
+        await self.publisher.start()
+        if self.port == 0:
+            self.port = _free_port(self.settings.host)
+        opts = options.Options(
+            listen_host=self.settings.host,
+            listen_port=self.port,
+            mode=[f"reverse:{self.settings.upstream}"],
+        )
+        self._master = DumpMaster(opts, with_termlog=False, with_dumper=False)
+        # mitmproxy aborts start-up when anything logged an error meanwhile; a Kafka client
+        # complaining that the broker is away must not stop the proxy.
+        errorcheck = self._master.addons.get("errorcheck")
+        if errorcheck is not None:
+            self._master.addons.remove(errorcheck)
+        self._master.addons.add(self.addon)
+        self._task = asyncio.create_task(self._master.run(), name="mitmproxy")
+        await self._wait_listening()
+
+    async def _wait_listening(self, timeout: float = 20) -> None:
+        async with asyncio.timeout(timeout):
+            while True:
+                if self._task is not None and self._task.done():
+                    self._task.result()
+                    raise ConfigurationError("the proxy stopped during start-up")
+                with contextlib.suppress(OSError):
+                    _, writer = await asyncio.open_connection(self.settings.host, self.port)
+                    writer.close()
+                    await writer.wait_closed()
+                    return
+                await asyncio.sleep(0.05)
+
+    async def stop(self) -> None:
+        """Stop accepting calls, then flush the publisher (spooling what cannot be sent)."""
+        if self._master is not None:
+            # mitmproxy leaves its listening sockets to process exit; we may live on (tests,
+            # the local stack), so close them first.
+            proxyserver = self._master.addons.get("proxyserver")
+            if proxyserver is not None:
+                await proxyserver.servers.update([])
+            self._master.shutdown()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+        await self.publisher.stop()
+
+    async def __aenter__(self) -> Interceptor:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def url(self) -> str:
+        """The base URL harnesses point at."""
+        return f"http://{self.settings.host}:{self.port}"
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+    return port

@@ -1,0 +1,132 @@
+"""Turning one intercepted call into a CallRecord."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from rollstream.interceptor.sessions import SessionLedger
+from rollstream.interceptor.translate.chat import Asked, Capture
+from rollstream.schemas import (
+    ApiKind,
+    CallError,
+    CallRecord,
+    CallStatus,
+    CallTimings,
+    Logprobs,
+    TokenIds,
+    compress_json,
+)
+
+ANONYMOUS = "anonymous"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class CallState:
+    """Everything known about one call while it is in flight."""
+
+    api: ApiKind
+    session: str
+    harness_request: dict[str, Any]
+    upstream_request: dict[str, Any] | None = None
+    asked: Asked = field(default_factory=Asked)
+    stream: bool = False
+    call_id: str = field(default_factory=lambda: f"call-{uuid.uuid4().hex}")
+    started_at: datetime = field(default_factory=_now)
+    first_token_at: datetime | None = None
+    ended_at: datetime | None = None
+    capture: Capture = field(default_factory=Capture)
+    response: dict[str, Any] | None = None
+    status: CallStatus = CallStatus.OK
+    error: CallError | None = None
+    recorded: bool = False
+
+    def fail(self, kind: str, message: str, http_status: int | None, retriable: bool) -> None:
+        """Mark the call failed (the first failure wins)."""
+        if self.error is None:
+            self.status = CallStatus.ERROR
+            self.error = CallError(
+                type=kind, message=message[:2000], http_status=http_status, retriable=retriable
+            )
+
+    def cancel(self, message: str) -> None:
+        """The harness went away before the answer ended."""
+        self.status = CallStatus.CANCELLED
+        self.error = CallError(type="cancelled", message=message[:2000])
+
+
+def build_record(
+    state: CallState, ledger: SessionLedger, model: str, policy_version: int
+) -> CallRecord:
+    """The CallRecord of a finished (or failed) call; token ids delta-encoded per session."""
+    capture = state.capture
+    prompt = completion = logprobs = None
+    if capture.has_tokens and capture.prompt_token_ids is not None:
+        prompt_ids = TokenIds.from_list(capture.prompt_token_ids)
+        completion = TokenIds.from_list(capture.completion_token_ids)
+        prompt = ledger.encode(state.session, state.call_id, prompt_ids, completion)
+        if capture.logprobs is not None:
+            logprobs = Logprobs.from_list(capture.logprobs)
+    response = state.response if state.response is not None else _response_from(capture)
+    return CallRecord(
+        call_id=state.call_id,
+        session_id=state.session,
+        seq=ledger.next_seq(state.session),
+        api=state.api,
+        model=model,
+        policy_version=policy_version,
+        stream=state.stream,
+        harness_request=compress_json(state.harness_request),
+        upstream_request=compress_json(_without_messages_copy(state.upstream_request))
+        if state.upstream_request is not None
+        else None,
+        response=compress_json(response) if response is not None else None,
+        prompt=prompt,
+        completion_token_ids=completion,
+        completion_logprobs=logprobs,
+        finish_reason=capture.finish_reason,
+        timings=CallTimings(
+            started_at=state.started_at,
+            first_token_at=state.first_token_at,
+            ended_at=state.ended_at or _now(),
+        ),
+        status=state.status,
+        error=state.error,
+    )
+
+
+def _without_messages_copy(request: dict[str, Any] | None) -> dict[str, Any] | None:
+    # The conversation is already in harness_request (and its tokens in prompt): keeping it
+    # twice would make every record O(context) again.
+    if request is None:
+        return None
+    return {k: v for k, v in request.items() if k != "messages"}
+
+
+def _response_from(capture: Capture) -> dict[str, Any] | None:
+    """The normalized Chat Completions answer assembled from a stream."""
+    if capture.finish_reason is None and not capture.content and not capture.tool_calls:
+        return None
+    message: dict[str, Any] = {"role": "assistant", "content": capture.content or None}
+    if capture.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": c["id"],
+                "type": "function",
+                "function": {"name": c["name"], "arguments": c["arguments"]},
+            }
+            for _, c in sorted(capture.tool_calls.items())
+        ]
+    return {
+        "choices": [{"index": 0, "message": message, "finish_reason": capture.finish_reason}],
+        "usage": {
+            "prompt_tokens": capture.prompt_tokens,
+            "completion_tokens": capture.completion_tokens,
+        },
+    }

@@ -1,0 +1,80 @@
+"""Which session a call belongs to, and what each session's recent calls tokenized to.
+
+The session id comes from the API key (``Authorization: Bearer``, ``x-api-key``), a
+``x-rollstream-session`` header, or a ``/s/{session}/`` path prefix; the credential never
+goes upstream.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Mapping
+
+from rollstream.schemas import PromptTokens, TokenIds, encode_prompt
+
+SESSION_HEADER = "x-rollstream-session"
+_CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
+
+
+def session_of(headers: Mapping[str, str], path: str) -> tuple[str | None, str]:
+    """The session id and the path without a ``/s/{session}`` prefix."""
+    if path.startswith("/s/"):
+        rest = path[3:]
+        session, _, tail = rest.partition("/")
+        if session:
+            return session, "/" + tail
+    lowered = {k.lower(): v for k, v in headers.items()}
+    if lowered.get(SESSION_HEADER):
+        return lowered[SESSION_HEADER], path
+    auth = lowered.get("authorization", "")
+    if auth.lower().startswith("bearer ") and auth[7:].strip():
+        return auth[7:].strip(), path
+    if lowered.get("x-api-key"):
+        return lowered["x-api-key"], path
+    return None, path
+
+
+def credential_headers() -> tuple[str, ...]:
+    """Headers that carry the harness's credential (the session id): never forwarded."""
+    return (*_CREDENTIAL_HEADERS, SESSION_HEADER)
+
+
+class SessionLedger:
+    """Per-session sequence numbers and recent token sequences, bounded in sessions and calls.
+
+    Sessions are evicted least recently used first, so memory stays O(open sessions x recent
+    contexts) however long the interceptor runs.
+    """
+
+    def __init__(self, recent: int = 8, max_sessions: int = 10_000) -> None:
+        self.recent = recent
+        self.max_sessions = max_sessions
+        self._sessions: OrderedDict[str, tuple[int, deque[tuple[str, TokenIds]]]] = OrderedDict()
+
+    def next_seq(self, session: str) -> int:
+        """The sequence number of the session's next call."""
+        seq, contexts = self._entry(session)
+        self._sessions[session] = (seq + 1, contexts)
+        return seq
+
+    def encode(
+        self, session: str, call_id: str, prompt: TokenIds, completion: TokenIds
+    ) -> PromptTokens:
+        """Delta-encode ``prompt`` against the session's recent calls, then remember this call."""
+        _, contexts = self._entry(session)
+        encoded = encode_prompt(prompt, list(contexts))
+        contexts.append((call_id, prompt + completion))
+        return encoded
+
+    def calls(self, session: str) -> int:
+        """How many calls the session has had."""
+        return self._sessions[session][0] if session in self._sessions else 0
+
+    def _entry(self, session: str) -> tuple[int, deque[tuple[str, TokenIds]]]:
+        if session in self._sessions:
+            self._sessions.move_to_end(session)
+        else:
+            self._sessions[session] = (0, deque(maxlen=self.recent))
+            while len(self._sessions) > self.max_sessions:
+                self._sessions.popitem(last=False)
+        return self._sessions[session]

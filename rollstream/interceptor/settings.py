@@ -1,0 +1,37 @@
+"""Settings of the interceptor (``ROLLSTREAM_INTERCEPTOR_*``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class InterceptorSettings(BaseSettings):
+    """Where the interceptor listens, what it forwards to, and what it captures."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ROLLSTREAM_INTERCEPTOR_", frozen=True, extra="ignore"
+    )
+
+    upstream: str = Field(
+        default="http://127.0.0.1:8000", description="The inference server (vLLM, SGLang)."
+    )
+    host: str = Field(default="127.0.0.1", description="Address to listen on.")
+    port: int = Field(default=8100, ge=0, le=65535, description="Port to listen on.")
+    upstream_api_key: SecretStr | None = Field(
+        default=None, description="Key sent upstream (the harness's key is its session id)."
+    )
+    upstream_model: str | None = Field(
+        default=None, description="Model name sent upstream. Default: the harness's own."
+    )
+    backend: Literal["vllm", "sglang"] = Field(default="vllm", description="vllm or sglang.")
+    top_logprobs: int = Field(default=0, ge=0, le=20, description="Top logprobs to capture.")
+    max_body_bytes: int = Field(
+        default=32 * 1024 * 1024, ge=1024, description="Largest request body accepted."
+    )
+    policy_version: int = Field(default=0, ge=0, description="Stamped into every record.")
+    recent_contexts: int = Field(
+        default=8, ge=1, description="Token sequences kept per session for delta encoding."
+    )
