@@ -7,8 +7,10 @@ included; other paths are forwarded without a record.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +33,38 @@ _STATE = "rollstream"
 Publish = Callable[[CallRecord], None]
 
 
+class Gate:
+    """Holds new calls while paused; a pause ends by resume() or after its timeout."""
+
+    def __init__(self) -> None:
+        self._open = asyncio.Event()
+        self._open.set()
+        self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def paused(self) -> bool:
+        """Whether new calls are being held."""
+        return not self._open.is_set()
+
+    def pause(self, timeout_s: float) -> None:
+        """Hold new calls for at most ``timeout_s`` seconds."""
+        self._open.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_later(timeout_s, self.resume)
+
+    def resume(self) -> None:
+        """Let held and new calls through."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._open.set()
+
+    async def wait(self) -> None:
+        """Return once calls may go upstream."""
+        await self._open.wait()
+
+
 class RollstreamAddon:
     """Intercepts LLM calls: translate, capture token ids, answer in the harness's API, record."""
 
@@ -45,13 +79,17 @@ class RollstreamAddon:
         )
         self.calls_recorded = 0
         self.calls_failed = 0
-        self.in_flight = 0
+        self.in_flight: Counter[str] = Counter()
+        self.policy_version = settings.policy_version
+        self.gate = Gate()
 
     # -- hooks ---------------------------------------------------------------------------
 
-    def request(self, flow: http.HTTPFlow) -> None:
+    async def request(self, flow: http.HTTPFlow) -> None:
         """Translate an LLM call for the upstream, or forward anything else as it is."""
         session, path = session_of(dict(flow.request.headers), flow.request.path)
+        if adapter_for(path) is not None:
+            await self.gate.wait()  # held while the trainer swaps weights
         self._rewrite_credentials(flow)
         flow.request.path = path
         if path.split("?", 1)[0].rstrip("/") == COUNT_TOKENS_PATH:
@@ -73,7 +111,7 @@ class RollstreamAddon:
             adapter.kind, session or ANONYMOUS, body if isinstance(body, dict) else {}
         )
         flow.metadata[_STATE] = state
-        self.in_flight += 1
+        self.in_flight[state.session] += 1
         try:
             if not isinstance(body, dict):
                 raise TranslationError("the request body must be a JSON object")
@@ -186,10 +224,12 @@ class RollstreamAddon:
 
     def _record(self, state: CallState) -> None:
         state.recorded = True
-        self.in_flight = max(0, self.in_flight - 1)
+        self.in_flight[state.session] -= 1
+        if self.in_flight[state.session] <= 0:
+            del self.in_flight[state.session]
         model = str(state.harness_request.get("model") or "")
         try:
-            record = build_record(state, self.ledger, model, self.settings.policy_version)
+            record = build_record(state, self.ledger, model, self.policy_version)
         except Exception:
             log.exception("cannot build the record of call %s", state.call_id)
             return
@@ -204,7 +244,7 @@ class RollstreamAddon:
         flow.response = _json_response(status, adapter.error(status, message))
         state = CallState(adapter.kind, session or ANONYMOUS, {"rejected": message})
         state.fail("invalid_request", message, status, False)
-        self.in_flight += 1
+        self.in_flight[state.session] += 1
         self._record(state)
 
     def _rewrite_credentials(self, flow: http.HTTPFlow) -> None:

@@ -7,11 +7,13 @@ import contextlib
 import logging
 import socket
 
+from aiohttp import web
 from mitmproxy import options
 from mitmproxy.tools.dump import DumpMaster
 
 from rollstream.errors import BrokerError, ConfigurationError
 from rollstream.interceptor.addon import RollstreamAddon
+from rollstream.interceptor.admin import AdminApp
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.producers.publisher import CapturePublisher, PublisherSettings
 from rollstream.schema_store import SchemaStore
@@ -41,7 +43,9 @@ class Interceptor:
         self.addon = RollstreamAddon(settings, self._publish)
         self._master: DumpMaster | None = None
         self._task: asyncio.Task[None] | None = None
+        self._admin: web.AppRunner | None = None
         self.port = settings.port
+        self.admin_port = settings.admin_port
 
     def _publish(self, record: CallRecord) -> None:
         self.publisher.publish(record.session_id.encode(), self.serializer.encode(record))
@@ -70,6 +74,11 @@ class Interceptor:
         self._master.addons.add(self.addon)
         self._task = asyncio.create_task(self._master.run(), name="mitmproxy")
         await self._wait_listening()
+        self._admin = web.AppRunner(AdminApp(self.addon, self.publisher).app(), access_log=None)
+        await self._admin.setup()
+        site = web.TCPSite(self._admin, self.settings.host, self.admin_port)
+        await site.start()
+        self.admin_port = self._admin.addresses[0][1]
 
     async def _wait_listening(self, timeout: float = 20) -> None:
         async with asyncio.timeout(timeout):
@@ -96,6 +105,8 @@ class Interceptor:
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task
+        if self._admin is not None:
+            await self._admin.cleanup()
         await self.publisher.stop()
 
     async def __aenter__(self) -> Interceptor:
@@ -109,6 +120,11 @@ class Interceptor:
     def url(self) -> str:
         """The base URL harnesses point at."""
         return f"http://{self.settings.host}:{self.port}"
+
+    @property
+    def admin_url(self) -> str:
+        """The admin port's base URL."""
+        return f"http://{self.settings.host}:{self.admin_port}"
 
 
 def _free_port(host: str) -> int:

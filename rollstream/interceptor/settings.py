@@ -20,6 +20,9 @@ class InterceptorSettings(BaseSettings):
     )
     host: str = Field(default="127.0.0.1", description="Address to listen on.")
     port: int = Field(default=8100, ge=0, le=65535, description="Port to listen on.")
+    admin_port: int = Field(
+        default=8101, ge=0, le=65535, description="Admin port (health, metrics, pause); 0: any."
+    )
     upstream_api_key: SecretStr | None = Field(
         default=None, description="Key sent upstream (the harness's key is its session id)."
     )

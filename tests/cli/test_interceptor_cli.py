@@ -94,6 +94,7 @@ async def test_a_call_through_the_process_lands_in_kafka(
         "ROLLSTREAM_STATE_DIR": str(tmp_path),
         "ROLLSTREAM_INTERCEPTOR_UPSTREAM": f"http://127.0.0.1:{backend_port}",
         "ROLLSTREAM_INTERCEPTOR_PORT": str(proxy_port),
+        "ROLLSTREAM_INTERCEPTOR_ADMIN_PORT": "0",
         "ROLLSTREAM_LOG_LEVEL": "WARNING",
     }
     # Real processes are the point of this test; the loop has nothing else to do meanwhile.

@@ -70,7 +70,9 @@ async def stack(
     backend = Backend(BackendSettings(policy="scripted", scenarios=scenarios), tokenizer=tokenizer)
     server = TestServer(backend.app(), host="127.0.0.1")
     await server.start_server()
-    settings = InterceptorSettings(upstream=str(server.make_url("")).rstrip("/"), port=0)
+    settings = InterceptorSettings(
+        upstream=str(server.make_url("")).rstrip("/"), port=0, admin_port=0
+    )
     interceptor = Interceptor(
         settings, kafka_settings, PublisherSettings(), StatePaths(state_dir=tmp_path / "state")
     )
@@ -238,3 +240,44 @@ async def test_bad_input_is_answered_in_the_harness_format_and_recorded(
     records = await _records(kafka_settings, 2)
     assert all(r.status is CallStatus.ERROR for r in records)
     assert sorted(r.error.http_status or 0 for r in records if r.error) == [400, 404]
+
+
+async def test_admin_port_metrics_sessions_policy_version_and_pause(
+    stack: Interceptor, kafka_settings: KafkaSettings
+) -> None:
+    import aiohttp
+
+    admin = stack.admin_url
+    async with (
+        aiohttp.ClientSession() as http,
+        openai.AsyncOpenAI(
+            base_url=f"{stack.url}/v1", api_key="sess-admin", max_retries=0
+        ) as client,
+    ):
+        health = await (await http.get(f"{admin}/health")).json()
+        assert health["status"] == "ok" and health["paused"] is False
+        bad = await http.post(f"{admin}/admin/policy-version", json={"version": -1})
+        assert bad.status == 400
+        assert (await http.post(f"{admin}/admin/policy-version", json={"version": 7})).status == 200
+
+        messages: Any = [{"role": "user", "content": "hi"}]
+        paused = await (await http.post(f"{admin}/admin/pause", json={"timeout_s": 30})).json()
+        assert paused == {"paused": True, "in_flight": 0, "drained": True}
+        call = asyncio.create_task(
+            client.chat.completions.create(model="rollstream-tiny", messages=messages, max_tokens=3)
+        )
+        await asyncio.sleep(0.5)
+        assert not call.done()  # held while paused
+        await http.post(f"{admin}/admin/resume")
+        answer = await asyncio.wait_for(call, 20)
+        assert answer.choices[0].message is not None
+
+        session = await (await http.get(f"{admin}/sessions/sess-admin")).json()
+        assert session == {"session": "sess-admin", "calls_recorded": 1, "in_flight": 0}
+        metrics = await (await http.get(f"{admin}/metrics")).text()
+        assert "rollstream_calls_total 1" in metrics
+        assert "rollstream_policy_version 7" in metrics
+        assert "# TYPE rollstream_spool_bytes gauge" in metrics
+
+    [record] = await _records(kafka_settings, 1)
+    assert record.policy_version == 7

@@ -1,0 +1,131 @@
+"""The interceptor's admin port: health, Prometheus metrics, sessions, pause and policy version."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from rollstream.interceptor.addon import RollstreamAddon
+    from rollstream.producers.publisher import CapturePublisher
+
+
+def metrics_text(addon: RollstreamAddon, publisher: CapturePublisher) -> str:
+    """Prometheus text exposition of the interceptor's and the publisher's counters."""
+    m = publisher.metrics
+    values: list[tuple[str, str, float]] = [
+        ("rollstream_calls_total", "counter", addon.calls_recorded),
+        ("rollstream_calls_failed_total", "counter", addon.calls_failed),
+        ("rollstream_calls_in_flight", "gauge", sum(addon.in_flight.values())),
+        ("rollstream_paused", "gauge", int(addon.gate.paused)),
+        ("rollstream_policy_version", "gauge", addon.policy_version),
+        ("rollstream_records_published_total", "counter", m.published),
+        ("rollstream_records_spooled_total", "counter", m.spooled),
+        ("rollstream_records_drained_total", "counter", m.drained),
+        ("rollstream_records_dropped_total", "counter", m.dropped),
+        ("rollstream_publish_bytes_total", "counter", m.bytes_published),
+        ("rollstream_publish_queue_depth", "gauge", m.queue_depth),
+        ("rollstream_spool_bytes", "gauge", m.spool_bytes),
+        ("rollstream_spool_alarm", "gauge", int(m.spool_alarm)),
+        ("rollstream_broker_connected", "gauge", int(m.connected)),
+    ]
+    lines = []
+    for name, kind, value in values:
+        lines += [f"# TYPE {name} {kind}", f"{name} {value}"]
+    return "\n".join(lines) + "\n"
+
+
+class AdminApp:
+    """Routes of the admin port."""
+
+    def __init__(self, addon: RollstreamAddon, publisher: CapturePublisher) -> None:
+        self.addon = addon
+        self.publisher = publisher
+
+    def app(self) -> web.Application:
+        """The aiohttp application."""
+        app = web.Application()
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/sessions/{session}", self.session)
+        app.router.add_post("/admin/pause", self.pause)
+        app.router.add_post("/admin/resume", self.resume)
+        app.router.add_post("/admin/policy-version", self.policy_version)
+        return app
+
+    async def health(self, request: web.Request) -> web.Response:
+        """Up, and whether the broker is reachable and the spool is healthy."""
+        m = self.publisher.metrics
+        return web.json_response(
+            {
+                "status": "ok",
+                "broker_connected": m.connected,
+                "spool_bytes": m.spool_bytes,
+                "spool_alarm": m.spool_alarm,
+                "paused": self.addon.gate.paused,
+            }
+        )
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """Prometheus metrics."""
+        return web.Response(
+            text=metrics_text(self.addon, self.publisher), content_type="text/plain"
+        )
+
+    async def session(self, request: web.Request) -> web.Response:
+        """Calls recorded and in flight for one session."""
+        session = request.match_info["session"]
+        return web.json_response(
+            {
+                "session": session,
+                "calls_recorded": self.addon.ledger.calls(session),
+                "in_flight": self.addon.in_flight.get(session, 0),
+            }
+        )
+
+    async def pause(self, request: web.Request) -> web.Response:
+        """Hold new calls; wait (bounded) until in-flight calls have drained."""
+        body = await _json(request)
+        timeout = float(body.get("timeout_s", 300))
+        drain = float(body.get("drain_timeout_s", 60))
+        self.addon.gate.pause(timeout)
+        deadline = time.monotonic() + drain
+        # In-flight calls end in mitmproxy hooks; polling the counter keeps those hooks simple.
+        while sum(self.addon.in_flight.values()) and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        in_flight = sum(self.addon.in_flight.values())
+        return web.json_response(
+            {"paused": True, "in_flight": in_flight, "drained": in_flight == 0}
+        )
+
+    async def resume(self, request: web.Request) -> web.Response:
+        """Let calls through again."""
+        self.addon.gate.resume()
+        return web.json_response({"paused": False})
+
+    async def policy_version(self, request: web.Request) -> web.Response:
+        """Set the policy version stamped into new records."""
+        body = await _json(request)
+        version = body.get("version")
+        if not isinstance(version, int) or version < 0:
+            raise web.HTTPBadRequest(
+                text='{"error": "version must be a non-negative integer"}',
+                content_type="application/json",
+            )
+        self.addon.policy_version = version
+        return web.json_response({"policy_version": version})
+
+
+async def _json(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise web.HTTPBadRequest(
+            text='{"error": "malformed JSON"}', content_type="application/json"
+        ) from exc
+    return body if isinstance(body, dict) else {}

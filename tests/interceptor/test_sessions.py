@@ -1,0 +1,80 @@
+"""Session attribution, credential stripping and the per-session ledger."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollstream.interceptor.adapters import adapter_for
+from rollstream.interceptor.sessions import SessionLedger, credential_headers, session_of
+from rollstream.schemas import ApiKind, TokenIds, resolve_prompt
+
+
+@pytest.mark.parametrize(
+    ("headers", "path", "expected"),
+    [
+        (
+            {"Authorization": "Bearer sess-1"},
+            "/v1/chat/completions",
+            ("sess-1", "/v1/chat/completions"),
+        ),
+        ({"x-api-key": "sess-2"}, "/v1/messages", ("sess-2", "/v1/messages")),
+        (
+            {"X-Rollstream-Session": "sess-3", "Authorization": "Bearer k"},
+            "/v1/responses",
+            ("sess-3", "/v1/responses"),
+        ),
+        ({"Authorization": "Bearer k"}, "/s/sess-4/v1/messages", ("sess-4", "/v1/messages")),
+        ({}, "/v1/chat/completions", (None, "/v1/chat/completions")),
+        ({"Authorization": "Basic abc"}, "/v1/models", (None, "/v1/models")),
+    ],
+)
+def test_session_sources(
+    headers: dict[str, str], path: str, expected: tuple[str | None, str]
+) -> None:
+    assert session_of(headers, path) == expected
+
+
+def test_every_credential_header_is_stripped() -> None:
+    assert {"authorization", "x-api-key", "x-rollstream-session"} <= set(credential_headers())
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [
+        ("/v1/chat/completions", ApiKind.CHAT_COMPLETIONS),
+        ("/chat/completions", ApiKind.CHAT_COMPLETIONS),
+        ("/v1/messages", ApiKind.ANTHROPIC_MESSAGES),
+        ("/v1/messages?beta=true", ApiKind.ANTHROPIC_MESSAGES),
+        ("/v1/responses", ApiKind.RESPONSES),
+        ("/responses", ApiKind.RESPONSES),
+    ],
+)
+def test_adapter_by_path(path: str, kind: ApiKind) -> None:
+    adapter = adapter_for(path)
+    assert adapter is not None and adapter.kind is kind
+
+
+@pytest.mark.parametrize("path", ["/", "/v1/models", "/health", "/v1/messages/count_tokens"])
+def test_other_paths_are_not_calls(path: str) -> None:
+    assert adapter_for(path) is None
+
+
+def test_ledger_numbers_calls_and_delta_encodes_against_recent_ones() -> None:
+    ledger = SessionLedger(recent=2)
+    system = TokenIds.from_list(range(100))
+    first = ledger.encode("s", "c0", system, TokenIds.from_list([500, 501]))
+    assert first.is_full
+    prompt = system + TokenIds.from_list([500, 501, 7])
+    second = ledger.encode("s", "c1", prompt, TokenIds.from_list([9]))
+    assert second.base_call_id == "c0" and second.suffix.to_list() == [7]
+    contexts = {"c0": system + TokenIds.from_list([500, 501])}
+    assert resolve_prompt(second, contexts.get) == prompt
+    assert [ledger.next_seq("s") for _ in range(3)] == [0, 1, 2]
+    assert ledger.next_seq("other") == 0
+
+
+def test_ledger_is_bounded_in_sessions() -> None:
+    ledger = SessionLedger(recent=1, max_sessions=3)
+    for i in range(5):
+        ledger.next_seq(f"s{i}")
+    assert ledger.calls("s0") == 0 and ledger.calls("s4") == 1  # the oldest were evicted
