@@ -6,6 +6,9 @@ The publisher starts with mitmproxy's event loop and stops with it.
 
 from __future__ import annotations
 
+from mitmproxy import ctx
+
+from rollstream.interceptor import errorpages
 from rollstream.interceptor.addon import RollstreamAddon
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.producers.publisher import CapturePublisher, PublisherSettings
@@ -32,6 +35,8 @@ class ScriptAddon(RollstreamAddon):
 
     async def running(self) -> None:
         """Start publishing once mitmproxy is up."""
+        # As in `rollstream interceptor`: an absent upstream must be an HTTP error.
+        ctx.options.update(connection_strategy="lazy")
         await self._publisher.start()
 
     async def done(self) -> None:
@@ -39,4 +44,5 @@ class ScriptAddon(RollstreamAddon):
         await self._publisher.stop()
 
 
+errorpages.install()
 addons = [ScriptAddon()]

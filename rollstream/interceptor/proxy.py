@@ -12,6 +12,7 @@ from mitmproxy import options
 from mitmproxy.tools.dump import DumpMaster
 
 from rollstream.errors import BrokerError, ConfigurationError
+from rollstream.interceptor import errorpages
 from rollstream.interceptor.addon import RollstreamAddon
 from rollstream.interceptor.admin import AdminApp
 from rollstream.interceptor.settings import InterceptorSettings
@@ -65,9 +66,13 @@ class Interceptor:
             listen_port=self.port,
             mode=[f"reverse:{self.settings.upstream}"],
         )
+        errorpages.install()
         self._master = DumpMaster(opts, with_termlog=False, with_dumper=False)
         # mitmproxy aborts start-up when anything logged an error meanwhile; a Kafka client
         # complaining that the broker is away must not stop the proxy.
+        # Connect upstream per request, not when the harness connects: an absent upstream is
+        # then an HTTP error the harness can read, not a dropped connection.
+        self._master.options.update(connection_strategy="lazy")
         errorcheck = self._master.addons.get("errorcheck")
         if errorcheck is not None:
             self._master.addons.remove(errorcheck)

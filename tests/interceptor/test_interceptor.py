@@ -281,3 +281,58 @@ async def test_admin_port_metrics_sessions_policy_version_and_pause(
 
     [record] = await _records(kafka_settings, 1)
     assert record.policy_version == 7
+
+
+async def test_unreachable_upstream_is_a_parseable_502_and_recorded(
+    kafka_settings: KafkaSettings, rollstream_topics: TopicNames, tmp_path: Path
+) -> None:
+    from rollstream.bench.common import free_port
+
+    settings = InterceptorSettings(upstream=f"http://127.0.0.1:{free_port()}", port=0, admin_port=0)
+    async with Interceptor(
+        settings, kafka_settings, PublisherSettings(), StatePaths(state_dir=tmp_path)
+    ) as proxy:
+        client = anthropic.AsyncAnthropic(base_url=proxy.url, api_key="sess-down", max_retries=0)
+        with pytest.raises(anthropic.APIStatusError) as info:
+            await client.messages.create(
+                model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+            )
+        await client.close()
+        assert info.value.status_code == 502
+        assert "rollstream:" in info.value.message
+        async with openai.AsyncOpenAI(
+            base_url=f"{proxy.url}/v1", api_key="sess-down", max_retries=0
+        ) as oai:
+            with pytest.raises(openai.APIStatusError) as oinfo:
+                await oai.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "x"}]
+                )
+        assert oinfo.value.status_code == 502 and "rollstream:" in oinfo.value.message
+    records = await _records(kafka_settings, 2)
+    assert all(r.status is CallStatus.ERROR for r in records)
+    assert {r.error.type for r in records if r.error} == {"upstream_unreachable"}
+
+
+async def test_a_broker_outage_does_not_touch_the_harness_and_loses_no_call(
+    stack: Interceptor, kafka_settings: KafkaSettings
+) -> None:
+    """Records wait in the spool while the broker cannot take them, then arrive."""
+    async with openai.AsyncOpenAI(
+        base_url=f"{stack.url}/v1", api_key="sess-out", max_retries=0
+    ) as client:
+        messages: Any = [{"role": "user", "content": "hi"}]
+        # Point the publisher at a broker that is not there, as if it had died.
+        stack.publisher.kafka = KafkaSettings(bootstrap_servers="127.0.0.1:1", topic_prefix="x")
+        stack.publisher._failed(ConnectionError("broker gone"))  # drop the live producer
+        for _ in range(3):
+            answer = await client.chat.completions.create(
+                model="rollstream-tiny", messages=messages, max_tokens=3
+            )
+            assert answer.choices  # the harness is served as usual
+        async with asyncio.timeout(30):
+            while stack.publisher.metrics.spooled < 3:  # noqa: ASYNC110
+                await asyncio.sleep(0.1)
+        stack.publisher.kafka = kafka_settings  # the broker is back
+    records = await _records(kafka_settings, 3)
+    assert [r.seq for r in records] == [0, 1, 2]
+    assert stack.publisher.spool.empty()
