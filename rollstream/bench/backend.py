@@ -21,12 +21,12 @@ from typing import Any
 import aiohttp
 
 from rollstream.bench.common import (
-    free_port,
     percentile,
     process_cpu_seconds,
     process_rss_mb,
     spawn_pinned,
 )
+from rollstream.broker.config import free_port
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 
 from aiohttp import web
 from mitmproxy import options
 from mitmproxy.tools.dump import DumpMaster
 
+from rollstream.broker.config import free_port
 from rollstream.errors import BrokerError, ConfigurationError
 from rollstream.interceptor import errorpages
 from rollstream.interceptor.addon import RollstreamAddon
@@ -60,7 +60,7 @@ class Interceptor:
             log.warning("schemas not published yet (%s); readers use the shipped ones", exc)
         await self.publisher.start()
         if self.port == 0:
-            self.port = _free_port(self.settings.host)
+            self.port = free_port(self.settings.host)
         opts = options.Options(
             listen_host=self.settings.host,
             listen_port=self.port,
@@ -130,10 +130,3 @@ class Interceptor:
     def admin_url(self) -> str:
         """The admin port's base URL."""
         return f"http://{self.settings.host}:{self.admin_port}"
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-    return port

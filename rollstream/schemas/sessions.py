@@ -19,10 +19,8 @@ class SessionStatus(StrEnum):
     UNKNOWN = "unknown"
 
 
-class SessionStarted(AvroRecord):
-    """A harness session began."""
-
-    avro_name = "rollstream.SessionStarted"
+class _SessionRecord(AvroRecord):
+    """The fields that open both lifecycle records, in their Avro order."""
 
     session_id: str
     task_id: str
@@ -30,6 +28,13 @@ class SessionStarted(AvroRecord):
     sample_index: int = Field(default=0, ge=0)
     harness: str
     policy_version: int = 0
+
+
+class SessionStarted(_SessionRecord):
+    """A harness session began."""
+
+    avro_name = "rollstream.SessionStarted"
+
     node_id: str = ""
     started_at: AwareDatetime
     metadata: dict[str, str] = Field(default_factory=dict)
@@ -45,17 +50,11 @@ class Artifact(Model):
     original_size: int = Field(default=0, ge=0)
 
 
-class SessionEnded(AvroRecord):
+class SessionEnded(_SessionRecord):
     """A harness session ended; ``call_count`` is what the interceptor recorded for it."""
 
     avro_name = "rollstream.SessionEnded"
 
-    session_id: str
-    task_id: str
-    group_id: str
-    sample_index: int = Field(default=0, ge=0)
-    harness: str
-    policy_version: int = 0
     status: SessionStatus
     exit_code: int | None = None
     call_count: int = Field(ge=0)

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
-from rollstream.bench.common import free_port
+from rollstream.broker.config import free_port
 from rollstream.cli import cli
 from rollstream.clients import make_consumer, topic_partitions
 from rollstream.schemas import AvroSerializer, CallRecord, TopicNames

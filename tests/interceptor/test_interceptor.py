@@ -286,7 +286,7 @@ async def test_admin_port_metrics_sessions_policy_version_and_pause(
 async def test_unreachable_upstream_is_a_parseable_502_and_recorded(
     kafka_settings: KafkaSettings, rollstream_topics: TopicNames, tmp_path: Path
 ) -> None:
-    from rollstream.bench.common import free_port
+    from rollstream.broker.config import free_port
 
     settings = InterceptorSettings(upstream=f"http://127.0.0.1:{free_port()}", port=0, admin_port=0)
     async with Interceptor(
