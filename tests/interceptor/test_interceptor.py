@@ -336,3 +336,45 @@ async def test_a_broker_outage_does_not_touch_the_harness_and_loses_no_call(
     records = await _records(kafka_settings, 3)
     assert [r.seq for r in records] == [0, 1, 2]
     assert stack.publisher.spool.empty()
+
+
+async def test_a_harness_hanging_up_mid_stream_is_recorded_as_cancelled(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    tokenizer: ChatTokenizer,
+    tmp_path: Path,
+) -> None:
+    import aiohttp
+
+    backend = Backend(BackendSettings(tpot_ms=50), tokenizer=tokenizer)  # a slow, long stream
+    server = TestServer(backend.app(), host="127.0.0.1")
+    await server.start_server()
+    settings = InterceptorSettings(
+        upstream=str(server.make_url("")).rstrip("/"), port=0, admin_port=0
+    )
+    try:
+        async with Interceptor(
+            settings, kafka_settings, PublisherSettings(), StatePaths(state_dir=tmp_path)
+        ) as proxy:
+            body = {
+                "model": "rollstream-tiny",
+                "messages": [{"role": "user", "content": "hi"}],
+                "stream": True,
+                "max_tokens": 200,
+                "ignore_eos": True,
+            }
+            async with aiohttp.ClientSession() as http:
+                response = await http.post(
+                    f"{proxy.url}/v1/chat/completions",
+                    json=body,
+                    headers={"Authorization": "Bearer sess-gone"},
+                )
+                await response.content.readline()  # the stream has started
+                response.close()  # the harness goes away
+            [record] = await _records(kafka_settings, 1)
+    finally:
+        await server.close()
+    assert record.status is CallStatus.CANCELLED
+    assert record.error is not None and record.error.type == "cancelled"
+    assert record.completion_token_ids is not None
+    assert 0 < len(record.completion_token_ids) < 200  # what was sampled before the hang-up
