@@ -54,7 +54,9 @@ def machine() -> dict[str, Any]:
     }
 
 
-def spawn_pinned(cmd: list[str], core: int | None, log: Path) -> subprocess.Popen[bytes]:
+def spawn_pinned(
+    cmd: list[str], core: int | None, log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """Start ``cmd`` with its output in ``log``, pinned to ``core`` where the OS allows it."""
 
     def pin() -> None:
@@ -62,4 +64,4 @@ def spawn_pinned(cmd: list[str], core: int | None, log: Path) -> subprocess.Pope
             os.sched_setaffinity(0, {core})
 
     with log.open("wb") as out:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=pin)
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=pin, env=env)

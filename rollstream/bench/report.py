@@ -59,7 +59,39 @@ def _backend_section(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-SECTIONS = {"backend": _backend_section}
+def _interceptor_section(result: dict[str, Any]) -> list[str]:
+    config = result["config"]
+    lines = [
+        "## Interceptor (`rollstream bench interceptor`)",
+        "",
+        f"Same backend reached three ways, one run. CPU per call: the proxy process's CPU time "
+        f"(pinned to its own core) over {config['calls']} streamed chat calls with a "
+        f"{result['prompt_tokens_measured']}-token prompt and 16 output tokens, "
+        f"{config['call_concurrency']} at a time. TTFT: {config['streams']} concurrent streams, "
+        f"backend latency {config['ttft_ms']} ms + {config['tpot_ms']} ms/token.",
+        "",
+        "| path | proxy CPU ms/call | call p50 (ms) | TTFT p50 / p99 (ms) | errors "
+        "| proxy RSS MB |",
+        "|---|---:|---:|---|---:|---:|",
+    ]
+    for m in result["modes"]:
+        lines.append(
+            f"| {m['mode']} | {m['proxy_cpu_ms_per_call']} | {m['call_latency_p50_ms']} "
+            f"| {m['ttft_p50_ms']} / {m['ttft_p99_ms']} | {m['errors']} | {m['proxy_rss_mb']} |"
+        )
+    ratio, added = result["cpu_ratio_vs_mitmproxy"], result["added_ttft_p50_ms"]
+    lines += [
+        "",
+        f"- Target CPU per call ≤ 1.3 x plain mitmproxy: "
+        f"{'met' if ratio is not None and ratio <= 1.3 else 'MISSED'} ({ratio} x).",
+        f"- Target added TTFT p50 ≤ 10 ms over direct: "
+        f"{'met' if added <= 10 else 'MISSED'} ({added} ms).",
+        "",
+    ]
+    return lines
+
+
+SECTIONS = {"backend": _backend_section, "interceptor": _interceptor_section}
 
 
 def write_markdown(data: dict[str, Any], path: Path) -> None:

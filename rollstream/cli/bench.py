@@ -8,7 +8,10 @@ from pathlib import Path
 import click
 
 from rollstream.bench.backend import BackendBenchConfig, run_backend_bench
+from rollstream.bench.interceptor import InterceptorBenchConfig, run_interceptor_bench
 from rollstream.bench.report import record, write_markdown
+from rollstream.cli.options import settings_options
+from rollstream.settings import KafkaSettings
 
 
 @click.group()
@@ -59,5 +62,50 @@ def backend(
     click.echo(f"reference backend, {policy} policy, {max_tokens} tokens per stream:")
     result = asyncio.run(run_backend_bench(config, progress=click.echo))
     data = record(json_path, "backend", result)
+    write_markdown(data, markdown)
+    click.echo(f"results in {json_path}, summary in {markdown}")
+
+
+@bench.command(name="interceptor")
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    default=Path("bench/results.json"),
+    show_default=True,
+)
+@click.option(
+    "--markdown",
+    type=click.Path(path_type=Path),
+    default=Path("bench/RESULTS.md"),
+    show_default=True,
+)
+@click.option("--calls", default=40, show_default=True, help="8k-token calls per path.")
+@click.option("--streams", default=32, show_default=True, help="Concurrent streams for TTFT.")
+@settings_options(KafkaSettings, "kafka")
+def interceptor(
+    kafka: KafkaSettings, json_path: Path, markdown: Path, calls: int, streams: int
+) -> None:
+    """Direct vs plain mitmproxy vs rollstream: proxy CPU per call and added TTFT.
+
+    Needs a broker for rollstream's records (`rollstream kafka start`); they go to topics under
+    the prefix `bench-<time>` so the run leaves the real topics alone.
+    """
+    import time
+
+    from rollstream.admin import TopicAdmin
+    from rollstream.schemas import TopicNames, topic_specs
+
+    prefix = f"bench-{int(time.time())}"
+
+    async def run() -> dict[str, object]:
+        async with TopicAdmin(kafka) as admin:
+            await admin.create(topic_specs(TopicNames(prefix), partitions=1))
+        config = InterceptorBenchConfig(calls=calls, streams=streams)
+        return await run_interceptor_bench(config, kafka.bootstrap_servers, prefix, click.echo)
+
+    click.echo("interceptor: direct, plain mitmproxy, rollstream")
+    result = asyncio.run(run())
+    data = record(json_path, "interceptor", result)
     write_markdown(data, markdown)
     click.echo(f"results in {json_path}, summary in {markdown}")

@@ -1,0 +1,294 @@
+"""``rollstream bench interceptor``: direct vs plain mitmproxy vs rollstream, side by side.
+
+One run, three ways to reach the same backend: directly, through ``mitmdump`` in reverse mode
+with no addon, and through ``rollstream interceptor`` (capturing and publishing to a real
+broker). The proxy runs pinned to its own core; its CPU time per call is read from /proc, so
+the ratio to plain mitmproxy does not depend on how busy the machine is. Time to first token is
+measured by the client with the backend's latency model on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from rollstream.bench.common import percentile, process_cpu_seconds, process_rss_mb, spawn_pinned
+from rollstream.broker.config import free_port
+
+MODES = ("direct", "mitmproxy", "rollstream")
+
+
+@dataclass(frozen=True)
+class InterceptorBenchConfig:
+    """The sizes of one run."""
+
+    prompt_tokens: int = 8000
+    calls: int = 40
+    call_concurrency: int = 4
+    streams: int = 32
+    stream_tokens: int = 50
+    tpot_ms: float = 20.0
+    ttft_ms: float = 50.0
+    backend_core: int = 0
+    proxy_core: int = 1
+
+
+@dataclass(frozen=True)
+class ModeResult:
+    """The figures of one way to reach the backend."""
+
+    mode: str
+    calls: int
+    errors: int
+    proxy_cpu_ms_per_call: float
+    call_latency_p50_ms: float
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    proxy_rss_mb: float
+
+
+def _long_prompt(words_count: int) -> str:
+    # The run calibrates the word count to the target token count with the served tokenizer.
+    words = [
+        "the",
+        "polar",
+        "bear",
+        "walks",
+        "across",
+        "the",
+        "ice",
+        "and",
+        "looks",
+        "for",
+        "seals",
+        "near",
+        "the",
+        "open",
+        "water",
+    ]
+    return " ".join(words[i % len(words)] for i in range(words_count))
+
+
+async def _stream(
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any], key: str
+) -> tuple[float, float]:
+    """One streamed call: (time to first content, total seconds)."""
+    began = time.perf_counter()
+    first = float("nan")
+    async with session.post(url, json=body, headers={"Authorization": f"Bearer {key}"}) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:200]}")
+        async for raw in resp.content:
+            line = raw.strip()
+            if first != first and line.startswith(b"data: {"):  # NaN: nothing seen yet
+                chunk = json.loads(line[6:])
+                for choice in chunk.get("choices") or []:
+                    if (choice.get("delta") or {}).get("content"):
+                        first = time.perf_counter() - began
+    return first, time.perf_counter() - began
+
+
+async def _measure(
+    base: str, pid: int | None, config: InterceptorBenchConfig, mode: str, words: int
+) -> ModeResult:
+    url = f"{base}/v1/chat/completions"
+    long_body = {
+        "model": "rollstream-tiny",
+        "messages": [{"role": "user", "content": _long_prompt(words)}],
+        "max_tokens": 16,
+        "stream": True,
+        "ignore_eos": True,
+    }
+    short_body = {
+        "model": "rollstream-tiny",
+        "messages": [{"role": "user", "content": "Tell me about polar bears."}],
+        "max_tokens": config.stream_tokens,
+        "stream": True,
+        "ignore_eos": True,
+    }
+    errors = 0
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=300)
+    ) as session:
+        for i in range(3):  # warm-up
+            await _stream(session, url, long_body, f"warm-{mode}-{i}")
+        semaphore = asyncio.Semaphore(config.call_concurrency)
+
+        async def one_call(i: int) -> float:
+            async with semaphore:
+                return (await _stream(session, url, long_body, f"cpu-{mode}-{i}"))[1]
+
+        cpu_before = process_cpu_seconds(pid) if pid else 0.0
+        results = await asyncio.gather(
+            *(one_call(i) for i in range(config.calls)), return_exceptions=True
+        )
+        cpu = (process_cpu_seconds(pid) - cpu_before) if pid else 0.0
+        latencies = [r * 1000 for r in results if isinstance(r, float)]
+        errors += sum(1 for r in results if isinstance(r, BaseException))
+        streams = await asyncio.gather(
+            *(_stream(session, url, short_body, f"ttft-{mode}-{i}") for i in range(config.streams)),
+            return_exceptions=True,
+        )
+        ttfts = [s[0] * 1000 for s in streams if isinstance(s, tuple)]
+        errors += sum(1 for s in streams if isinstance(s, BaseException))
+    return ModeResult(
+        mode=mode,
+        calls=config.calls,
+        errors=errors,
+        proxy_cpu_ms_per_call=round(cpu / config.calls * 1000, 2),
+        call_latency_p50_ms=round(percentile(latencies, 50), 1),
+        ttft_p50_ms=round(percentile(ttfts, 50), 1),
+        ttft_p99_ms=round(percentile(ttfts, 99), 1),
+        proxy_rss_mb=round(process_rss_mb(pid), 1) if pid else 0.0,
+    )
+
+
+async def _wait_healthy(url: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            try:
+                async with session.get(url) as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"{url} did not become healthy")
+
+
+async def _count_tokens(upstream: str, words: int) -> int:
+    body = {
+        "model": "rollstream-tiny",
+        "messages": [{"role": "user", "content": _long_prompt(words)}],
+    }
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{upstream}/tokenize", json=body) as response,
+    ):
+        count: int = (await response.json())["count"]
+    return count
+
+
+def _proxy_command(mode: str, port: int, upstream: str) -> list[str]:
+    if mode == "mitmproxy":
+        mitmdump = shutil.which("mitmdump", path=str(Path(sys.executable).parent))
+        if mitmdump is None:
+            raise RuntimeError("mitmdump not found beside this Python")
+        # Streaming on, as rollstream does it: without it mitmproxy buffers whole answers.
+        return [
+            mitmdump,
+            "-q",
+            "--listen-host",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "--mode",
+            f"reverse:{upstream}",
+            "--set",
+            "stream_large_bodies=1",
+        ]
+    return [
+        sys.executable,
+        "-m",
+        "rollstream",
+        "--log-level",
+        "WARNING",
+        "interceptor",
+        "--port",
+        str(port),
+        "--upstream",
+        upstream,
+        "--admin-port",
+        "0",
+    ]
+
+
+async def run_interceptor_bench(
+    config: InterceptorBenchConfig, bootstrap_servers: str, topic_prefix: str, progress: Any = print
+) -> dict[str, Any]:
+    """Run the three modes against one pinned backend; returns the results."""
+    backend_port = free_port()
+    upstream = f"http://127.0.0.1:{backend_port}"
+    env = os.environ | {
+        "ROLLSTREAM_BOOTSTRAP_SERVERS": bootstrap_servers,
+        "ROLLSTREAM_TOPIC_PREFIX": topic_prefix,
+    }
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        env["ROLLSTREAM_STATE_DIR"] = tmp
+        backend = spawn_pinned(
+            [
+                sys.executable,
+                "-m",
+                "rollstream",
+                "--log-level",
+                "WARNING",
+                "backend",
+                "--port",
+                str(backend_port),
+                "--tpot-ms",
+                str(config.tpot_ms),
+                "--ttft-ms",
+                str(config.ttft_ms),
+            ],
+            config.backend_core,
+            Path(tmp) / "backend.log",
+            env,
+        )
+        try:
+            await _wait_healthy(f"{upstream}/health")
+            first = await _count_tokens(upstream, config.prompt_tokens)
+            words = max(1, round(config.prompt_tokens * config.prompt_tokens / first))
+            prompt_tokens = await _count_tokens(upstream, words)
+            for mode in MODES:
+                if mode == "direct":
+                    result = await _measure(upstream, None, config, mode, words)
+                else:
+                    port = free_port()
+                    proxy = spawn_pinned(
+                        _proxy_command(mode, port, upstream),
+                        config.proxy_core,
+                        Path(tmp) / f"{mode}.log",
+                        env,
+                    )
+                    try:
+                        await _wait_healthy(f"http://127.0.0.1:{port}/health")
+                        result = await _measure(
+                            f"http://127.0.0.1:{port}", proxy.pid, config, mode, words
+                        )
+                    finally:
+                        proxy.terminate()
+                        proxy.wait(timeout=30)
+                progress(
+                    f"  {mode:<10} CPU {result.proxy_cpu_ms_per_call:>7} ms/call, "
+                    f"TTFT p50 {result.ttft_p50_ms} ms, p99 {result.ttft_p99_ms} ms, "
+                    f"{result.errors} errors"
+                )
+                results.append(asdict(result))
+        finally:
+            backend.terminate()
+            backend.wait(timeout=30)
+    by_mode = {r["mode"]: r for r in results}
+    plain = by_mode["mitmproxy"]["proxy_cpu_ms_per_call"]
+    ours = by_mode["rollstream"]["proxy_cpu_ms_per_call"]
+    return {
+        "config": asdict(config),
+        "prompt_tokens_measured": prompt_tokens,
+        "modes": results,
+        "cpu_ratio_vs_mitmproxy": round(ours / plain, 2) if plain else None,
+        "added_ttft_p50_ms": round(
+            by_mode["rollstream"]["ttft_p50_ms"] - by_mode["direct"]["ttft_p50_ms"], 1
+        ),
+    }

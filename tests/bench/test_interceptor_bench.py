@@ -1,0 +1,34 @@
+"""The interceptor benchmark runs end to end at tiny sizes and reports all three paths."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollstream.bench.interceptor import MODES, InterceptorBenchConfig, run_interceptor_bench
+from rollstream.schemas import TopicNames
+from rollstream.settings import KafkaSettings
+
+pytestmark = pytest.mark.integration
+
+
+async def test_small_run(kafka_settings: KafkaSettings, rollstream_topics: TopicNames) -> None:
+    config = InterceptorBenchConfig(
+        prompt_tokens=500,
+        calls=3,
+        call_concurrency=2,
+        streams=3,
+        stream_tokens=4,
+        tpot_ms=1,
+        ttft_ms=1,
+    )
+    lines: list[str] = []
+    result = await run_interceptor_bench(
+        config, kafka_settings.bootstrap_servers, kafka_settings.topic_prefix, lines.append
+    )
+    assert [m["mode"] for m in result["modes"]] == list(MODES)
+    assert all(m["errors"] == 0 for m in result["modes"])
+    assert result["prompt_tokens_measured"] > 400
+    direct = result["modes"][0]
+    assert direct["proxy_cpu_ms_per_call"] == 0.0
+    assert result["modes"][2]["proxy_cpu_ms_per_call"] > 0
+    assert len(lines) == 3
