@@ -38,7 +38,9 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerInf
     settings = BrokerSettings(
         port=0, data_dir=tmp_path_factory.mktemp("kafka"), heap="768m", start_timeout=120
     )
-    broker = LocalBroker(settings, StatePaths(cache_dir=JAR_CACHE), record_state=False)
+    broker = LocalBroker(
+        settings, StatePaths(cache_dir=JAR_CACHE), record_state=False, outlive_parent=False
+    )
     info = broker.start()
     yield info
     broker.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import ctypes
 import json
 import logging
 import os
@@ -89,6 +90,19 @@ async def probe_metadata(bootstrap_servers: str, timeout: float = 5.0) -> bool:
         await client.close()
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM when the parent dies (Linux), however it dies.
+
+    A test run killed by a timeout then leaves no broker behind.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
 def _scan_for(path: Path, needle: str, offset: int) -> tuple[bool, int]:
     """Look for ``needle`` in what was appended to ``path`` since ``offset``.
 
@@ -132,12 +146,14 @@ class LocalBroker:
         *,
         record_state: bool = True,
         overrides: dict[str, str] | None = None,
+        outlive_parent: bool = True,
     ) -> None:
         self.settings = settings
         self.paths = paths
         self.data_dir = (settings.data_dir or paths.state_dir / "kafka").resolve()
         self.record_state = record_state
         self.overrides = overrides or {}
+        self.outlive_parent = outlive_parent
         self.info: BrokerInfo | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -182,7 +198,11 @@ class LocalBroker:
             # Own session: the broker outlives `rollstream kafka start` and a Ctrl+C aimed at
             # a foreground command does not reach it.
             self._proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=None if self.outlive_parent else _die_with_parent,
             )
         self._wait_ready(layout, began)
         self.info = BrokerInfo(

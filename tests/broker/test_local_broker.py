@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import socket
 from pathlib import Path
 
@@ -86,3 +88,39 @@ def test_taken_port_is_replaced_and_restart_keeps_data(
         assert again.controller_port == info.controller_port
     finally:
         restarted.stop()
+
+
+def test_a_broker_tied_to_its_parent_dies_with_it(tmp_path: Path) -> None:
+    """A test run killed by a timeout must not leave its broker running."""
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    script = textwrap.dedent(
+        f"""
+        from pathlib import Path
+        from rollstream.broker import BrokerSettings, LocalBroker
+        from rollstream.settings import StatePaths
+        broker = LocalBroker(
+            BrokerSettings(data_dir=Path({str(tmp_path / "kafka")!r}), port=0, heap="256m"),
+            StatePaths(state_dir=Path({str(tmp_path)!r}), cache_dir=Path({str(JAR_CACHE)!r})),
+            record_state=False, outlive_parent=False,
+        )
+        print(broker.start().pid, flush=True)
+        import time; time.sleep(600)
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    pid = int(parent.stdout.readline())
+    parent.kill()  # SIGKILL: no teardown runs
+    parent.wait()
+    parent.stdout.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.2)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+    state = Path(f"/proc/{pid}/stat")
+    assert not state.exists() or state.read_text().rsplit(")", 1)[1].split()[0] == "Z"
