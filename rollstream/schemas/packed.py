@@ -113,10 +113,11 @@ class _Packed:
     def common_prefix_len(self, other: Self) -> int:
         """How many leading values this array shares with ``other``.
 
-        Bisects with C-level slice comparisons: O(n log n) bytes compared, no Python loop over
-        the values, which matters for 100k-token prompts.
+        Bisects with C-level comparisons of byte slices: O(n log n) bytes compared, no Python
+        loop over the values, which matters for 100k-token prompts. (Comparing memoryviews
+        would avoid the copies but unpacks element by element, some 30x slower.)
         """
-        a, b = memoryview(self._data), memoryview(other._data)
+        a, b = self._data, other._data
         lo, hi = 0, min(len(self), len(other))
         size = self.itemsize
         while lo < hi:
