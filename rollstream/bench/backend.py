@@ -25,6 +25,7 @@ from rollstream.bench.common import (
     process_cpu_seconds,
     process_rss_mb,
     spawn_pinned,
+    wait_healthy,
 )
 from rollstream.broker.config import free_port
 
@@ -129,20 +130,6 @@ async def _level(url: str, pid: int, n: int, config: BackendBenchConfig) -> Leve
     )
 
 
-async def _wait_healthy(url: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            try:
-                async with session.get(url) as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.2)
-    raise RuntimeError("the backend did not become healthy")
-
-
 async def run_backend_bench(config: BackendBenchConfig, progress: Any = print) -> dict[str, Any]:
     """Run every concurrency level against a fresh pinned backend; returns the results."""
     port = free_port()
@@ -170,7 +157,7 @@ async def run_backend_bench(config: BackendBenchConfig, progress: Any = print) -
             os.sched_setaffinity(0, {config.client_core})
         try:
             base = f"http://127.0.0.1:{port}"
-            await _wait_healthy(f"{base}/health")
+            await wait_healthy(f"{base}/health")
             levels = []
             for n in config.concurrency:
                 result = await _level(f"{base}/v1/chat/completions", proc.pid, n, config)

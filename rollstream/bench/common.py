@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import platform
 import subprocess
@@ -9,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import aiohttp
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -65,3 +68,18 @@ def spawn_pinned(
 
     with log.open("wb") as out:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=pin, env=env)
+
+
+async def wait_healthy(url: str, timeout: float = 60) -> None:
+    """Return once ``url`` answers 200; RuntimeError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            try:
+                async with session.get(url) as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"{url} did not become healthy")

@@ -22,7 +22,13 @@ from typing import Any
 
 import aiohttp
 
-from rollstream.bench.common import percentile, process_cpu_seconds, process_rss_mb, spawn_pinned
+from rollstream.bench.common import (
+    percentile,
+    process_cpu_seconds,
+    process_rss_mb,
+    spawn_pinned,
+    wait_healthy,
+)
 from rollstream.broker.config import free_port
 
 MODES = ("direct", "mitmproxy", "rollstream")
@@ -154,20 +160,6 @@ async def _measure(
     )
 
 
-async def _wait_healthy(url: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            try:
-                async with session.get(url) as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.2)
-    raise RuntimeError(f"{url} did not become healthy")
-
-
 async def _count_tokens(upstream: str, words: int) -> int:
     body = {
         "model": "rollstream-tiny",
@@ -248,7 +240,7 @@ async def run_interceptor_bench(
             env,
         )
         try:
-            await _wait_healthy(f"{upstream}/health")
+            await wait_healthy(f"{upstream}/health")
             first = await _count_tokens(upstream, config.prompt_tokens)
             words = max(1, round(config.prompt_tokens * config.prompt_tokens / first))
             prompt_tokens = await _count_tokens(upstream, words)
@@ -264,7 +256,7 @@ async def run_interceptor_bench(
                         env,
                     )
                     try:
-                        await _wait_healthy(f"http://127.0.0.1:{port}/health")
+                        await wait_healthy(f"http://127.0.0.1:{port}/health")
                         result = await _measure(
                             f"http://127.0.0.1:{port}", proxy.pid, config, mode, words
                         )

@@ -14,25 +14,30 @@ from rollstream.cli.options import settings_options
 from rollstream.settings import KafkaSettings
 
 
+def _output_options(func: click.decorators.FC) -> click.decorators.FC:
+    """``--json`` (results, merged with other benchmarks') and ``--markdown`` (the summary)."""
+    func = click.option(
+        "--markdown",
+        type=click.Path(path_type=Path),
+        default=Path("bench/RESULTS.md"),
+        show_default=True,
+    )(func)
+    return click.option(
+        "--json",
+        "json_path",
+        type=click.Path(path_type=Path),
+        default=Path("bench/results.json"),
+        show_default=True,
+    )(func)
+
+
 @click.group()
 def bench() -> None:
     """Benchmarks; results go to a JSON file and a generated RESULTS.md."""
 
 
 @bench.command(name="backend")
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(path_type=Path),
-    default=Path("bench/results.json"),
-    show_default=True,
-)
-@click.option(
-    "--markdown",
-    type=click.Path(path_type=Path),
-    default=Path("bench/RESULTS.md"),
-    show_default=True,
-)
+@_output_options
 @click.option(
     "--concurrency", default="1,50,200,400", show_default=True, help="Levels, comma-separated."
 )
@@ -67,19 +72,7 @@ def backend(
 
 
 @bench.command(name="interceptor")
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(path_type=Path),
-    default=Path("bench/results.json"),
-    show_default=True,
-)
-@click.option(
-    "--markdown",
-    type=click.Path(path_type=Path),
-    default=Path("bench/RESULTS.md"),
-    show_default=True,
-)
+@_output_options
 @click.option("--calls", default=40, show_default=True, help="8k-token calls per path.")
 @click.option("--streams", default=32, show_default=True, help="Concurrent streams for TTFT.")
 @settings_options(KafkaSettings, "kafka")
