@@ -1,5 +1,6 @@
 # The two commands of the README: `make demo` and `make test`. Both set everything up from a
-# clean clone: a Python 3.12 venv, the package with its test extras, the Kafka jars.
+# clean clone: a Python 3.12 venv, the package with its test extras, the Kafka jars, and the
+# real harnesses from npm.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -9,7 +10,7 @@ CACHE := $(HOME)/.cache/rollstream
 export PIP_CACHE_DIR := $(CACHE)/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv jars lint typecheck unit integration test demo clean
+.PHONY: help venv jars harnesses lint typecheck unit integration test demo clean
 
 help:
 	@echo "make demo   set up, start a local Kafka broker, send a session through it"
@@ -28,6 +29,11 @@ venv: $(BIN)/.installed
 jars: venv
 	$(BIN)/rollstream kafka fetch
 
+# The real harnesses (npm, pinned, ~900 MB once into the cache). Without npm their tests skip.
+harnesses: venv
+	@if command -v npm >/dev/null; then $(BIN)/rollstream harness install; \
+	  else echo "npm not found: the real-harness tests will be skipped (install Node.js 20+)"; fi
+
 lint: venv
 	$(BIN)/ruff check rollstream tests
 	$(BIN)/ruff format --check rollstream tests
@@ -38,10 +44,10 @@ typecheck: venv
 unit: venv
 	$(BIN)/pytest -m "not integration"
 
-integration: venv jars
+integration: venv jars harnesses
 	$(BIN)/pytest -m integration
 
-test: venv jars lint typecheck
+test: venv jars harnesses lint typecheck
 	$(BIN)/pytest
 
 demo: venv jars

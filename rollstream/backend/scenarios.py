@@ -171,8 +171,25 @@ def tools_in_prompt(prompt_text: str) -> list[str]:
 
 
 def count_assistant_turns(messages: list[dict[str, Any]]) -> int:
-    """How many assistant turns the conversation already has."""
-    return sum(1 for m in messages if m.get("role") == "assistant")
+    """The index of the next scripted turn: tool-calling turns since the last answer.
+
+    An assistant message without tool calls ends an episode (a final answer, or a canned
+    acknowledgement such as Qwen Code's "Got it. Thanks for the context!"), so the next user
+    request starts the scenario from its first turn.
+    """
+    turns = 0
+    for message in messages:
+        if message.get("role") == "assistant":
+            turns = turns + 1 if message.get("tool_calls") else 0
+    return turns
+
+
+def count_prompt_turns(prompt: str, assistant_start: str, tool_call_tag: str) -> int:
+    """``count_assistant_turns`` for a rendered prompt (the raw-prompt path)."""
+    turns = 0
+    for turn in prompt.split(assistant_start)[1:-1]:  # the last one is the turn being sampled
+        turns = turns + 1 if tool_call_tag in turn else 0
+    return turns
 
 
 def resolve_call(call: ToolCallSpec, offered: list[str]) -> tuple[str, dict[str, Any]]:

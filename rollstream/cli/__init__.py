@@ -44,7 +44,7 @@ def cli(log_level: str) -> None:
 
 
 def _register() -> None:
-    from rollstream.cli import backend, bench, interceptor, kafka, smoke, tail, topics
+    from rollstream.cli import backend, bench, harness, interceptor, kafka, smoke, tail, topics
 
     cli.add_command(kafka.kafka)
     cli.add_command(topics.topics)
@@ -53,6 +53,7 @@ def _register() -> None:
     cli.add_command(backend.backend)
     cli.add_command(bench.bench)
     cli.add_command(interceptor.interceptor)
+    cli.add_command(harness.harness)
 
 
 _register()

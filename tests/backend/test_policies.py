@@ -58,22 +58,32 @@ async def test_scripted_turn_follows_the_conversation(
     tokenizer: ChatTokenizer, scenario_file: Path
 ) -> None:
     policy = ScriptedPolicy(tokenizer, load_scenarios(scenario_file))
+    call = {"id": "1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
     messages = [
         {"role": "user", "content": "go"},
-        {"role": "assistant", "content": "x"},
+        {"role": "assistant", "content": "x", "tool_calls": [call]},
         {"role": "tool", "content": "ok"},
-        {"role": "assistant", "content": "y"},
+        {"role": "assistant", "content": "y", "tool_calls": [call]},
         {"role": "tool", "content": "ok"},
     ]
     outcome, _ = await _run(
         tokenizer, policy, _request(tokenizer, messages=messages, session="s@solve")
     )
     assert outcome.text == "Done."
-    more = [*messages, {"role": "assistant", "content": "z"}]
+    more = [*messages, {"role": "assistant", "content": "z", "tool_calls": [call]}]
     outcome, _ = await _run(
         tokenizer, policy, _request(tokenizer, messages=more, session="s@solve")
     )
     assert outcome.text == "Done."  # the scenario's final text after its last turn
+    answered = [
+        *messages,
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "again"},
+    ]
+    outcome, _ = await _run(
+        tokenizer, policy, _request(tokenizer, messages=answered, session="s@solve")
+    )
+    assert outcome.text.startswith("Let me look.")  # a new request starts the scenario over
     side, _ = await _run(tokenizer, policy, _request(tokenizer, tools=None, session="s@solve"))
     assert side.text == "Side answer."
 

@@ -15,6 +15,7 @@ from rollstream.backend.scenarios import (
     ToolCallSpec,
     Turn,
     count_assistant_turns,
+    count_prompt_turns,
     load_scenarios,
     offered_tools,
     resolve_call,
@@ -91,13 +92,22 @@ def test_turn_text_parses_back_to_the_scripted_calls() -> None:
 
 
 def test_turn_count_and_offered_tools() -> None:
+    call = {"id": "1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
     messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "context"},
+        {"role": "assistant", "content": "Got it."},  # a canned acknowledgement: no turn
         {"role": "user", "content": "go"},
-        {"role": "assistant", "content": None, "tool_calls": []},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "tool", "content": "ok"},
-        {"role": "assistant", "content": "x"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "ok"},
     ]
     assert count_assistant_turns(messages) == 2
+    assert count_assistant_turns([*messages, {"role": "assistant", "content": "done"}]) == 0
+    start = "<|im_start|>assistant"
+    rendered = f"u{start}Got it.{start}<tool_call>x{start}<tool_call>y{start}"
+    assert count_prompt_turns(rendered, start, "<tool_call>") == 2
+    assert count_prompt_turns(f"u{start}", start, "<tool_call>") == 0
     assert offered_tools([{"type": "function", "function": {"name": "bash"}}]) == ["bash"]
     prompt = '<tools>\n{"type": "function", "function": {"name": "Bash"}}\n</tools> "name": "x"'
     assert tools_in_prompt(prompt) == ["Bash"]

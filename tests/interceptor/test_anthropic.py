@@ -100,6 +100,16 @@ def test_system_blocks_joined_cache_control_ignored() -> None:
     assert out["messages"][0] == {"role": "system", "content": "You are Claude Code.\nBe terse."}
 
 
+def test_system_messages_mid_conversation_kept_in_place() -> None:
+    """Claude Code sends them to models it does not know (not in Anthropic's own API)."""
+    messages = [user("task"), {"role": "system", "content": [text("Agent types:"), text("- a")]}]
+    out = chat(messages, system="You are Claude Code.")
+    assert [m["role"] for m in out["messages"]] == ["system", "user", "system"]
+    assert out["messages"][2]["content"] == "Agent types:\n- a"
+    plain = chat([user("task"), {"role": "system", "content": "Be brief."}])
+    assert plain["messages"][1] == {"role": "system", "content": "Be brief."}
+
+
 def test_text_blocks_joined() -> None:
     content = [text("first"), {**text("second"), "cache_control": {"type": "ephemeral"}}]
     assert chat([user(content)])["messages"] == [{"role": "user", "content": "first\nsecond"}]
@@ -289,7 +299,7 @@ def test_request_not_mutated() -> None:
         ({"model": "m"}, "messages"),
         ({"messages": "hi"}, "messages"),
         ({"messages": ["hi"]}, "messages.0"),
-        ({"messages": [{"role": "system", "content": "x"}]}, "messages.0"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0"),
         ({"messages": [user(42)]}, "messages.0.content"),
         ({"messages": [user([{"text": "no type"}])]}, "messages.0.content.0"),
         ({"messages": [user([{"type": "document", "source": {}}])]}, "messages.0.content.0"),

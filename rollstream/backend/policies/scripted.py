@@ -19,6 +19,7 @@ from rollstream.backend.policies.base import GenerationRequest, Sample
 from rollstream.backend.scenarios import (
     ScenarioFile,
     count_assistant_turns,
+    count_prompt_turns,
     offered_tools,
     tools_in_prompt,
     turn_text,
@@ -79,7 +80,7 @@ class ScriptedPolicy:
         else:  # a raw prompt: read the tools and turns from the rendered text
             prompt = self.tokenizer.decode(request.prompt_ids, skip_special_tokens=False)
             offered = tools_in_prompt(prompt)
-            turn_index = max(prompt.count("<|im_start|>assistant") - 1, 0)
+            turn_index = count_prompt_turns(prompt, "<|im_start|>assistant", "<tool_call>")
         if not offered:
             return self.scenarios.side_call_text
         scenario = self.scenarios.choose(request.session, self.seed)

@@ -195,8 +195,15 @@ def _chat_messages(body: JSON) -> list[JSON]:
             out += _user_messages(blocks)
         elif role == "assistant":
             out.append(_assistant_message(blocks))
+        elif role == "system":
+            # Not in Anthropic's API, but Claude Code sends mid-conversation system messages to
+            # models it does not know; kept in place, as Chat Completions allows.
+            text = _system_text([block for _, block in blocks])
+            out.append({"role": "system", "content": text})
         else:
-            raise TranslationError(f"unknown role {role!r}: expected user or assistant", where)
+            raise TranslationError(
+                f"unknown role {role!r}: expected user, assistant or system", where
+            )
     return out
 
 

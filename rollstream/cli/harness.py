@@ -1,0 +1,97 @@
+"""``rollstream harness install|list|run``: the real coding harnesses, pinned, from npm."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import uuid
+from pathlib import Path
+
+import click
+
+from rollstream.cli.options import settings_options
+from rollstream.harnesses.install import PACKAGES, install, install_dir, installed
+from rollstream.harnesses.presets import PRESETS, HarnessContext, preset
+from rollstream.harnesses.runner import run_harness
+from rollstream.settings import StatePaths
+
+
+@click.group()
+def harness() -> None:
+    """Install and run the real coding harnesses (Claude Code, Codex, Qwen Code, Pi)."""
+
+
+@harness.command(name="install")
+@settings_options(StatePaths, "paths")
+def install_command(paths: StatePaths) -> None:
+    """Install the pinned harness versions with npm into the cache (about 900 MB, once)."""
+    if installed(paths.cache_dir) is None:
+        click.echo(f"installing {len(PACKAGES)} harnesses with npm (about 900 MB) ...", err=True)
+    bin_dir = install(paths.cache_dir)
+    click.echo(f"harnesses in {bin_dir}")
+
+
+@harness.command(name="list")
+@settings_options(StatePaths, "paths")
+def list_command(paths: StatePaths) -> None:
+    """The harnesses, their pinned npm packages, the API each speaks, and whether installed."""
+    bin_dir = installed(paths.cache_dir)
+    for name, (spec, exe) in PACKAGES.items():
+        state = "installed" if bin_dir is not None and (bin_dir / exe).exists() else "missing"
+        click.echo(f"{name:12} {spec:40} {PRESETS[name].api.value:20} {state}")
+    if bin_dir is None:
+        click.echo(
+            f"(not installed; `rollstream harness install` puts them in "
+            f"{install_dir(paths.cache_dir)})"
+        )
+
+
+@harness.command(name="run")
+@click.argument("name", type=click.Choice(list(PRESETS)))
+@click.argument("instruction")
+@click.option(
+    "--base-url",
+    default="http://127.0.0.1:8100",
+    show_default=True,
+    help="The interceptor's root URL (without /v1).",
+)
+@click.option("--session", default=None, help="Session id (the API key). Default: a new one.")
+@click.option(
+    "--model", default="rollstream-tiny", show_default=True, help="Model name to ask for."
+)
+@click.option(
+    "--workdir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Working directory. Default: a new temporary one.",
+)
+@click.option("--timeout", type=float, default=600, show_default=True, help="Seconds.")
+@settings_options(StatePaths, "paths")
+def run_command(
+    name: str,
+    instruction: str,
+    base_url: str,
+    session: str | None,
+    model: str,
+    workdir: Path | None,
+    timeout: float,
+    paths: StatePaths,
+) -> None:
+    """Run harness NAME headless on INSTRUCTION through the interceptor at --base-url."""
+    from rollstream.harnesses.install import executable
+
+    session = session or f"{name}-{uuid.uuid4().hex[:12]}"
+    ctx = HarnessContext(base_url.rstrip("/"), session, model, instruction)
+    launch = preset(name).launch(ctx, executable(name, paths.cache_dir))
+    root = Path(tempfile.mkdtemp(prefix=f"rollstream-{name}-"))
+    work = workdir or root / "work"
+    result = asyncio.run(run_harness(launch, root / "home", work, root / "logs", timeout))
+    click.echo(result.stdout_tail.rstrip())
+    status = "timed out" if result.timed_out else f"exit {result.exit_code}"
+    click.echo(
+        f"session {session}: {status} in {result.duration_s:.1f}s; workdir {work}, "
+        f"logs {root / 'logs'}",
+        err=True,
+    )
+    if result.exit_code != 0:
+        raise SystemExit(1)

@@ -1,0 +1,1 @@
+"""The real coding harnesses (Claude Code, Codex, Qwen Code, Pi): installing and launching them."""
