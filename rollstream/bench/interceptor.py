@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import shutil
 import sys
 import tempfile
@@ -42,6 +43,7 @@ class InterceptorBenchConfig:
     calls: int = 40
     call_concurrency: int = 4
     streams: int = 32
+    stream_rounds: int = 4
     stream_tokens: int = 50
     tpot_ms: float = 20.0
     ttft_ms: float = 50.0
@@ -104,6 +106,40 @@ async def _stream(
     return first, time.perf_counter() - began
 
 
+async def _steady_streams(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: dict[str, Any],
+    config: InterceptorBenchConfig,
+    mode: str,
+) -> tuple[list[float], int]:
+    """TTFTs (ms) of ``config.streams`` streams running side by side, as agents do.
+
+    Each stream makes ``config.stream_rounds`` calls one after another, starting at a random
+    point within one call's duration, so arrivals are spread as in a steady state rather than
+    all landing in the same millisecond (a burst measures the queue, not the added latency).
+    The first call of each stream opens its connection and is not counted.
+    """
+    period_s = (config.ttft_ms + config.stream_tokens * config.tpot_ms) / 1000
+    rng = random.Random(0)
+    offsets = [rng.uniform(0, period_s) for _ in range(config.streams)]
+
+    async def one_stream(i: int) -> list[float]:
+        await asyncio.sleep(offsets[i])
+        out = []
+        for round_ in range(config.stream_rounds):
+            first, _ = await _stream(session, url, body, f"ttft-{mode}-{i}")
+            if round_:
+                out.append(first * 1000)
+        return out
+
+    results = await asyncio.gather(
+        *(one_stream(i) for i in range(config.streams)), return_exceptions=True
+    )
+    ttfts = [t for r in results if isinstance(r, list) for t in r]
+    return ttfts, sum(1 for r in results if isinstance(r, BaseException))
+
+
 async def _measure(
     base: str, pid: int | None, config: InterceptorBenchConfig, mode: str, words: int
 ) -> ModeResult:
@@ -142,12 +178,8 @@ async def _measure(
         cpu = (process_cpu_seconds(pid) - cpu_before) if pid else 0.0
         latencies = [r * 1000 for r in results if isinstance(r, float)]
         errors += sum(1 for r in results if isinstance(r, BaseException))
-        streams = await asyncio.gather(
-            *(_stream(session, url, short_body, f"ttft-{mode}-{i}") for i in range(config.streams)),
-            return_exceptions=True,
-        )
-        ttfts = [s[0] * 1000 for s in streams if isinstance(s, tuple)]
-        errors += sum(1 for s in streams if isinstance(s, BaseException))
+        ttfts, stream_errors = await _steady_streams(session, url, short_body, config, mode)
+        errors += stream_errors
     return ModeResult(
         mode=mode,
         calls=config.calls,

@@ -68,7 +68,9 @@ def _interceptor_section(result: dict[str, Any]) -> list[str]:
         f"(pinned to its own core) over {config['calls']} streamed chat calls with a "
         f"{result['prompt_tokens_measured']}-token prompt and 16 output tokens, "
         f"{config['call_concurrency']} at a time. TTFT: {config['streams']} concurrent streams, "
-        f"backend latency {config['ttft_ms']} ms + {config['tpot_ms']} ms/token.",
+        f"{config.get('stream_rounds', 1)} calls each in a row, starts spread over one call's "
+        f"duration (steady state; each stream's first call, which opens its connection, not "
+        f"counted); backend latency {config['ttft_ms']} ms + {config['tpot_ms']} ms/token.",
         "",
         "| path | proxy CPU ms/call | call p50 (ms) | TTFT p50 / p99 (ms) | errors "
         "| proxy RSS MB |",

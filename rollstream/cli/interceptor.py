@@ -32,6 +32,8 @@ def interceptor(
             f"calls to {kafka.topic_prefix}.events at {kafka.bootstrap_servers}",
             err=True,
         )
+        if settings.mode == "forward":
+            click.echo(f"forward proxy: trust the CA {proxy.ca_cert_path}", err=True)
         try:
             await stop.event.wait()
         finally:

@@ -16,15 +16,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mitmproxy import http
+from mitmproxy.addonmanager import Loader
 
+from rollstream import jsonfast
 from rollstream.interceptor.adapters import ADAPTER_BY_KIND, COUNT_TOKENS_PATH, Adapter, adapter_for
 from rollstream.interceptor.recording import ANONYMOUS, CallState, build_record
 from rollstream.interceptor.sessions import SessionLedger, credential_headers, session_of
 from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.interceptor.timeouts import TIMEOUT_HEADER, UpstreamDeadlines, upstream_cut
 from rollstream.interceptor.translate.anthropic import anthropic_count_tokens_request
 from rollstream.interceptor.translate.chat import CaptureOptions, prepare_chat_request
 from rollstream.interceptor.translate.errors import TranslationError
 from rollstream.interceptor.translate.sse import DONE, SSEEvent, SSEParser
+from rollstream.interceptor.translate.synthesize import chunks_from_answer
 from rollstream.schemas import ApiKind, CallRecord
 
 log = logging.getLogger(__name__)
@@ -82,8 +86,13 @@ class RollstreamAddon:
         self.in_flight: Counter[str] = Counter()
         self.policy_version = settings.policy_version
         self.gate = Gate()
+        self.deadlines = UpstreamDeadlines(settings.upstream_timeout_s)
 
     # -- hooks ---------------------------------------------------------------------------
+
+    def load(self, loader: Loader) -> None:
+        """Keep mitmproxy's master: cutting a slow upstream goes through its proxy server."""
+        self.deadlines.master = loader.master
 
     async def request(self, flow: http.HTTPFlow) -> None:
         """Translate an LLM call for the upstream, or forward anything else as it is."""
@@ -103,7 +112,7 @@ class RollstreamAddon:
             self._reject(flow, adapter, None, 413, f"request body of {size} bytes is too large")
             return
         try:
-            body = json.loads(flow.request.get_text(strict=False) or "")
+            body = jsonfast.loads(flow.request.get_content(strict=False) or b"")
         except ValueError as exc:
             self._reject(flow, adapter, session, 400, f"malformed JSON body: {exc}")
             return
@@ -122,17 +131,24 @@ class RollstreamAddon:
             state.fail("invalid_request", str(exc), 400, False)
             flow.response = _json_response(400, adapter.error(400, str(exc)))
             return
-        state.upstream_request = upstream
         state.stream = bool(upstream.get("stream"))
+        if state.stream and self.settings.stream_mode == "synthesize":
+            # Asked whole, the upstream returns every capture field; the stream is rebuilt.
+            state.synthesized = True
+            upstream["stream"] = False
+            upstream.pop("stream_options", None)
+        state.upstream_request = upstream
         flow.request.path = "/v1/chat/completions"
         flow.request.headers.pop("accept-encoding", None)  # we read the answer
-        flow.request.set_content(json.dumps(upstream, ensure_ascii=False).encode())
+        flow.request.set_content(jsonfast.dumps(upstream))
         flow.request.headers["content-type"] = "application/json"
+        self.deadlines.start(flow)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         """Stream a successful streamed answer through, translating event by event."""
+        self.deadlines.stop(flow)
         state: CallState | None = flow.metadata.get(_STATE)
-        if state is None or flow.response is None or not state.stream:
+        if state is None or flow.response is None or not state.stream or state.synthesized:
             return
         if flow.response.status_code >= 400:
             return  # the whole error body is needed to translate it
@@ -141,42 +157,58 @@ class RollstreamAddon:
 
     def response(self, flow: http.HTTPFlow) -> None:
         """Translate a whole answer (or an upstream error) and record the call."""
+        self.deadlines.stop(flow)
+        if flow.metadata.get("count_tokens"):  # not an LLM call: translated, never recorded
+            return self._count_tokens_answer(flow)
         state: CallState | None = flow.metadata.get(_STATE)
         if state is None or flow.response is None or state.recorded:
             return
-        if flow.metadata.get("count_tokens"):
-            return self._count_tokens_answer(flow)
         adapter = ADAPTER_BY_KIND[state.api]
         if flow.response.status_code >= 400:
             message = _upstream_message(flow.response)
             status = flow.response.status_code
-            state.fail("upstream_http", message, status, status >= 500 or status == 429)
+            timed_out = TIMEOUT_HEADER in flow.response.headers  # our own 504, see timeouts
+            kind = "upstream_timeout" if timed_out else "upstream_http"
+            state.fail(kind, message, status, status >= 500 or status == 429)
             flow.response = _json_response(status, adapter.error(status, message))
-        elif not state.stream and state.error is None:
-            try:
-                answer = json.loads(flow.response.get_text(strict=False) or "")
-                state.capture.add_response(answer)
-                state.response = answer
-                translated = adapter.answer(answer, state.harness_request, state.asked)
-                flow.response = _json_response(200, translated)
-            except (ValueError, TranslationError) as exc:
-                state.fail("bad_upstream_answer", str(exc), 502, True)
-                flow.response = _json_response(502, adapter.error(502, str(exc)))
+        elif (not state.stream or state.synthesized) and state.error is None:
+            self._whole_answer(flow, state, adapter)
         self._record(state)
 
     def error(self, flow: http.HTTPFlow) -> None:
         """The upstream could not be reached, or a side hung up: record the failure."""
+        self.deadlines.stop(flow)
         state: CallState | None = flow.metadata.get(_STATE)
         if state is None or state.recorded:
             return
         message = flow.error.msg if flow.error else "connection error"
+        cut = upstream_cut(flow)
         if flow.response is not None and state.stream:
             state.cancel(message)  # the harness went away mid-stream
+        elif cut is not None:  # we gave up on connecting, or closed a silent TLS upstream
+            status, message = cut
+            state.fail("upstream_timeout", message, status, True)
         else:
             state.fail("upstream_unreachable", message, 502, True)
         self._record(state)
 
     # -- internals -------------------------------------------------------------------------
+
+    def _whole_answer(self, flow: http.HTTPFlow, state: CallState, adapter: Adapter) -> None:
+        """Capture a whole upstream answer and give it to the harness, replayed if it streams."""
+        assert flow.response is not None
+        try:
+            answer = jsonfast.loads(flow.response.get_content(strict=False) or b"")
+            state.capture.add_response(answer)
+            state.response = answer
+            if state.synthesized:
+                flow.response = _sse_response(_replay(adapter, state, answer))
+            else:
+                translated = adapter.answer(answer, state.harness_request, state.asked)
+                flow.response = _json_response(200, translated)
+        except (ValueError, TranslationError) as exc:
+            state.fail("bad_upstream_answer", str(exc), 502, True)
+            flow.response = _json_response(502, adapter.error(502, str(exc)))
 
     def _stream_function(
         self, state: CallState, adapter: Adapter
@@ -218,7 +250,8 @@ class RollstreamAddon:
                 log.exception("stream translation failed")
                 state.fail("translation_error", str(exc), 500, False)
                 out += encode(translator.error(500, "rollstream could not translate the stream"))
-            return out
+            # One write per upstream read: mitmproxy frames and sends each item separately.
+            return [b"".join(out)] if out else []
 
         return stream
 
@@ -281,8 +314,20 @@ class RollstreamAddon:
                 flow.response.status_code, adapter.error(flow.response.status_code, message)
             )
             return
-        count = json.loads(flow.response.get_text(strict=False) or "{}").get("count", 0)
+        try:
+            count = int(jsonfast.loads(flow.response.get_content(strict=False) or b"")["count"])
+        except (ValueError, KeyError, TypeError) as exc:
+            message = f"the upstream's /tokenize answer has no count: {exc}"
+            flow.response = _json_response(502, adapter.error(502, message))
+            return
         flow.response = _json_response(200, {"input_tokens": count})
+
+
+def _replay(adapter: Adapter, state: CallState, answer: dict[str, Any]) -> bytes:
+    """A whole answer as the harness's stream, through the translator a real stream uses."""
+    translator = adapter.stream(state.harness_request, state.asked)
+    events = [e for chunk in chunks_from_answer(answer) for e in translator.feed(chunk)]
+    return b"".join(e.encode() for e in events + translator.finish())
 
 
 def _has_output(chunk: dict[str, Any]) -> bool:
@@ -309,6 +354,10 @@ def _upstream_message(response: http.Response) -> str:
 
 
 def _json_response(status: int, body: dict[str, Any]) -> http.Response:
+    return http.Response.make(status, jsonfast.dumps(body), {"content-type": "application/json"})
+
+
+def _sse_response(body: bytes) -> http.Response:
     return http.Response.make(
-        status, json.dumps(body, ensure_ascii=False).encode(), {"content-type": "application/json"}
+        200, body, {"content-type": "text/event-stream", "cache-control": "no-cache"}
     )

@@ -16,6 +16,12 @@ from mitmproxy.proxy.layers.http import _http1
 
 _ERROR_TYPES = {502: "api_error", 503: "overloaded_error", 504: "api_error"}
 
+TIMEOUT_PREFIX = "upstream timeout: "
+"""Starts the reason of a connect we cancelled for taking too long (see :mod:`timeouts`).
+
+mitmproxy answers every failed connect with a 502; one we gave up on is a gateway timeout.
+"""
+
 
 def json_error_body(status: int, message: str) -> bytes:
     """An error body both Anthropic and OpenAI clients parse."""
@@ -34,6 +40,8 @@ def json_error_body(status: int, message: str) -> bytes:
 
 
 def _make_json_error_response(status_code: int, message: str = "") -> bytes:
+    if message.startswith(TIMEOUT_PREFIX):
+        status_code, message = 504, message.removeprefix(TIMEOUT_PREFIX)
     response = http.Response.make(
         status_code,
         json_error_body(status_code, message or "upstream error"),

@@ -1,5 +1,7 @@
 """The addon for ``mitmdump -s``: ``mitmdump --mode reverse:URL -s <this file>``.
 
+Forward mode: ``ROLLSTREAM_INTERCEPTOR_MODE=forward mitmdump --mode regular -s <this file>``
+(mitmproxy's CA is then the one in its own ``--set confdir``, by default ``~/.mitmproxy``).
 Settings come from the environment (``ROLLSTREAM_INTERCEPTOR_*``, ``ROLLSTREAM_BOOTSTRAP_SERVERS``).
 The publisher starts with mitmproxy's event loop and stops with it.
 """
@@ -10,6 +12,7 @@ from mitmproxy import ctx
 
 from rollstream.interceptor import errorpages
 from rollstream.interceptor.addon import RollstreamAddon
+from rollstream.interceptor.forward import ForwardAddon
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.producers.publisher import CapturePublisher, PublisherSettings
 from rollstream.schemas import AvroSerializer, CallRecord, TopicNames
@@ -45,4 +48,8 @@ class ScriptAddon(RollstreamAddon):
 
 
 errorpages.install()
-addons = [ScriptAddon()]
+_settings = InterceptorSettings()
+addons: list[object] = [ScriptAddon()]
+if _settings.mode == "forward":
+    # After ScriptAddon, as in `rollstream interceptor`: see ForwardAddon.
+    addons.append(ForwardAddon(_settings.upstream, _settings.other_traffic))

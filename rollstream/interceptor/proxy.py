@@ -1,13 +1,19 @@
-"""Running the interceptor: mitmproxy in reverse-proxy mode with our addon and the publisher."""
+"""Running the interceptor: mitmproxy with our addon and the publisher.
+
+Reverse mode (default): harnesses use the proxy as their base URL. Forward mode: harnesses use
+it as ``HTTPS_PROXY`` and trust its CA; LLM calls to any host go to the upstream (``forward``).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+from pathlib import Path
 
 from aiohttp import web
 from mitmproxy import options
+from mitmproxy.options import CONF_BASENAME
 from mitmproxy.tools.dump import DumpMaster
 
 from rollstream.broker.config import free_port
@@ -15,6 +21,7 @@ from rollstream.errors import BrokerError, ConfigurationError
 from rollstream.interceptor import errorpages
 from rollstream.interceptor.addon import RollstreamAddon
 from rollstream.interceptor.admin import AdminApp
+from rollstream.interceptor.forward import ForwardAddon
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.producers.publisher import CapturePublisher, PublisherSettings
 from rollstream.schema_store import SchemaStore
@@ -37,11 +44,20 @@ class Interceptor:
         self.settings = settings
         self.kafka = kafka
         self.serializer = AvroSerializer()
-        spool = (paths or StatePaths()).state_dir / "spool" / f"interceptor-{settings.port}"
+        paths = paths or StatePaths()
+        spool = paths.state_dir / "spool" / f"interceptor-{settings.port}"
+        # Ours rather than mitmproxy's ~/.mitmproxy, so that tests and several state
+        # directories each keep their own CA.
+        self.confdir = (settings.confdir or paths.state_dir / "mitmproxy").expanduser()
         self.publisher = CapturePublisher(
             kafka, publisher or PublisherSettings(), TopicNames(kafka.topic_prefix).events, spool
         )
         self.addon = RollstreamAddon(settings, self._publish)
+        self.forward = (
+            ForwardAddon(settings.upstream, settings.other_traffic)
+            if settings.mode == "forward"
+            else None
+        )
         self._master: DumpMaster | None = None
         self._task: asyncio.Task[None] | None = None
         self._admin: web.AppRunner | None = None
@@ -61,10 +77,12 @@ class Interceptor:
         await self.publisher.start()
         if self.port == 0:
             self.port = free_port(self.settings.host)
+        forward = self.settings.mode == "forward"
         opts = options.Options(
             listen_host=self.settings.host,
             listen_port=self.port,
-            mode=[f"reverse:{self.settings.upstream}"],
+            mode=["regular" if forward else f"reverse:{self.settings.upstream}"],
+            confdir=str(self.confdir),
         )
         errorpages.install()
         self._master = DumpMaster(opts, with_termlog=False, with_dumper=False)
@@ -77,6 +95,9 @@ class Interceptor:
         if errorcheck is not None:
             self._master.addons.remove(errorcheck)
         self._master.addons.add(self.addon)
+        if self.forward is not None:
+            # After the addon: its request hook undoes the addon's rewrite on other traffic.
+            self._master.addons.add(self.forward)
         self._task = asyncio.create_task(self._master.run(), name="mitmproxy")
         await self._wait_listening()
         self._admin = web.AppRunner(AdminApp(self.addon, self.publisher).app(), access_log=None)
@@ -84,6 +105,12 @@ class Interceptor:
         site = web.TCPSite(self._admin, self.settings.host, self.admin_port)
         await site.start()
         self.admin_port = self._admin.addresses[0][1]
+        if forward:
+            log.info(
+                "forward proxy on %s (HTTPS_PROXY); harnesses must trust the CA %s",
+                self.url,
+                self.ca_cert_path,
+            )
 
     async def _wait_listening(self, timeout: float = 20) -> None:
         async with asyncio.timeout(timeout):
@@ -130,3 +157,8 @@ class Interceptor:
     def admin_url(self) -> str:
         """The admin port's base URL."""
         return f"http://{self.settings.host}:{self.admin_port}"
+
+    @property
+    def ca_cert_path(self) -> Path:
+        """The CA certificate (PEM) that harnesses trust in forward mode; exists once started."""
+        return self.confdir / f"{CONF_BASENAME}-ca-cert.pem"

@@ -36,7 +36,8 @@ class CallState:
     harness_request: dict[str, Any]
     upstream_request: dict[str, Any] | None = None
     asked: Asked = field(default_factory=Asked)
-    stream: bool = False
+    stream: bool = False  # what the harness asked for
+    synthesized: bool = False  # streamed to the harness from a whole (non-streamed) answer
     call_id: str = field(default_factory=lambda: f"call-{uuid.uuid4().hex}")
     started_at: datetime = field(default_factory=_now)
     first_token_at: datetime | None = None

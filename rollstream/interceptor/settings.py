@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr
@@ -37,4 +38,27 @@ class InterceptorSettings(BaseSettings):
     policy_version: int = Field(default=0, ge=0, description="Stamped into every record.")
     recent_contexts: int = Field(
         default=8, ge=1, description="Token sequences kept per session for delta encoding."
+    )
+    upstream_timeout_s: float = Field(
+        default=600, ge=0.1, description="Seconds to wait for the upstream's response headers."
+    )
+    stream_mode: Literal["passthrough", "synthesize"] = Field(
+        default="passthrough",
+        description="passthrough: stream upstream chunks as they come; synthesize: ask the"
+        " upstream without streaming and replay its answer as a stream.",
+    )
+    mode: Literal["reverse", "forward"] = Field(
+        default="reverse",
+        description="reverse: harnesses use this proxy as their base URL; forward: an"
+        " HTTPS_PROXY that intercepts TLS and sends LLM calls to any host to the upstream.",
+    )
+    confdir: Path | None = Field(
+        default=None,
+        description="mitmproxy's directory, holding the CA that forward mode signs with"
+        " (created on first start). Default: <state dir>/mitmproxy.",
+    )
+    other_traffic: Literal["forward", "block"] = Field(
+        default="forward",
+        description="Forward mode: what to do with requests that are not LLM calls"
+        " (telemetry, update checks): forward them unrecorded, or block them (403).",
     )

@@ -45,6 +45,9 @@ class Spool:
         self.directory = directory
         self.segment_bytes = segment_bytes
         directory.mkdir(parents=True, exist_ok=True)
+        # The publisher asks whether the spool is empty before every batch: answered from
+        # memory, recomputed from disk only after the spool changed (we are its only writer).
+        self._pending: int | None = None
         self._repair()
 
     def _repair(self) -> None:
@@ -84,6 +87,7 @@ class Spool:
             k = key if key is not None else b""
             body = _HEADER.pack(len(k) if key is not None else 0xFFFFFFFF, len(value)) + k + value
             frames += body + _CRC.pack(zlib.crc32(body))
+        self._pending = None
         try:
             with segment.open("ab") as fh:
                 fh.write(frames)
@@ -107,6 +111,7 @@ class Spool:
 
     def commit(self, record: SpooledRecord) -> None:
         """Mark everything up to and including ``record`` as sent."""
+        self._pending = None
         done = record.segment.with_suffix(".done")
         tmp = done.with_suffix(".tmp")
         tmp.write_text(str(record.end))
@@ -117,13 +122,18 @@ class Spool:
             self._remove(record.segment)
 
     def _remove(self, segment: Path) -> None:
+        self._pending = None
         segment.unlink(missing_ok=True)
         segment.with_suffix(".done").unlink(missing_ok=True)
 
     @property
     def pending_bytes(self) -> int:
         """Bytes not yet sent (framing included)."""
-        return sum(max(0, s.stat().st_size - self._done_offset(s)) for s in self._segments())
+        if self._pending is None:
+            self._pending = sum(
+                max(0, s.stat().st_size - self._done_offset(s)) for s in self._segments()
+            )
+        return self._pending
 
     def empty(self) -> bool:
         """Whether nothing waits to be sent."""

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import cramjam
 
+from rollstream import jsonfast
 from rollstream.errors import SerializationError
 
 _LEVEL = 3
@@ -15,7 +15,7 @@ _LEVEL = 3
 def compress_json(obj: Any) -> bytes:
     """Encode ``obj`` as compact JSON and compress it with zstd."""
     try:
-        raw = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+        raw = jsonfast.dumps(obj)
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"not JSON-serializable: {exc}") from exc
     return bytes(cramjam.zstd.compress(raw, level=_LEVEL))
@@ -24,6 +24,6 @@ def compress_json(obj: Any) -> bytes:
 def decompress_json(blob: bytes) -> Any:
     """Inverse of :func:`compress_json`."""
     try:
-        return json.loads(bytes(cramjam.zstd.decompress(blob)))
+        return jsonfast.loads(bytes(cramjam.zstd.decompress(blob)))
     except (cramjam.DecompressionError, ValueError) as exc:
         raise SerializationError(f"not a zstd-compressed JSON blob: {exc}") from exc

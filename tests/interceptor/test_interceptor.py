@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import re
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,18 +16,21 @@ import openai
 import pytest
 from aiohttp.test_utils import TestServer
 
+from rollstream.backend.engine import Latency
 from rollstream.backend.server import Backend
 from rollstream.backend.settings import BackendSettings
 from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
 from rollstream.clients import make_consumer, topic_partitions
 from rollstream.interceptor.proxy import Interceptor
 from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.interceptor.translate.anthropic import anthropic_to_chat
 from rollstream.producers.publisher import PublisherSettings
 from rollstream.schemas import (
     AvroSerializer,
     CallRecord,
     CallStatus,
     TopicNames,
+    decompress_json,
     resolve_prompt,
 )
 from rollstream.settings import KafkaSettings, StatePaths
@@ -190,7 +196,17 @@ async def test_anthropic_messages_with_the_official_sdk(
         final = await stream.get_final_message()
     assert final.stop_reason == "end_turn"
     assert [b.text for b in final.content if b.type == "text"] == ["Done."]
+    # Token counting: answered in Anthropic's shape with the upstream tokenizer, not recorded.
+    counted = await client.messages.count_tokens(
+        model="rollstream-tiny", system="Be brief.", tools=[TOOL_ANTHROPIC], messages=followup
+    )
     await client.close()
+    chat = anthropic_to_chat(
+        {"system": "Be brief.", "tools": [TOOL_ANTHROPIC], "messages": followup}, "m"
+    )
+    assert counted.input_tokens == len(
+        tokenizer.encode(tokenizer.render(chat["messages"], chat["tools"]))
+    )
 
     first, second = await _records(kafka_settings, 2)
     assert first.api.value == "anthropic_messages" and second.stream
@@ -378,3 +394,299 @@ async def test_a_harness_hanging_up_mid_stream_is_recorded_as_cancelled(
     assert record.error is not None and record.error.type == "cancelled"
     assert record.completion_token_ids is not None
     assert 0 < len(record.completion_token_ids) < 200  # what was sampled before the hang-up
+
+
+# -- upstream timeout ---------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _proxy(
+    upstream: str, kafka: KafkaSettings, tmp_path: Path, **options: Any
+) -> AsyncIterator[Interceptor]:
+    settings = InterceptorSettings(upstream=upstream, port=0, admin_port=0, **options)
+    paths = StatePaths(state_dir=tmp_path / "state")
+    async with Interceptor(settings, kafka, PublisherSettings(), paths) as proxy:
+        yield proxy
+
+
+@contextlib.asynccontextmanager
+async def _backend(backend: Backend) -> AsyncIterator[str]:
+    server = TestServer(backend.app(), host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield str(server.make_url("")).rstrip("/")
+    finally:
+        await server.close()
+
+
+def _assert_timeouts(records: list[CallRecord]) -> None:
+    for record in records:
+        assert record.status is CallStatus.ERROR and record.error is not None
+        assert record.error.type == "upstream_timeout"
+        assert (record.error.http_status, record.error.retriable) == (504, True)
+        assert "no response headers within 0.5 s" in record.error.message
+
+
+async def test_a_slow_upstream_is_a_504_in_the_harness_format_and_recorded(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    tokenizer: ChatTokenizer,
+    tmp_path: Path,
+) -> None:
+    backend = Backend(BackendSettings(ttft_ms=5000), tokenizer=tokenizer)
+    messages: Any = [{"role": "user", "content": "hi"}]
+    async with (
+        _backend(backend) as upstream,
+        _proxy(upstream, kafka_settings, tmp_path, upstream_timeout_s=0.5) as proxy,
+    ):
+        claude = anthropic.AsyncAnthropic(base_url=proxy.url, api_key="sess-slow", max_retries=0)
+        with pytest.raises(anthropic.APIStatusError) as info:
+            await claude.messages.create(model="rollstream-tiny", max_tokens=5, messages=messages)
+        assert info.value.status_code == 504
+        body: Any = info.value.body
+        assert body["type"] == "error" and body["error"]["type"] == "api_error"
+        assert "no response headers within 0.5 s" in body["error"]["message"]
+        async with openai.AsyncOpenAI(
+            base_url=f"{proxy.url}/v1", api_key="sess-slow", max_retries=0
+        ) as client:
+            with pytest.raises(openai.APIStatusError) as oinfo:
+                await client.chat.completions.create(model="rollstream-tiny", messages=messages)
+            assert oinfo.value.status_code == 504
+            assert "no response headers within 0.5 s" in oinfo.value.message
+            backend.latency = Latency()  # the upstream recovers: calls go through again
+            answer = await client.chat.completions.create(
+                model="rollstream-tiny", messages=messages, max_tokens=3
+            )
+            assert answer.choices[0].message is not None
+        async with claude.messages.stream(
+            model="rollstream-tiny", max_tokens=3, messages=messages
+        ) as stream:
+            assert (await stream.get_final_message()).stop_reason is not None
+        await claude.close()
+        assert len(proxy.addon.deadlines) == 0  # every timer was stopped
+    records = await _records(kafka_settings, 4)
+    assert [r.api.value for r in records] == [
+        "anthropic_messages",
+        "chat_completions",
+        "chat_completions",
+        "anthropic_messages",
+    ]
+    _assert_timeouts(records[:2])
+    assert all(r.status is CallStatus.OK for r in records[2:])
+
+
+class SilentUpstream:
+    """Reads each request and answers nothing until the proxy hangs up; then answers anyway.
+
+    With ``answer_at_once`` set it answers at once instead: a whole Chat Completions answer.
+    """
+
+    ANSWER = json.dumps(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "late"},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+    ).encode()
+
+    def __init__(self) -> None:
+        self.answer_at_once = False
+        self.url = ""
+        self.requests = 0
+        self.hung_up = 0
+        self._server: asyncio.Server | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def __aenter__(self) -> SilentUpstream:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+        await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.append(writer)
+        answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+        answer += b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (
+            len(self.ANSWER),
+            self.ANSWER,
+        )
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)
+            await reader.readexactly(int(length.group(1)) if length else 0)
+            self.requests += 1
+            if not self.answer_at_once:
+                await reader.read()  # returns at EOF: when the proxy hangs up
+                self.hung_up += 1
+            writer.write(answer)
+            await writer.drain()
+        writer.close()
+
+
+async def test_streamed_calls_to_a_silent_upstream_get_a_504_and_it_is_hung_up_on(
+    kafka_settings: KafkaSettings, rollstream_topics: TopicNames, tmp_path: Path
+) -> None:
+    messages: Any = [{"role": "user", "content": "hi"}]
+    async with (
+        SilentUpstream() as upstream,
+        _proxy(upstream.url, kafka_settings, tmp_path, upstream_timeout_s=0.5) as proxy,
+        openai.AsyncOpenAI(
+            base_url=f"{proxy.url}/v1", api_key="sess-silent", max_retries=0
+        ) as client,
+    ):
+        with pytest.raises(openai.APIStatusError) as chat:
+            await client.chat.completions.create(model="m", messages=messages, stream=True)
+        with pytest.raises(openai.APIStatusError) as responses:
+            await client.responses.create(model="m", input="hi", stream=True)
+        claude = anthropic.AsyncAnthropic(base_url=proxy.url, api_key="sess-silent", max_retries=0)
+        with pytest.raises(anthropic.APIStatusError) as messages_api:
+            await claude.messages.create(model="m", max_tokens=5, messages=messages, stream=True)
+        await claude.close()
+        for error in (chat.value, responses.value, messages_api.value):
+            assert error.status_code == 504
+            assert "no response headers within 0.5 s" in error.message
+        # The proxy hung up on the upstream, which answered anyway, too late to be read.
+        async with asyncio.timeout(5):
+            while upstream.hung_up < 3:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        upstream.answer_at_once = True
+        answer = await client.chat.completions.create(model="m", messages=messages)
+        assert answer.choices[0].message.content == "late"
+        assert upstream.requests == 4
+        await asyncio.sleep(0.2)
+        assert proxy.addon.calls_recorded == 4  # the late answers made no records
+    records = await _records(kafka_settings, 4)
+    assert sorted(r.api.value for r in records[:3]) == [
+        "anthropic_messages",
+        "chat_completions",
+        "responses",
+    ]
+    _assert_timeouts(records[:3])
+    assert all(r.stream for r in records[:3])
+    assert records[3].status is CallStatus.OK
+
+
+async def test_a_connect_that_hangs_is_given_up_with_a_504(
+    kafka_settings: KafkaSettings, rollstream_topics: TopicNames, tmp_path: Path
+) -> None:
+    """An upstream whose accept queue is full drops SYNs: connects hang, as to a dead host."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+    port = listener.getsockname()[1]
+    fillers = [socket.socket() for _ in range(3)]
+    for filler in fillers:
+        filler.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            filler.connect(("127.0.0.1", port))
+    try:
+        upstream = f"http://127.0.0.1:{port}"
+        async with _proxy(upstream, kafka_settings, tmp_path, upstream_timeout_s=0.5) as proxy:
+            claude = anthropic.AsyncAnthropic(base_url=proxy.url, api_key="sess-x", max_retries=0)
+            with pytest.raises(anthropic.APIStatusError) as info:
+                await claude.messages.create(
+                    model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+                )
+            await claude.close()
+    finally:
+        for sock in (*fillers, listener):
+            sock.close()
+    assert info.value.status_code == 504
+    assert "no response headers within 0.5 s" in info.value.message
+    [record] = await _records(kafka_settings, 1)
+    _assert_timeouts([record])
+
+
+# -- synthesize mode ----------------------------------------------------------------------------
+
+
+async def test_synthesize_mode_streams_whole_answers_with_their_token_ids(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    tokenizer: ChatTokenizer,
+    tmp_path: Path,
+) -> None:
+    import aiohttp
+
+    scenarios = tmp_path / "scenarios.yaml"
+    scenarios.write_text(SCENARIOS)
+    backend = Backend(BackendSettings(policy="scripted", scenarios=scenarios), tokenizer=tokenizer)
+    messages: Any = [{"role": "user", "content": "make hello.txt"}]
+    body = {"model": "rollstream-tiny", "messages": messages, "tools": [TOOL_OPENAI]}
+    async with (
+        _backend(backend) as upstream,
+        _proxy(upstream, kafka_settings, tmp_path, stream_mode="synthesize") as proxy,
+        aiohttp.ClientSession() as http,
+    ):
+        direct = await (
+            await http.post(
+                f"{upstream}/v1/chat/completions", json=body | {"return_token_ids": True}
+            )
+        ).json()
+        async with openai.AsyncOpenAI(
+            base_url=f"{proxy.url}/v1", api_key="sess-synth@solve", max_retries=0
+        ) as client:
+            stream = await client.chat.completions.create(
+                model="rollstream-tiny", messages=messages, tools=[TOOL_OPENAI], stream=True
+            )
+            assert stream.response.headers["content-type"] == "text/event-stream"
+            text, calls, names = "", "", []
+            async for chunk in stream:
+                assert chunk.usage is None  # not asked for
+                for choice in chunk.choices:
+                    assert "token_ids" not in (choice.model_extra or {})
+                    assert choice.logprobs is None
+                    text += choice.delta.content or ""
+                    for call in choice.delta.tool_calls or []:
+                        assert call.function is not None
+                        names += [call.function.name] if call.function.name else []
+                        calls += call.function.arguments or ""
+        assert text == "I will create it.\n" and names == ["bash"]
+        assert json.loads(calls) == {"command": "echo polar > hello.txt"}
+
+        claude = anthropic.AsyncAnthropic(
+            base_url=proxy.url, api_key="sess-synth-claude@solve", max_retries=0
+        )
+        async with claude.messages.stream(
+            model="rollstream-tiny",
+            max_tokens=200,
+            tools=[TOOL_ANTHROPIC],
+            messages=[{"role": "user", "content": "make hello.txt"}],
+        ) as events:
+            kinds = [event.type async for event in events]
+            final = await events.get_final_message()
+        await claude.close()
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert final.stop_reason == "tool_use"
+    tool_use = next(b for b in final.content if b.type == "tool_use")
+    assert tool_use.name == "Bash" and tool_use.input["command"] == "echo polar > hello.txt"
+
+    by_api = {r.api.value: r for r in await _records(kafka_settings, 2)}
+    chat, claude_record = by_api["chat_completions"], by_api["anthropic_messages"]
+    for record in (chat, claude_record):
+        assert record.stream and record.status is CallStatus.OK
+        assert record.finish_reason == "tool_calls"
+        assert record.completion_token_ids is not None and record.completion_logprobs is not None
+        assert len(record.completion_logprobs) == len(record.completion_token_ids)
+        assert record.upstream_request is not None
+        sent = decompress_json(record.upstream_request)
+        assert sent["stream"] is False and "stream_options" not in sent
+    # The ids the backend sampled, exactly: asked for whole, they came with the answer.
+    assert chat.completion_token_ids is not None
+    assert chat.completion_token_ids.to_list() == direct["choices"][0]["token_ids"]
+    assert chat.prompt is not None and chat.prompt.suffix.to_list() == direct["prompt_token_ids"]
+    expected_prompt = tokenizer.encode(tokenizer.render(messages, [TOOL_OPENAI]))
+    assert direct["prompt_token_ids"] == expected_prompt

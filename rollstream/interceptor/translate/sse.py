@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
+
+from rollstream import jsonfast
 
 DONE = "[DONE]"
 
@@ -18,11 +19,9 @@ class SSEEvent:
 
     def encode(self) -> bytes:
         """Wire form: ``event: NAME`` (if named), ``data: JSON``, blank line."""
-        payload = (
-            self.data if isinstance(self.data, str) else json.dumps(self.data, ensure_ascii=False)
-        )
-        head = f"event: {self.event}\n" if self.event else ""
-        return f"{head}data: {payload}\n\n".encode()
+        payload = self.data.encode() if isinstance(self.data, str) else jsonfast.dumps(self.data)
+        head = b"event: " + self.event.encode() + b"\n" if self.event else b""
+        return head + b"data: " + payload + b"\n\n"
 
 
 class SSEParser:
@@ -45,14 +44,14 @@ class SSEParser:
             if end < 0:
                 return events
             block, self._buffer = self._buffer[:end], self._buffer[end + sep_len :]
-            event = _parse_block(block.decode("utf-8", "replace"))
+            event = _parse_block(block)
             if event is not None:
                 events.append(event)
 
     def flush(self) -> list[SSEEvent]:
         """An event left unterminated at the end of the stream, if any."""
         block, self._buffer = self._buffer, b""
-        event = _parse_block(block.decode("utf-8", "replace")) if block.strip() else None
+        event = _parse_block(block) if block.strip() else None
         return [event] if event is not None else []
 
 
@@ -62,23 +61,25 @@ def _event_end(buffer: bytes) -> tuple[int, int]:
     return min(found) if found else (-1, 0)
 
 
-def _parse_block(block: str) -> SSEEvent | None:
+def _parse_block(block: bytes) -> SSEEvent | None:
     name: str | None = None
-    data: list[str] = []
+    data: list[bytes] = []
     for line in block.splitlines():
-        if not line or line.startswith(":"):
+        if not line or line.startswith(b":"):
             continue
-        field, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if field == "data":
+        field, _, value = line.partition(b":")
+        value = value[1:] if value.startswith(b" ") else value
+        if field == b"data":
             data.append(value)
-        elif field == "event":
-            name = value
+        elif field == b"event":
+            name = value.decode("utf-8", "replace")
     if not data:
         return None
-    text = "\n".join(data)
+    raw = b"\n".join(data)
     try:
-        parsed = json.loads(text)
+        parsed = jsonfast.loads(raw)
     except ValueError:
-        return SSEEvent(text, name)
-    return SSEEvent(parsed if isinstance(parsed, dict) else text, name)
+        parsed = None
+    if isinstance(parsed, dict):
+        return SSEEvent(parsed, name)
+    return SSEEvent(raw.decode("utf-8", "replace"), name)
