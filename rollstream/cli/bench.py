@@ -73,8 +73,18 @@ def backend(
 
 @bench.command(name="interceptor")
 @_output_options
-@click.option("--calls", default=40, show_default=True, help="8k-token calls per path.")
-@click.option("--streams", default=32, show_default=True, help="Concurrent streams for TTFT.")
+@click.option(
+    "--calls",
+    default=InterceptorBenchConfig.calls,
+    show_default=True,
+    help="8k-token calls per path.",
+)
+@click.option(
+    "--streams",
+    default=InterceptorBenchConfig.streams,
+    show_default=True,
+    help="Concurrent streams for TTFT.",
+)
 @settings_options(KafkaSettings, "kafka")
 def interceptor(
     kafka: KafkaSettings, json_path: Path, markdown: Path, calls: int, streams: int

@@ -23,6 +23,7 @@ def metrics_text(addon: RollstreamAddon, publisher: CapturePublisher) -> str:
         ("rollstream_paused", "gauge", int(addon.gate.paused)),
         ("rollstream_policy_version", "gauge", addon.policy_version),
         ("rollstream_records_published_total", "counter", m.published),
+        ("rollstream_publish_batches_total", "counter", m.batches),
         ("rollstream_records_spooled_total", "counter", m.spooled),
         ("rollstream_records_drained_total", "counter", m.drained),
         ("rollstream_records_dropped_total", "counter", m.dropped),

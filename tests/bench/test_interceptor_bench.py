@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rollstream.bench.interceptor import MODES, InterceptorBenchConfig, run_interceptor_bench
+from rollstream.bench.report import SECTIONS
 from rollstream.schemas import TopicNames
 from rollstream.settings import KafkaSettings
 
@@ -20,6 +21,7 @@ async def test_small_run(kafka_settings: KafkaSettings, rollstream_topics: Topic
         stream_tokens=4,
         tpot_ms=1,
         ttft_ms=1,
+        rounds=2,
     )
     lines: list[str] = []
     result = await run_interceptor_bench(
@@ -31,4 +33,12 @@ async def test_small_run(kafka_settings: KafkaSettings, rollstream_topics: Topic
     direct = result["modes"][0]
     assert direct["proxy_cpu_ms_per_call"] == 0.0
     assert result["modes"][2]["proxy_cpu_ms_per_call"] > 0
-    assert len(lines) == 3
+    assert len(lines) == 1 + 2 * 3  # own per-call work, then each path in each round
+    assert all(m["rounds"] == 2 and m["calls"] == 6 for m in result["modes"])
+    low, high = result["cpu_ratio_range"]
+    assert low <= result["cpu_ratio_vs_mitmproxy"] <= high
+    costs = result["own_work_ms_per_call"]
+    assert set(costs) == {"request", "stream", "record", "avro", "total"}
+    assert all(v > 0 for v in costs.values())
+    assert costs["total"] >= max(v for k, v in costs.items() if k != "total")
+    assert "Profile of rollstream's share" in "\n".join(SECTIONS["interceptor"](result))

@@ -61,6 +61,29 @@ async def test_records_flow_in_order_without_an_outage(
     assert await _read_all(kafka_settings, topic, 300) == [b"%d" % i for i in range(300)]
 
 
+async def test_records_arriving_within_the_linger_share_a_batch(
+    kafka_settings: KafkaSettings, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    """Calls end in waves; their records go out in one Kafka request, not one each."""
+    topic = await topic_factory()
+    settings = PublisherSettings(linger_ms=300)
+    async with CapturePublisher(kafka_settings, settings, topic, tmp_path / "spool") as publisher:
+        for i in range(3):
+            publisher.publish(b"s1", b"a%d" % i)
+            await asyncio.sleep(0.05)  # spread out, but within the linger
+        await _wait_for(lambda: publisher.metrics.published == 3)
+        assert publisher.metrics.batches == 1
+    async with CapturePublisher(
+        kafka_settings, PublisherSettings(linger_ms=0), topic, tmp_path / "spool2"
+    ) as eager:
+        for i in range(3):
+            eager.publish(b"s1", b"b%d" % i)
+            await asyncio.sleep(0.1)
+        await _wait_for(lambda: eager.metrics.published == 3)
+        assert eager.metrics.batches == 3  # no linger: each goes as soon as it is there
+    assert await _read_all(kafka_settings, topic, 6) == [b"a0", b"a1", b"a2", b"b0", b"b1", b"b2"]
+
+
 async def test_a_broker_outage_loses_nothing_and_keeps_order(tmp_path: Path) -> None:
     port = free_port()
     broker = LocalBroker(

@@ -34,15 +34,21 @@ class SSEParser:
 
     def __init__(self) -> None:
         self._buffer = b""
+        # Where to resume looking for the end of the event: a large event (vLLM's first chunk
+        # carries the whole prompt's token ids) arrives in many reads, and re-scanning it
+        # from its start on each read would be quadratic.
+        self._scanned = 0
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume bytes; return the events they completed."""
         self._buffer += chunk
         events: list[SSEEvent] = []
         while True:
-            end, sep_len = _event_end(self._buffer)
+            end, sep_len = _event_end(self._buffer, self._scanned)
             if end < 0:
+                self._scanned = max(0, len(self._buffer) - 3)  # a separator may straddle reads
                 return events
+            self._scanned = 0
             block, self._buffer = self._buffer[:end], self._buffer[end + sep_len :]
             event = _parse_block(block)
             if event is not None:
@@ -50,13 +56,13 @@ class SSEParser:
 
     def flush(self) -> list[SSEEvent]:
         """An event left unterminated at the end of the stream, if any."""
-        block, self._buffer = self._buffer, b""
+        block, self._buffer, self._scanned = self._buffer, b"", 0
         event = _parse_block(block) if block.strip() else None
         return [event] if event is not None else []
 
 
-def _event_end(buffer: bytes) -> tuple[int, int]:
-    candidates = [(buffer.find(sep), len(sep)) for sep in (b"\r\n\r\n", b"\n\n", b"\r\r")]
+def _event_end(buffer: bytes, start: int) -> tuple[int, int]:
+    candidates = [(buffer.find(sep, start), len(sep)) for sep in (b"\r\n\r\n", b"\n\n", b"\r\r")]
     found = [(i, n) for i, n in candidates if i >= 0]
     return min(found) if found else (-1, 0)
 
