@@ -59,3 +59,11 @@ async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> list[Topic
     if partitions is None:
         return None
     return [TopicPartition(topic, p) for p in sorted(partitions)]
+
+
+async def behind(consumer: AIOKafkaConsumer, end: dict[TopicPartition, int]) -> bool:
+    """Whether the consumer's position is short of ``end`` on any of its partitions."""
+    for tp, offset in end.items():
+        if await consumer.position(tp) < offset:
+            return True
+    return False

@@ -44,7 +44,19 @@ def cli(log_level: str) -> None:
 
 
 def _register() -> None:
-    from rollstream.cli import backend, bench, harness, interceptor, kafka, smoke, tail, topics
+    from rollstream.cli import (
+        backend,
+        bench,
+        check,
+        harness,
+        interceptor,
+        kafka,
+        reconstruct,
+        replay,
+        smoke,
+        tail,
+        topics,
+    )
 
     cli.add_command(kafka.kafka)
     cli.add_command(topics.topics)
@@ -54,6 +66,9 @@ def _register() -> None:
     cli.add_command(bench.bench)
     cli.add_command(interceptor.interceptor)
     cli.add_command(harness.harness)
+    cli.add_command(reconstruct.reconstruct)
+    cli.add_command(replay.replay)
+    cli.add_command(check.check)
 
 
 _register()

@@ -19,6 +19,7 @@ class Topic(StrEnum):
     CONTROL = "control"
     DEADLETTERS = "deadletters"
     SCHEMAS = "schemas"
+    STATE = "state"
 
 
 @dataclass(frozen=True)
@@ -75,12 +76,17 @@ class TopicNames:
         """The schema store: every writer schema, keyed by fingerprint; compacted."""
         return self[Topic.SCHEMAS]
 
+    @property
+    def state(self) -> str:
+        """Consumers' own state (what each reconstructor partition already emitted); compacted."""
+        return self[Topic.STATE]
+
     def resolve(self, name: str) -> str:
-        """A logical name (``events``) or a full topic name to the full name."""
-        try:
-            return self[Topic(name)]
-        except ValueError:
-            return name
+        """Full name of a logical name, a replay output (``trajectories.NAME``) or a full name."""
+        head = name.split(".", 1)[0]
+        if head in {t.value for t in Topic}:
+            return f"{self.prefix}.{name}"
+        return name
 
     def logical(self, full_name: str) -> Topic | None:
         """The logical topic a full name stands for, if it is one of ours."""
@@ -141,4 +147,10 @@ def topic_specs(
             "records consumers gave up on, with the reason",
         ),
         TopicSpec(names.schemas, 1, compacted, "writer schemas; key = fingerprint; compacted"),
+        TopicSpec(
+            names.state,
+            1,
+            compacted,
+            "consumer state written in their transactions; key = group/topic/partition; compacted",
+        ),
     ]

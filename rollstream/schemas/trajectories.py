@@ -17,6 +17,7 @@ class TrajectoryStatus(StrEnum):
     COMPLETE = "complete"
     INCOMPLETE = "incomplete"
     UNKNOWN = "unknown"
+    ABANDONED = "abandoned"  # no SessionEnded before the idle timeout
 
 
 class Segment(Model):

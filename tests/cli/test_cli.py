@@ -97,9 +97,9 @@ def test_readme_flow_by_hand(tmp_path: Path, kafka_broker: BrokerInfo) -> None:
 
         created = _rollstream(state, "topics", "create")
         assert created.returncode == 0, created.stderr
-        assert created.stdout.count("created") == 7
+        assert created.stdout.count("created") == 8
         again = _rollstream(state, "topics", "create")
-        assert again.stdout.count("exists") == 7
+        assert again.stdout.count("exists") == 8
 
         smoke = _rollstream(state, "smoke", "--turns", "4")
         assert smoke.returncode == 0, smoke.stderr

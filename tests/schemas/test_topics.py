@@ -35,3 +35,10 @@ def test_sizes_and_retention() -> None:
     for name in (names.control, names.schemas):
         assert specs[name].partitions == 1
         assert specs[name].configs["cleanup.policy"] == "compact"
+
+
+def test_resolve_logical_replay_and_full_names() -> None:
+    names = TopicNames("rs")
+    assert names.resolve("events") == "rs.events"
+    assert names.resolve("trajectories.ablation1") == "rs.trajectories.ablation1"
+    assert names.resolve("other.events") == "other.events"  # a full name stays as it is

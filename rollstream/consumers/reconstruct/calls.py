@@ -1,0 +1,107 @@
+"""A session's CallRecords in order, deduplicated, with their delta-encoded prompts resolved."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from rollstream.errors import SerializationError
+from rollstream.schemas.calls import CallRecord, CallStatus
+from rollstream.schemas.packed import Logprobs, TokenIds
+from rollstream.schemas.prompts import resolve_prompt
+
+# Why a call has no usable token ids (ResolvedCall.missing_reason).
+NO_TOKEN_IDS = "no_token_ids"
+UNRESOLVABLE_PROMPT = "unresolvable_prompt"
+FAILED = "failed"
+CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class ResolvedCall:
+    """One call of a session with its full prompt token ids, ready for a strategy.
+
+    ``prompt`` and ``completion`` are None when the call has no usable tokens; then
+    ``missing_reason`` says why (``no_token_ids``, ``failed``, ``cancelled`` or
+    ``unresolvable_prompt``). ``record`` is kept for strategies that re-render the conversation.
+    """
+
+    call_id: str
+    seq: int
+    status: CallStatus
+    finish_reason: str | None
+    prompt: TokenIds | None
+    completion: TokenIds | None
+    logprobs: Logprobs | None
+    policy_version: int
+    error_type: str | None
+    missing_reason: str | None
+    record: CallRecord = field(repr=False)  # the blobs would swamp a repr
+
+    @property
+    def has_tokens(self) -> bool:
+        """Whether both the full prompt and the completion token ids are known."""
+        return self.prompt is not None and self.completion is not None
+
+    def context(self) -> TokenIds | None:
+        """Prompt followed by completion (what later calls' prompts are delta-encoded against)."""
+        if self.prompt is None:
+            return None
+        return self.prompt if self.completion is None else self.prompt + self.completion
+
+
+def resolve_calls(records: Iterable[CallRecord]) -> list[ResolvedCall]:
+    """The session's calls ordered by ``(seq, call_id)``, each call id once, prompts resolved.
+
+    The interceptor's spool delivers at least once, so a call id may arrive twice: the first
+    in order is kept. A prompt's base must come earlier in that order (the interceptor only
+    encodes against calls it has already recorded); an unknown or too short base leaves the
+    call without a prompt (``unresolvable_prompt``), and so every call based on it.
+    """
+    ordered = sorted(records, key=lambda r: (r.seq, r.call_id))
+    by_id: dict[str, ResolvedCall] = {}
+    out: list[ResolvedCall] = []
+
+    def context_of(call_id: str) -> TokenIds | None:
+        # Built on demand, not stored: keeping every call's prompt + completion would double
+        # the memory of a long session for the one base each call names.
+        base = by_id.get(call_id)
+        return None if base is None else base.context()
+
+    for record in ordered:
+        if record.call_id in by_id:
+            continue
+        prompt: TokenIds | None = None
+        missing: str | None = None
+        if record.prompt is not None and record.completion_token_ids is not None:
+            try:
+                prompt = resolve_prompt(record.prompt, context_of)
+            except SerializationError:
+                missing = UNRESOLVABLE_PROMPT
+        else:
+            missing = _missing_reason(record.status)
+        completion = record.completion_token_ids if prompt is not None else None
+        call = ResolvedCall(
+            call_id=record.call_id,
+            seq=record.seq,
+            status=record.status,
+            finish_reason=record.finish_reason,
+            prompt=prompt,
+            completion=completion,
+            logprobs=record.completion_logprobs if completion is not None else None,
+            policy_version=record.policy_version,
+            error_type=record.error.type if record.error is not None else None,
+            missing_reason=missing,
+            record=record,
+        )
+        by_id[call.call_id] = call
+        out.append(call)
+    return out
+
+
+def _missing_reason(status: CallStatus) -> str:
+    if status is CallStatus.CANCELLED:
+        return CANCELLED
+    if status is not CallStatus.OK:
+        return FAILED
+    return NO_TOKEN_IDS

@@ -1,0 +1,275 @@
+"""The reconstructor: a consumer group over the events topic that emits each session once.
+
+Records are buffered per session (delta-encoded, so memory is O(tokens of open sessions)). A
+session is emitted when its SessionEnded arrived and all the calls it reports are in, or after
+a bounded wait (``incomplete``), or when it stayed silent past the idle timeout
+(``abandoned``). Each poll's emissions go out in one Kafka transaction together with the dead
+letters, the per-partition state and the input offsets; offsets only move up to the oldest
+still-open session, so a crash or a rebalance re-reads what is needed, and the state written
+in the same transaction keeps the re-read from emitting anything twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from rollstream.backend.tokenizer import ChatTokenizer
+from rollstream.clients import make_consumer, make_producer
+from rollstream.consumers.reconstruct.buffers import (
+    PartitionBuffers,
+    SessionBuffer,
+    build_trajectory,
+)
+from rollstream.consumers.reconstruct.settings import ReconstructSettings
+from rollstream.consumers.reconstruct.state import encode_state, load_states, state_key
+from rollstream.consumers.reconstruct.strategies import get_strategy
+from rollstream.errors import RollstreamError, SerializationError, UnknownSchemaError
+from rollstream.schema_store import SchemaStore
+from rollstream.schemas import AvroSerializer, DeadLetter, TopicNames, utcnow
+from rollstream.schemas.trajectories import Trajectory, TrajectoryStatus
+from rollstream.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReconstructMetrics:
+    """Counters the service logs and tests read."""
+
+    records: int = 0
+    trajectories: int = 0
+    dead_letters: int = 0
+    transactions: int = 0
+    by_status: dict[str, int] | None = None
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, owner: Reconstructor) -> None:
+        self.owner = owner
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        # Their buffers are dropped: the new owner re-reads from the committed offsets.
+        for tp in revoked:
+            self.owner.partitions.pop(tp, None)
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        await self.owner.take_partitions(list(assigned))
+
+
+class Reconstructor:
+    """One instance of the service; run several with the same group to scale out."""
+
+    def __init__(self, settings: ReconstructSettings, kafka: KafkaSettings) -> None:
+        self.settings = settings
+        self.kafka = kafka
+        self.names = TopicNames(kafka.topic_prefix)
+        self.output = self.names.resolve(settings.output)
+        self.strategy = get_strategy(settings.strategy)
+        tokenizer = ChatTokenizer(settings.tokenizer) if settings.tokenizer else None
+        self.context_tokenizer = tokenizer
+        self.serializer = AvroSerializer()
+        self.partitions: dict[TopicPartition, PartitionBuffers] = {}
+        self.metrics = ReconstructMetrics(by_status={})
+        self._consumer: AIOKafkaConsumer | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._store: SchemaStore | None = None
+        self._dead: list[DeadLetter] = []
+
+    async def start(self) -> None:
+        """Join the group and open the transactional producer (fencing our previous run)."""
+        self._store = SchemaStore(self.kafka, self.serializer.registry)
+        await self._store.start()
+        self._producer = make_producer(
+            self.kafka, transactional_id=self.settings.transactional_id, linger_ms=20
+        )
+        await self._producer.start()
+        self._consumer = make_consumer(
+            self.kafka,
+            group_id=self.settings.group_id,
+            max_poll_records=self.settings.max_batch_records,
+        )
+        self._consumer.subscribe([self.names.events], listener=_Rebalance(self))
+        await self._consumer.start()
+
+    async def stop(self) -> None:
+        """Leave the group; open sessions are left to whoever takes the partitions next."""
+        for resource in (self._consumer, self._producer, self._store):
+            if resource is not None:
+                with contextlib.suppress(Exception):
+                    await resource.stop()
+
+    async def __aenter__(self) -> Reconstructor:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def take_partitions(self, tps: list[TopicPartition]) -> None:
+        """Load the state of newly assigned partitions before reading them."""
+        assert self._consumer is not None
+        states = await load_states(self.kafka, self.names.state, self.settings.group_id, tps)
+        for tp in tps:
+            committed = await self._consumer.committed(tp)
+            self.partitions[tp] = PartitionBuffers.from_state(states.get(tp), committed)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll, buffer, emit; until ``stop`` is set."""
+        assert self._consumer is not None
+        last_log = time.monotonic()
+        while not stop.is_set():
+            batch = await self._consumer.getmany(
+                timeout_ms=200, max_records=self.settings.max_batch_records
+            )
+            now = time.monotonic()
+            touched: set[TopicPartition] = set()
+            for tp, messages in batch.items():
+                buffers = self.partitions.get(tp)
+                if buffers is None:
+                    # Fetched while its state was still loading (the fetcher does not wait for
+                    # the rebalance listener) or just revoked: read these again later.
+                    if tp in self._consumer.assignment():
+                        self._consumer.seek(tp, messages[0].offset)
+                    continue
+                for message in messages:
+                    await self._take(tp, buffers, message, now)
+                touched.add(tp)
+            await self._emit_ready(now, touched)
+            if now - last_log > 30:
+                last_log = now
+                log.info("reconstruct: %s", self.progress())
+
+    async def _take(
+        self, tp: TopicPartition, buffers: PartitionBuffers, message: ConsumerRecord, now: float
+    ) -> None:
+        self.metrics.records += 1
+        try:
+            record = self._decode(message.value)
+        except UnknownSchemaError:
+            assert self._store is not None
+            await self._store.refresh()  # a newer writer: its schema is in the store by now
+            try:
+                record = self._decode(message.value)
+            except SerializationError as exc:
+                self._dead_letter(tp, message, exc)
+                buffers.skip(message.offset)
+                return
+        except SerializationError as exc:
+            self._dead_letter(tp, message, exc)
+            buffers.skip(message.offset)
+            return
+        buffers.add(message.offset, record, now)
+
+    def _decode(self, value: bytes | None) -> Any:
+        if value is None:
+            raise SerializationError("a record without a value")
+        return self.serializer.decode(value)
+
+    def _dead_letter(self, tp: TopicPartition, message: ConsumerRecord, exc: Exception) -> None:
+        retriable = exc.retriable if isinstance(exc, RollstreamError) else False
+        self._dead.append(
+            DeadLetter(
+                source_topic=tp.topic,
+                partition=tp.partition,
+                offset=message.offset,
+                key=message.key,
+                value=message.value,
+                consumer_group=self.settings.group_id,
+                error_type=type(exc).__name__,
+                error_message=str(exc)[:2000],
+                retriable=retriable,
+                failed_at=utcnow(),
+            )
+        )
+
+    async def _emit_ready(self, now: float, touched: set[TopicPartition]) -> None:
+        ready: list[tuple[TopicPartition, SessionBuffer, TrajectoryStatus]] = []
+        for tp, buffers in self.partitions.items():
+            for buffer, status in buffers.ready(
+                now, self.settings.wait_for_calls_s, self.settings.idle_timeout_s
+            ):
+                ready.append((tp, buffer, status))
+                touched.add(tp)
+        if not ready and not self._dead and not touched:
+            return
+        outputs: list[tuple[bytes, bytes]] = []
+        for tp, buffer, status in ready:
+            try:
+                trajectory = self._trajectory(buffer, status)
+                key = (trajectory.group_id or trajectory.session_id).encode()
+                outputs.append((key, self.serializer.encode(trajectory)))
+                assert self.metrics.by_status is not None
+                self.metrics.by_status[status.value] = (
+                    self.metrics.by_status.get(status.value, 0) + 1
+                )
+            except Exception as exc:  # a strategy bug must not stop every other session
+                log.exception("session %s could not be reconstructed", buffer.session_id)
+                self._dead.append(self._session_dead_letter(tp, buffer, exc))
+            self.partitions[tp].mark_emitted(buffer.session_id)
+        await self._commit(outputs, touched)
+
+    async def _commit(
+        self, outputs: list[tuple[bytes, bytes]], touched: set[TopicPartition]
+    ) -> None:
+        """Trajectories, dead letters, partition states and offsets: all or nothing."""
+        assert self._producer is not None
+        offsets = {}
+        for tp in touched:
+            committed = self.partitions[tp].commit_offset()
+            if committed is not None:
+                offsets[tp] = committed
+        dead, self._dead = self._dead, []
+        async with self._producer.transaction():
+            for key, value in outputs:
+                await self._producer.send(self.output, value, key=key)
+            for letter in dead:
+                await self._producer.send(
+                    self.names.deadletters, self.serializer.encode(letter), key=letter.key
+                )
+            for tp in touched:
+                state = encode_state(self.partitions[tp].state())
+                await self._producer.send(
+                    self.names.state, state, key=state_key(self.settings.group_id, tp)
+                )
+            if offsets:
+                await self._producer.send_offsets_to_transaction(offsets, self.settings.group_id)
+        self.metrics.transactions += 1
+        self.metrics.trajectories += len(outputs)
+        self.metrics.dead_letters += len(dead)
+
+    def _trajectory(self, buffer: SessionBuffer, status: TrajectoryStatus) -> Trajectory:
+        return build_trajectory(
+            buffer, status, self.strategy, self.settings.strategy, self.context_tokenizer
+        )
+
+    def _session_dead_letter(
+        self, tp: TopicPartition, buffer: SessionBuffer, exc: Exception
+    ) -> DeadLetter:
+        return DeadLetter(
+            source_topic=tp.topic,
+            partition=tp.partition,
+            offset=buffer.first_offset,
+            key=buffer.session_id.encode(),
+            value=None,
+            consumer_group=self.settings.group_id,
+            error_type=f"strategy:{type(exc).__name__}",
+            error_message=str(exc)[:2000],
+            retriable=False,
+            failed_at=utcnow(),
+        )
+
+    def progress(self) -> str:
+        """One line: records read, sessions open, trajectories emitted."""
+        open_sessions = sum(len(b.open) for b in self.partitions.values())
+        return (
+            f"{self.metrics.records} records, {open_sessions} open sessions, "
+            f"{self.metrics.trajectories} trajectories, {self.metrics.dead_letters} dead letters"
+        )

@@ -1,0 +1,60 @@
+"""Settings of the reconstructor service (``ROLLSTREAM_RECONSTRUCT_*``)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ReconstructSettings(BaseSettings):
+    """Which strategy, which consumer group, and how long to wait for a session's calls."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ROLLSTREAM_RECONSTRUCT_", frozen=True, extra="ignore"
+    )
+
+    strategy: str = Field(
+        default="prefix_merge",
+        description="Strategy name (per_call, prefix_merge, prompt_prefix_merge, tree, "
+        "retokenize) or an import path module:function.",
+    )
+    group: str | None = Field(
+        default=None, description="Consumer group. Default: rollstream-reconstruct-<strategy>."
+    )
+    instance: str = Field(
+        default_factory=socket.gethostname,
+        description="Stable name of this instance: its transactions fence its previous run's.",
+    )
+    output: str = Field(
+        default="trajectories",
+        description="Output topic (logical name or full name).",
+    )
+    wait_for_calls_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="After SessionEnded, how long to wait for calls still on their way.",
+    )
+    idle_timeout_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="A session with no SessionEnded and no record for this long is abandoned.",
+    )
+    tokenizer: Path | None = Field(
+        default=None, description="Tokenizer folder for the retokenize strategy."
+    )
+    max_batch_records: int = Field(
+        default=2000, ge=1, description="Records read per poll (bounds one transaction)."
+    )
+
+    @property
+    def group_id(self) -> str:
+        """The consumer group (and the prefix of the transactional id)."""
+        return self.group or f"rollstream-reconstruct-{self.strategy.replace(':', '.')}"
+
+    @property
+    def transactional_id(self) -> str:
+        """One per instance and group, stable across restarts."""
+        return f"{self.group_id}-{self.instance}"

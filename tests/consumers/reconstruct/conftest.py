@@ -1,0 +1,12 @@
+"""The shipped tokenizer, loaded once for the reconstruction tests that need one."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> ChatTokenizer:
+    return ChatTokenizer(default_tokenizer_dir())

@@ -1,0 +1,182 @@
+"""The reconstructor service against a real broker: once per session, through crashes."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from rollstream.clients import make_consumer, topic_partitions
+from rollstream.consumers.reconstruct.calls import resolve_calls
+from rollstream.consumers.reconstruct.checker import check_segments
+from rollstream.consumers.reconstruct.service import Reconstructor
+from rollstream.consumers.reconstruct.settings import ReconstructSettings
+from rollstream.producers.synthetic import SyntheticShape, synthetic_session
+from rollstream.schemas import (
+    AvroRecord,
+    AvroSerializer,
+    DeadLetter,
+    SessionEnded,
+    TopicNames,
+)
+from rollstream.schemas.trajectories import Trajectory, TrajectoryStatus
+from rollstream.settings import KafkaSettings
+from tests.conftest import ProducerFactory
+
+pytestmark = pytest.mark.integration
+SHAPE = SyntheticShape(turns=4, system_tokens=64, tool_result_tokens=16, completion_tokens=8)
+
+
+async def _send(producer: AIOKafkaProducer, topic: str, records: Iterable[AvroRecord]) -> None:
+    serializer = AvroSerializer()
+    for record in records:
+        key = str(getattr(record, "session_id", "")).encode()
+        await producer.send(topic, serializer.encode(record), key=key)
+    await producer.flush()
+
+
+async def _read(
+    settings: KafkaSettings, topic: str, until: int, timeout: float = 60
+) -> list[bytes]:
+    """Committed values of ``topic`` until ``until`` arrived (then a moment more for extras)."""
+    consumer = make_consumer(settings)
+    await consumer.start()
+    try:
+        tps = await topic_partitions(consumer, topic)
+        assert tps
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        values: list[bytes] = []
+        async with asyncio.timeout(timeout):
+            while len(values) < until:
+                for messages in (await consumer.getmany(timeout_ms=300)).values():
+                    values += [m.value for m in messages if m.value is not None]
+        for messages in (await consumer.getmany(timeout_ms=1500)).values():
+            values += [m.value for m in messages if m.value is not None]
+        return values
+    finally:
+        await consumer.stop()
+
+
+@pytest.fixture
+async def service(
+    kafka_settings: KafkaSettings, rollstream_topics: TopicNames
+) -> AsyncIterator[Reconstructor]:
+    settings = ReconstructSettings(
+        strategy="prefix_merge", instance="t1", wait_for_calls_s=1.0, idle_timeout_s=3.0
+    )
+    stop = asyncio.Event()
+    async with Reconstructor(settings, kafka_settings) as reconstructor:
+        task = asyncio.create_task(reconstructor.run(stop))
+        yield reconstructor
+        stop.set()
+        await task
+
+
+async def test_sessions_become_one_trajectory_each_with_the_right_status(
+    service: Reconstructor,
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    producer_factory: ProducerFactory,
+) -> None:
+    producer = await producer_factory()
+    complete = [synthetic_session(f"s{i}", SHAPE, group_id=f"g{i % 2}", seed=i) for i in range(6)]
+    # Interleaved, as concurrent sessions are on a partition.
+    records = [r for batch in zip(*(s.records for s in complete), strict=True) for r in batch]
+    # A session whose SessionEnded reports a call that never comes: incomplete after the wait.
+    short = synthetic_session("short", SHAPE, seed=99)
+    ended = short.records[-1]
+    assert isinstance(ended, SessionEnded)
+    records += [r for r in short.records[:-2]] + [ended]
+    # A session that never ends: abandoned after the idle timeout.
+    records += synthetic_session("silent", SHAPE, seed=7).records[:3]
+    # A poison record between them.
+    await _send(producer, rollstream_topics.events, records)
+    await producer.send(rollstream_topics.events, b"\xc3\x01garbage", key=b"s0")
+    await producer.flush()
+
+    serializer = AvroSerializer()
+    values = await _read(kafka_settings, rollstream_topics.trajectories, 8, timeout=60)
+    trajectories = [serializer.decode_as(v, Trajectory) for v in values]
+    by_session = {t.session_id: t for t in trajectories}
+    assert len(trajectories) == len(by_session) == 8  # one each, nothing twice
+    assert by_session["short"].status is TrajectoryStatus.INCOMPLETE
+    assert by_session["silent"].status is TrajectoryStatus.ABANDONED
+    for session in complete:
+        trajectory = by_session[session.records[0].session_id]  # type: ignore[attr-defined]
+        assert trajectory.status is TrajectoryStatus.COMPLETE
+        assert trajectory.group_id in {"g0", "g1"} and trajectory.strategy == "prefix_merge"
+        assert len(trajectory.segments) == 1  # prompts extend each other: one segment
+        calls = {c.call_id: c for c in resolve_calls(session.calls)}
+        assert check_segments(trajectory.segments, calls) == []
+        assert trajectory.stats.calls == SHAPE.turns
+
+    [letter] = [
+        serializer.decode_as(v, DeadLetter)
+        for v in await _read(kafka_settings, rollstream_topics.deadletters, 1)
+    ]
+    assert letter.value == b"\xc3\x01garbage" and letter.source_topic == rollstream_topics.events
+    assert letter.consumer_group == "rollstream-reconstruct-prefix_merge"
+
+
+def _spawn(kafka_settings: KafkaSettings, log: Path) -> subprocess.Popen[bytes]:
+    env = os.environ | {
+        "ROLLSTREAM_BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
+        "ROLLSTREAM_TOPIC_PREFIX": kafka_settings.topic_prefix,
+        "ROLLSTREAM_RECONSTRUCT_INSTANCE": "crashy",
+        "ROLLSTREAM_RECONSTRUCT_WAIT_FOR_CALLS_S": "2",
+    }
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "rollstream", "reconstruct", "--strategy", "tree"],
+            env=env,
+            stdout=out,
+            stderr=out,
+        )
+
+
+async def test_sigkilled_repeatedly_every_session_still_has_exactly_one_trajectory(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    producer_factory: ProducerFactory,
+    tmp_path: Path,
+) -> None:
+    sessions = [
+        synthetic_session(f"k{i}", SHAPE, group_id=f"g{i // 4}", seed=i) for i in range(200)
+    ]
+    producer = await producer_factory()
+    log = tmp_path / "reconstruct.log"
+    process = _spawn(kafka_settings, log)
+
+    async def stream() -> None:
+        # 20 waves of 10 sessions, records interleaved within a wave.
+        for wave in range(20):
+            batch = sessions[wave * 10 : (wave + 1) * 10]
+            records = [r for group in zip(*(s.records for s in batch), strict=True) for r in group]
+            await _send(producer, rollstream_topics.events, records)
+            await asyncio.sleep(0.4)
+
+    streaming = asyncio.create_task(stream())
+    try:
+        for _ in range(3):  # kill -9 mid-run, restart
+            await asyncio.sleep(2.5)
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            process = _spawn(kafka_settings, log)
+        await streaming
+        serializer = AvroSerializer()
+        values = await _read(kafka_settings, rollstream_topics.trajectories, 200, timeout=120)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    counts = collections.Counter(serializer.decode_as(v, Trajectory).session_id for v in values)
+    assert set(counts) == {f"k{i}" for i in range(200)}, log.read_text()[-3000:]
+    assert max(counts.values()) == 1, [s for s, n in counts.items() if n > 1]
