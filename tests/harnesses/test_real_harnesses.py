@@ -25,6 +25,9 @@ from rollstream.backend.server import Backend
 from rollstream.backend.settings import BackendSettings
 from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
 from rollstream.clients import make_consumer, topic_partitions
+from rollstream.consumers.reconstruct.calls import resolve_calls
+from rollstream.consumers.reconstruct.checker import check_segments
+from rollstream.consumers.reconstruct.strategies import StrategyContext, get_strategy
 from rollstream.harnesses.install import PACKAGES, install
 from rollstream.harnesses.presets import PRESETS, HarnessContext
 from rollstream.harnesses.runner import run_harness
@@ -188,3 +191,14 @@ async def test_harness_completes_a_tool_task_and_every_call_is_captured(
     # Exactly what the backend served, call for call (the order of concurrent calls may differ).
     witnessed = [(s.prompt_ids, s.generation.tokens) for s in served]
     assert sorted(recorded) == sorted(witnessed)
+
+    # The session reconstructs faithfully; tree never trains a token twice.
+    calls = resolve_calls(records)
+    by_id = {c.call_id: c for c in calls}
+    for strategy in ("prefix_merge", "tree"):
+        rebuilt = get_strategy(strategy)(calls, StrategyContext(calls_reported=len(records)))
+        assert check_segments(rebuilt.segments, by_id) == [], (name, strategy)
+        assert rebuilt.stats.calls_used == len(records)
+    tree = get_strategy("tree")(calls, StrategyContext()).segments
+    trainable = sum(s.trainable_tokens for s in tree)
+    assert trainable == sum(len(c.completion or []) for c in calls)
