@@ -45,6 +45,7 @@ def cli(log_level: str) -> None:
 
 def _register() -> None:
     from rollstream.cli import (
+        ablate,
         backend,
         bench,
         check,
@@ -69,6 +70,7 @@ def _register() -> None:
     cli.add_command(reconstruct.reconstruct)
     cli.add_command(replay.replay)
     cli.add_command(check.check)
+    cli.add_command(ablate.ablate)
 
 
 _register()

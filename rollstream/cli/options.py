@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, get_args
 
@@ -94,3 +95,18 @@ def _validation_message(cls: type[BaseSettings], exc: ValidationError) -> str:
         where = f"--{loc.replace('_', '-')} / {env_name(cls, loc)}" if loc else cls.__name__
         parts.append(f"{where}: {error['msg']}")
     return "; ".join(parts)
+
+
+def _aware(ctx: click.Context, param: click.Parameter, value: datetime | None) -> datetime | None:
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+def since_option(func: F) -> F:
+    """``--since TIME``: the command gets an aware datetime (UTC when none is given), or None."""
+    return click.option(
+        "--since",
+        type=click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]),
+        default=None,
+        callback=_aware,
+        help="Start at records written at or after this time (UTC if no offset given).",
+    )(func)

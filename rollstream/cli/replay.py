@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from rollstream.cli.options import settings_options
+from rollstream.cli.options import settings_options, since_option
 from rollstream.settings import KafkaSettings
 
 
@@ -16,12 +16,7 @@ from rollstream.settings import KafkaSettings
 @click.option("--strategy", required=True, help="Strategy name or module:function.")
 @click.option("--to", "to", required=True, help="Output: <prefix>.trajectories.<TO>.")
 @click.option("--from-beginning", is_flag=True, help="Read the whole retained log (default).")
-@click.option(
-    "--since",
-    type=click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]),
-    default=None,
-    help="Start at records written at or after this time (UTC if no offset given).",
-)
+@since_option
 @click.option("--session", "sessions", multiple=True, help="Only these session ids.")
 @click.option(
     "--tokenizer",
@@ -40,15 +35,11 @@ def replay(
     kafka: KafkaSettings,
 ) -> None:
     """Rebuild the events retained in Kafka with STRATEGY, up to the end seen at start."""
-    from datetime import UTC
-
     from rollstream.backend.tokenizer import ChatTokenizer
     from rollstream.consumers.reconstruct.replay import replay as run_replay
 
     if from_beginning and since is not None:
         raise click.UsageError("--from-beginning and --since exclude each other")
-    if since is not None and since.tzinfo is None:
-        since = since.replace(tzinfo=UTC)
     report = asyncio.run(
         run_replay(
             kafka,

@@ -180,3 +180,46 @@ async def test_sigkilled_repeatedly_every_session_still_has_exactly_one_trajecto
     counts = collections.Counter(serializer.decode_as(v, Trajectory).session_id for v in values)
     assert set(counts) == {f"k{i}" for i in range(200)}, log.read_text()[-3000:]
     assert max(counts.values()) == 1, [s for s, n in counts.items() if n > 1]
+
+
+async def test_instances_share_the_partitions_and_a_rebalance_duplicates_nothing(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    producer_factory: ProducerFactory,
+) -> None:
+    """Scaling out is adding instances; one leaving hands its partitions over cleanly."""
+    producer = await producer_factory()
+    sessions = [synthetic_session(f"m{i}", SHAPE, group_id="g", seed=i) for i in range(60)]
+
+    def instance(name: str) -> Reconstructor:
+        return Reconstructor(
+            ReconstructSettings(strategy="tree", instance=name, wait_for_calls_s=1.0),
+            kafka_settings,
+        )
+
+    first, second = instance("a"), instance("b")
+    stops = [asyncio.Event(), asyncio.Event()]
+    await first.start()
+    await second.start()
+    runs = [asyncio.create_task(first.run(stops[0])), asyncio.create_task(second.run(stops[1]))]
+    try:
+        for wave in range(6):
+            batch = sessions[wave * 10 : (wave + 1) * 10]
+            records = [r for group in zip(*(s.records for s in batch), strict=True) for r in group]
+            await _send(producer, rollstream_topics.events, records)
+            await asyncio.sleep(0.5)
+            if wave == 2:  # the first instance leaves mid-run: its partitions move
+                stops[0].set()
+                await runs[0]
+                await first.stop()
+        serializer = AvroSerializer()
+        values = await _read(kafka_settings, rollstream_topics.trajectories, 60, timeout=90)
+    finally:
+        stops[1].set()
+        await asyncio.gather(*runs, return_exceptions=True)
+        await first.stop()
+        await second.stop()
+    counts = collections.Counter(serializer.decode_as(v, Trajectory).session_id for v in values)
+    assert set(counts) == {f"m{i}" for i in range(60)}
+    assert max(counts.values()) == 1
+    assert first.metrics.trajectories > 0 and second.metrics.trajectories > 0  # both worked

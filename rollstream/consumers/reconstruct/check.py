@@ -7,17 +7,14 @@ invariant (Polar's prompt-prefix merge) are checked too, and their violations co
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer
-
-from rollstream.clients import behind, make_consumer, topic_partitions
+from rollstream.clients import make_consumer
 from rollstream.consumers.reconstruct.calls import resolve_calls
 from rollstream.consumers.reconstruct.checker import Violation, check_segments
-from rollstream.errors import ConfigurationError, SerializationError
-from rollstream.schemas import AvroSerializer, CallRecord, TopicNames
+from rollstream.consumers.reconstruct.events import iter_values, read_session_calls
+from rollstream.schemas import AvroSerializer, TopicNames
 from rollstream.schemas.trajectories import Trajectory
 from rollstream.settings import KafkaSettings
 
@@ -33,39 +30,18 @@ class CheckReport:
     missing_sessions: int = 0  # trajectories whose calls are no longer retained
 
 
-async def _read_all(consumer: AIOKafkaConsumer, topic: str) -> list[bytes]:
-    tps = await topic_partitions(consumer, topic)
-    if not tps:
-        raise ConfigurationError(f"no topic {topic}")
-    consumer.assign(tps)
-    await consumer.seek_to_beginning(*tps)
-    end = await consumer.end_offsets(tps)
-    values: list[bytes] = []
-    while await behind(consumer, end):
-        for messages in (await consumer.getmany(timeout_ms=500, max_records=5000)).values():
-            values += [m.value for m in messages if m.value is not None]
-    return values
-
-
 async def check_topic(
     kafka: KafkaSettings, trajectories: str, progress: Callable[[str], None] = print
 ) -> CheckReport:
     """Check every trajectory of the topic ``trajectories`` (logical or full name)."""
     names = TopicNames(kafka.topic_prefix)
     serializer = AvroSerializer()
-    calls: dict[str, list[CallRecord]] = defaultdict(list)
+    calls = (await read_session_calls(kafka)).calls
+    progress(f"check: calls of {len(calls)} sessions read")
     consumer = make_consumer(kafka)
     await consumer.start()
     try:
-        for value in await _read_all(consumer, names.events):
-            try:
-                record = serializer.decode(value)
-            except SerializationError:
-                continue  # the reconstructor dead-lettered it; not ours to judge
-            if isinstance(record, CallRecord):
-                calls[record.session_id].append(record)
-        progress(f"check: calls of {len(calls)} sessions read")
-        values = await _read_all(consumer, names.resolve(trajectories))
+        values = [v async for v in iter_values(consumer, names.resolve(trajectories))]
     finally:
         await consumer.stop()
     report = CheckReport()

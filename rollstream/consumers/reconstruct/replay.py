@@ -13,13 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.structs import TopicPartition
+from aiokafka import AIOKafkaProducer
 
 from rollstream.admin import TopicAdmin
 from rollstream.backend.tokenizer import ChatTokenizer
 from rollstream.clients import behind, make_consumer, make_producer, topic_partitions
 from rollstream.consumers.reconstruct.buffers import PartitionBuffers, build_trajectory
+from rollstream.consumers.reconstruct.events import seek
 from rollstream.consumers.reconstruct.strategies import get_strategy
 from rollstream.errors import ConfigurationError, SerializationError
 from rollstream.schemas import AvroSerializer, TopicNames, TopicSpec, topic_specs
@@ -65,7 +65,7 @@ async def replay(
         if not tps:
             raise ConfigurationError(f"no topic {names.events}: nothing to replay")
         consumer.assign(tps)
-        await _seek(consumer, tps, since)
+        await seek(consumer, tps, since)
         end = await consumer.end_offsets(tps)
         start = {tp: await consumer.position(tp) for tp in tps}
         total = sum(max(0, end[tp] - start[tp]) for tp in tps) or 1
@@ -137,19 +137,6 @@ async def _emit(
     report.trajectories += 1
     status = trajectory.status.value
     report.by_status[status] = report.by_status.get(status, 0) + 1
-
-
-async def _seek(
-    consumer: AIOKafkaConsumer, tps: list[TopicPartition], since: datetime | None
-) -> None:
-    if since is None:
-        await consumer.seek_to_beginning(*tps)
-        return
-    found = await consumer.offsets_for_times({tp: int(since.timestamp() * 1000) for tp in tps})
-    end = await consumer.end_offsets(tps)
-    for tp in tps:
-        offset = found.get(tp)
-        consumer.seek(tp, offset.offset if offset is not None else end[tp])
 
 
 async def _create_output(kafka: KafkaSettings, names: TopicNames, output: str) -> None:

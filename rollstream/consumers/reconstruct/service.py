@@ -56,9 +56,14 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.owner = owner
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        # Their buffers are dropped: the new owner re-reads from the committed offsets.
-        for tp in revoked:
-            self.owner.partitions.pop(tp, None)
+        # A transaction in flight finishes first: the group's rebalance waits for this
+        # callback, so the next owner starts from committed offsets and state, never from a
+        # transaction that could still commit after it began. (aiokafka's TxnOffsetCommit has
+        # no generation fencing, KIP-447, so this is what keeps a slow owner from committing
+        # for partitions it lost.) Then the buffers are dropped: the next owner re-reads them.
+        async with self.owner.committing:
+            for tp in revoked:
+                self.owner.partitions.pop(tp, None)
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         await self.owner.take_partitions(list(assigned))
@@ -82,6 +87,7 @@ class Reconstructor:
         self._producer: AIOKafkaProducer | None = None
         self._store: SchemaStore | None = None
         self._dead: list[DeadLetter] = []
+        self.committing = asyncio.Lock()
 
     async def start(self) -> None:
         """Join the group and open the transactional producer (fencing our previous run)."""
@@ -191,6 +197,11 @@ class Reconstructor:
         )
 
     async def _emit_ready(self, now: float, touched: set[TopicPartition]) -> None:
+        # Under the lock a revocation waits for: what is built here is for partitions we own.
+        async with self.committing:
+            await self._emit_ready_locked(now, touched)
+
+    async def _emit_ready_locked(self, now: float, touched: set[TopicPartition]) -> None:
         ready: list[tuple[TopicPartition, SessionBuffer, TrajectoryStatus]] = []
         for tp, buffers in self.partitions.items():
             for buffer, status in buffers.ready(
@@ -220,6 +231,7 @@ class Reconstructor:
         self, outputs: list[tuple[bytes, bytes]], touched: set[TopicPartition]
     ) -> None:
         """Trajectories, dead letters, partition states and offsets: all or nothing."""
+        touched = {tp for tp in touched if tp in self.partitions}  # not those revoked meanwhile
         assert self._producer is not None
         offsets = {}
         for tp in touched:
