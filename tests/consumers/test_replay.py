@@ -13,11 +13,12 @@ from rollstream.cli import cli
 from rollstream.consumers.reconstruct.check import check_topic
 from rollstream.consumers.reconstruct.replay import replay
 from rollstream.producers.synthetic import SyntheticShape, synthetic_session
-from rollstream.schemas import AvroSerializer, TopicNames
+from rollstream.schemas import TopicNames
 from rollstream.schemas.trajectories import Trajectory, TrajectoryStatus
 from rollstream.settings import KafkaSettings
 from tests.conftest import ProducerFactory
-from tests.consumers.test_service import _read, _send
+from tests.consumers.test_service import _send
+from tests.kafka_reading import read_records
 
 pytestmark = pytest.mark.integration
 SHAPE = SyntheticShape(turns=3, system_tokens=32, tool_result_tokens=8, completion_tokens=6)
@@ -40,8 +41,7 @@ async def test_replay_rebuilds_every_session_once_and_the_checker_passes_it(
     assert report.topic == f"{rollstream_topics.trajectories}.ablation1"
     assert (report.trajectories, report.unfinished_sessions, report.undecodable) == (5, 1, 1)
     assert report.by_status == {"complete": 5}
-    values = await _read(kafka_settings, report.topic, 5)
-    trajectories = [AvroSerializer().decode_as(v, Trajectory) for v in values]
+    trajectories = await read_records(kafka_settings, report.topic, Trajectory, 5, settle_s=1.0)
     assert collections.Counter(t.session_id for t in trajectories) == {f"r{i}": 1 for i in range(5)}
     assert {t.strategy for t in trajectories} == {"tree"}
     assert all(t.status is TrajectoryStatus.COMPLETE for t in trajectories)

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from rollstream.clients import make_consumer, topic_partitions
 from rollstream.consumers.reconstruct.calls import resolve_calls
 from rollstream.consumers.reconstruct.checker import check_segments
 from rollstream.consumers.reconstruct.service import Reconstructor
@@ -30,6 +29,7 @@ from rollstream.schemas import (
 from rollstream.schemas.trajectories import Trajectory, TrajectoryStatus
 from rollstream.settings import KafkaSettings
 from tests.conftest import ProducerFactory
+from tests.kafka_reading import read_records
 
 pytestmark = pytest.mark.integration
 SHAPE = SyntheticShape(turns=4, system_tokens=64, tool_result_tokens=16, completion_tokens=8)
@@ -41,29 +41,6 @@ async def _send(producer: AIOKafkaProducer, topic: str, records: Iterable[AvroRe
         key = str(getattr(record, "session_id", "")).encode()
         await producer.send(topic, serializer.encode(record), key=key)
     await producer.flush()
-
-
-async def _read(
-    settings: KafkaSettings, topic: str, until: int, timeout: float = 60
-) -> list[bytes]:
-    """Committed values of ``topic`` until ``until`` arrived (then a moment more for extras)."""
-    consumer = make_consumer(settings)
-    await consumer.start()
-    try:
-        tps = await topic_partitions(consumer, topic)
-        assert tps
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        values: list[bytes] = []
-        async with asyncio.timeout(timeout):
-            while len(values) < until:
-                for messages in (await consumer.getmany(timeout_ms=300)).values():
-                    values += [m.value for m in messages if m.value is not None]
-        for messages in (await consumer.getmany(timeout_ms=1500)).values():
-            values += [m.value for m in messages if m.value is not None]
-        return values
-    finally:
-        await consumer.stop()
 
 
 @pytest.fixture
@@ -103,9 +80,9 @@ async def test_sessions_become_one_trajectory_each_with_the_right_status(
     await producer.send(rollstream_topics.events, b"\xc3\x01garbage", key=b"s0")
     await producer.flush()
 
-    serializer = AvroSerializer()
-    values = await _read(kafka_settings, rollstream_topics.trajectories, 8, timeout=60)
-    trajectories = [serializer.decode_as(v, Trajectory) for v in values]
+    trajectories = await read_records(
+        kafka_settings, rollstream_topics.trajectories, Trajectory, 8, settle_s=1.5
+    )
     by_session = {t.session_id: t for t in trajectories}
     assert len(trajectories) == len(by_session) == 8  # one each, nothing twice
     assert by_session["short"].status is TrajectoryStatus.INCOMPLETE
@@ -119,10 +96,9 @@ async def test_sessions_become_one_trajectory_each_with_the_right_status(
         assert check_segments(trajectory.segments, calls) == []
         assert trajectory.stats.calls == SHAPE.turns
 
-    [letter] = [
-        serializer.decode_as(v, DeadLetter)
-        for v in await _read(kafka_settings, rollstream_topics.deadletters, 1)
-    ]
+    [letter] = await read_records(
+        kafka_settings, rollstream_topics.deadletters, DeadLetter, 1, settle_s=1.0
+    )
     assert letter.value == b"\xc3\x01garbage" and letter.source_topic == rollstream_topics.events
     assert letter.consumer_group == "rollstream-reconstruct-prefix_merge"
 
@@ -172,12 +148,18 @@ async def test_sigkilled_repeatedly_every_session_still_has_exactly_one_trajecto
             process.wait()
             process = _spawn(kafka_settings, log)
         await streaming
-        serializer = AvroSerializer()
-        values = await _read(kafka_settings, rollstream_topics.trajectories, 200, timeout=120)
+        trajectories = await read_records(
+            kafka_settings,
+            rollstream_topics.trajectories,
+            Trajectory,
+            200,
+            timeout=120,
+            settle_s=1.5,
+        )
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
-    counts = collections.Counter(serializer.decode_as(v, Trajectory).session_id for v in values)
+    counts = collections.Counter(t.session_id for t in trajectories)
     assert set(counts) == {f"k{i}" for i in range(200)}, log.read_text()[-3000:]
     assert max(counts.values()) == 1, [s for s, n in counts.items() if n > 1]
 
@@ -212,14 +194,20 @@ async def test_instances_share_the_partitions_and_a_rebalance_duplicates_nothing
                 stops[0].set()
                 await runs[0]
                 await first.stop()
-        serializer = AvroSerializer()
-        values = await _read(kafka_settings, rollstream_topics.trajectories, 60, timeout=90)
+        trajectories = await read_records(
+            kafka_settings,
+            rollstream_topics.trajectories,
+            Trajectory,
+            60,
+            timeout=90,
+            settle_s=1.5,
+        )
     finally:
         stops[1].set()
         await asyncio.gather(*runs, return_exceptions=True)
         await first.stop()
         await second.stop()
-    counts = collections.Counter(serializer.decode_as(v, Trajectory).session_id for v in values)
+    counts = collections.Counter(t.session_id for t in trajectories)
     assert set(counts) == {f"m{i}" for i in range(60)}
     assert max(counts.values()) == 1
     assert first.metrics.trajectories > 0 and second.metrics.trajectories > 0  # both worked

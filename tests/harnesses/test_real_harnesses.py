@@ -8,7 +8,6 @@ it served, independently of the interceptor.
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -24,7 +23,6 @@ from rollstream.backend.scenarios import load_scenarios
 from rollstream.backend.server import Backend
 from rollstream.backend.settings import BackendSettings
 from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
-from rollstream.clients import make_consumer, topic_partitions
 from rollstream.consumers.reconstruct.calls import resolve_calls
 from rollstream.consumers.reconstruct.checker import check_segments
 from rollstream.consumers.reconstruct.strategies import StrategyContext, get_strategy
@@ -34,10 +32,11 @@ from rollstream.harnesses.runner import run_harness
 from rollstream.interceptor.proxy import Interceptor
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.producers.publisher import PublisherSettings
-from rollstream.schemas import AvroSerializer, CallRecord, CallStatus, TopicNames, resolve_prompt
+from rollstream.schemas import CallRecord, CallStatus, TopicNames, resolve_prompt
 from rollstream.schemas.packed import TokenIds
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.conftest import JAR_CACHE
+from tests.kafka_reading import read_records
 
 pytestmark = pytest.mark.integration
 
@@ -128,32 +127,16 @@ async def _session_records(
     settings: KafkaSettings, session: str, expected: int
 ) -> list[CallRecord]:
     topic = TopicNames(settings.topic_prefix).events
-    consumer = make_consumer(settings)
-    await consumer.start()
-    serializer = AvroSerializer()
-    try:
-        tps = await topic_partitions(consumer, topic)
-        assert tps
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        records: list[CallRecord] = []
-        async with asyncio.timeout(30):
-            while len(records) < expected:
-                for messages in (await consumer.getmany(timeout_ms=300)).values():
-                    for message in messages:
-                        record = serializer.decode_as(message.value, CallRecord)
-                        if record.session_id == session:
-                            records.append(record)
-        await asyncio.sleep(0.5)  # anything beyond the expected count would now show up
-        for messages in (await consumer.getmany(timeout_ms=300)).values():
-            records += [
-                r
-                for r in (serializer.decode_as(m.value, CallRecord) for m in messages)
-                if r.session_id == session
-            ]
-        return sorted(records, key=lambda r: r.seq)
-    finally:
-        await consumer.stop()
+    records = await read_records(
+        settings,
+        topic,
+        CallRecord,
+        expected,
+        where=lambda r: r.session_id == session,
+        timeout=30,
+        settle_s=0.5,  # anything beyond the expected count would now show up
+    )
+    return sorted(records, key=lambda r: r.seq)
 
 
 @pytest.mark.parametrize("name", list(PRESETS))

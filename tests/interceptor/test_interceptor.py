@@ -20,13 +20,11 @@ from rollstream.backend.engine import Latency
 from rollstream.backend.server import Backend
 from rollstream.backend.settings import BackendSettings
 from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
-from rollstream.clients import make_consumer, topic_partitions
 from rollstream.interceptor.proxy import Interceptor
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.interceptor.translate.anthropic import anthropic_to_chat
 from rollstream.producers.publisher import PublisherSettings
 from rollstream.schemas import (
-    AvroSerializer,
     CallRecord,
     CallStatus,
     TopicNames,
@@ -34,6 +32,7 @@ from rollstream.schemas import (
     resolve_prompt,
 )
 from rollstream.settings import KafkaSettings, StatePaths
+from tests.kafka_reading import read_records
 
 pytestmark = pytest.mark.integration
 
@@ -92,22 +91,8 @@ async def stack(
 
 async def _records(settings: KafkaSettings, expected: int) -> list[CallRecord]:
     topic = TopicNames(settings.topic_prefix).events
-    consumer = make_consumer(settings)
-    await consumer.start()
-    serializer = AvroSerializer()
-    try:
-        tps = await topic_partitions(consumer, topic)
-        assert tps
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        records: list[CallRecord] = []
-        async with asyncio.timeout(30):
-            while len(records) < expected:
-                for messages in (await consumer.getmany(timeout_ms=300)).values():
-                    records += [serializer.decode_as(m.value, CallRecord) for m in messages]
-        return sorted(records, key=lambda r: (r.session_id, r.seq))
-    finally:
-        await consumer.stop()
+    records = await read_records(settings, topic, CallRecord, expected, timeout=30)
+    return sorted(records, key=lambda r: (r.session_id, r.seq))
 
 
 async def test_chat_completions_streamed_and_not(

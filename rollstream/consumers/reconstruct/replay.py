@@ -70,6 +70,16 @@ async def replay(
         start = {tp: await consumer.position(tp) for tp in tps}
         total = sum(max(0, end[tp] - start[tp]) for tp in tps) or 1
         buffers = {tp: PartitionBuffers(start[tp]) for tp in tps}
+
+        async def emit_ready(now: float, wait_s: float) -> None:
+            for partition in buffers.values():
+                for buffer, status in partition.ready(now, wait_s, float("inf")):
+                    trajectory = build_trajectory(
+                        buffer, status, strategy, strategy_name, tokenizer
+                    )
+                    await _emit(producer, output, trajectory, report, serializer)
+                    partition.mark_emitted(buffer.session_id)
+
         last_report = time.monotonic()
         while await behind(consumer, end):
             batch = await consumer.getmany(timeout_ms=500, max_records=2000)
@@ -86,17 +96,8 @@ async def replay(
                         continue
                     if sessions is None or getattr(record, "session_id", None) in sessions:
                         buffers[tp].add(message.offset, record, now)
-            for partition in buffers.values():
-                # Wait as long as it takes: a call after its SessionEnded is still ahead.
-                for buffer, status in partition.ready(now, float("inf"), float("inf")):
-                    await _emit(
-                        producer,
-                        output,
-                        build_trajectory(buffer, status, strategy, strategy_name, tokenizer),
-                        report,
-                        serializer,
-                    )
-                    partition.mark_emitted(buffer.session_id)
+            # Wait as long as it takes: a call after its SessionEnded may still be ahead.
+            await emit_ready(now, float("inf"))
             if now - last_report > 2:
                 last_report = now
                 done = 0
@@ -107,17 +108,8 @@ async def replay(
                     f"{report.trajectories} trajectories"
                 )
         # The end: sessions that ended but lack calls are incomplete; unended ones are running.
-        for partition in buffers.values():
-            for buffer, status in partition.ready(time.monotonic() + 1e9, 0.0, float("inf")):
-                await _emit(
-                    producer,
-                    output,
-                    build_trajectory(buffer, status, strategy, strategy_name, tokenizer),
-                    report,
-                    serializer,
-                )
-                partition.mark_emitted(buffer.session_id)
-            report.unfinished_sessions += len(partition.open)
+        await emit_ready(time.monotonic() + 1e9, 0.0)
+        report.unfinished_sessions = sum(len(partition.open) for partition in buffers.values())
         await producer.flush()
         return report
     finally:
