@@ -9,6 +9,7 @@ from typing import Any
 from rollstream.bench.common import machine
 
 BACKEND_TARGETS = {"tokens_per_s": 2000, "concurrent_streams": 200}
+RECONSTRUCT_TARGETS = {"calls_per_s": 1000, "sessions_per_s": 100, "latency_p99_ms": 500}
 
 
 def record(results_path: Path, name: str, result: dict[str, Any]) -> dict[str, Any]:
@@ -111,7 +112,85 @@ def _interceptor_section(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-SECTIONS = {"backend": _backend_section, "interceptor": _interceptor_section}
+def _reconstruct_section(result: dict[str, Any]) -> list[str]:
+    config, throughput = result["config"], result["throughput"]
+    lines = [
+        "## Reconstruction (`rollstream bench reconstruct`)",
+        "",
+        f"Throughput per process, in-process without Kafka: {throughput['sessions']} synthetic "
+        f"sessions of {throughput['calls_per_session']} calls, prompts growing from "
+        f"{throughput['prompt_tokens_first']:,} to {throughput['prompt_tokens_last']:,} tokens, "
+        "delta-encoded against the previous call as the interceptor writes them. Timed per "
+        "session: Avro decode of its records, PartitionBuffers, build_trajectory (delta "
+        "resolution and the strategy), Avro encode of the trajectory; median of "
+        f"{config['rounds']} rounds (range in brackets).",
+        "",
+        "| strategy | calls/s | ms/call: decode / buffer / build / encode | segments/session |",
+        "|---|---:|---|---:|",
+    ]
+    for s in throughput["strategies"]:
+        ms = s["ms_per_call"]
+        low, high = s["calls_per_s_range"]
+        lines.append(
+            f"| {s['strategy']} | {s['calls_per_s']:,} ({low:,} to {high:,}) "
+            f"| {ms['decode']} / {ms['buffer']} / {ms['build']} / {ms['encode']} "
+            f"| {s['segments_per_session']} |"
+        )
+    slowest = min(throughput["strategies"], key=lambda s: s["calls_per_s"])
+    met = slowest["calls_per_s"] >= RECONSTRUCT_TARGETS["calls_per_s"]
+    lines += [
+        "",
+        f"- Target ≥ {RECONSTRUCT_TARGETS['calls_per_s']:,} calls/s per process: "
+        f"{'met' if met else 'MISSED'} (slowest: {slowest['strategy']} at "
+        f"{slowest['calls_per_s']:,} calls/s).",
+        "",
+    ]
+    e2e = result.get("end_to_end")
+    if e2e is None:
+        return [*lines, "End to end through Kafka: not run.", ""]
+    lines += [
+        f"End to end through Kafka: the reconstructor service (`rollstream reconstruct "
+        f"--strategy {e2e['strategy']}`, its own process) on a {e2e['partitions']}-partition "
+        f"events topic; {e2e['sessions']} sessions of {e2e['calls_per_session']} calls "
+        f"(prompts up to {e2e['prompt_tokens_last']:,} tokens) produced at "
+        f"{e2e['rate_target']:g} sessions/s, each session's records spread over "
+        f"{config['session_spread_s']:g} s so sessions overlap. Latency per session: from "
+        "handing its SessionEnded to the producer (linger 5 ms) until its trajectory reaches a "
+        "`read_committed` consumer. Broker, service and load generator share the machine.",
+        "",
+        "| sessions/s achieved | trajectories | p50 (ms) | p90 (ms) | p99 (ms) | max (ms) "
+        "| service CPU | service RSS MB |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {e2e['rate_achieved']} | {e2e['trajectories']} of {e2e['sessions']} "
+        f"| {e2e['latency_p50_ms']} | {e2e['latency_p90_ms']} | {e2e['latency_p99_ms']} "
+        f"| {e2e['latency_max_ms']} | {e2e['service_cpu_utilisation']:.0%} "
+        f"| {e2e['service_rss_mb']} |",
+        "",
+    ]
+    rate_ok = (
+        e2e["rate_target"] >= RECONSTRUCT_TARGETS["sessions_per_s"]
+        and e2e["rate_achieved"] >= 0.95 * RECONSTRUCT_TARGETS["sessions_per_s"]
+    )
+    met = (
+        rate_ok
+        and e2e["missing"] == 0
+        and e2e["latency_p99_ms"] <= RECONSTRUCT_TARGETS["latency_p99_ms"]
+    )
+    lines += [
+        f"- Target SessionEnded → trajectory p99 ≤ {RECONSTRUCT_TARGETS['latency_p99_ms']} ms "
+        f"at {RECONSTRUCT_TARGETS['sessions_per_s']} sessions/s: {'met' if met else 'MISSED'} "
+        f"(p99 {e2e['latency_p99_ms']} ms at {e2e['rate_achieved']} sessions/s, "
+        f"{e2e['missing']} trajectories missing).",
+        "",
+    ]
+    return lines
+
+
+SECTIONS = {
+    "backend": _backend_section,
+    "interceptor": _interceptor_section,
+    "reconstruct": _reconstruct_section,
+}
 
 
 def write_markdown(data: dict[str, Any], path: Path) -> None:

@@ -54,7 +54,7 @@ def ablate(
     """
     from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
     from rollstream.consumers.reconstruct.ablation import ablate as run_ablation
-    from rollstream.consumers.reconstruct.ablation import to_markdown, write_all
+    from rollstream.consumers.reconstruct.ablation import write_all
     from rollstream.consumers.reconstruct.events import read_session_calls
     from rollstream.consumers.reconstruct.strategies import get_strategy
 

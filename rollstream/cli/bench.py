@@ -9,6 +9,7 @@ import click
 
 from rollstream.bench.backend import BackendBenchConfig, run_backend_bench
 from rollstream.bench.interceptor import InterceptorBenchConfig, run_interceptor_bench
+from rollstream.bench.reconstruct import ReconstructBenchConfig, run_reconstruct_bench
 from rollstream.bench.report import record, write_markdown
 from rollstream.cli.options import settings_options
 from rollstream.settings import KafkaSettings
@@ -112,3 +113,104 @@ def interceptor(
     data = record(json_path, "interceptor", result)
     write_markdown(data, markdown)
     click.echo(f"results in {json_path}, summary in {markdown}")
+
+
+@bench.command(name="reconstruct")
+@_output_options
+@click.option(
+    "--sessions",
+    default=ReconstructBenchConfig.sessions,
+    show_default=True,
+    help="Throughput: sessions per round.",
+)
+@click.option(
+    "--calls",
+    default=ReconstructBenchConfig.calls,
+    show_default=True,
+    help="Throughput: calls per session (prompts grow 8k tokens + 490 a call).",
+)
+@click.option("--rounds", default=ReconstructBenchConfig.rounds, show_default=True)
+@click.option(
+    "--rate",
+    default=ReconstructBenchConfig.rate,
+    show_default=True,
+    help="End to end: sessions produced per second.",
+)
+@click.option(
+    "--duration",
+    default=ReconstructBenchConfig.duration_s,
+    show_default=True,
+    help="End to end: seconds of production.",
+)
+@click.option(
+    "--e2e-calls",
+    default=ReconstructBenchConfig.e2e_calls,
+    show_default=True,
+    help="End to end: calls per session.",
+)
+@click.option("--partitions", default=ReconstructBenchConfig.partitions, show_default=True)
+@click.option("--e2e/--no-e2e", default=True, show_default=True, help="Also measure through Kafka.")
+@settings_options(KafkaSettings, "kafka")
+def reconstruct(
+    kafka: KafkaSettings,
+    json_path: Path,
+    markdown: Path,
+    sessions: int,
+    calls: int,
+    rounds: int,
+    rate: float,
+    duration: float,
+    e2e_calls: int,
+    partitions: int,
+    e2e: bool,
+) -> None:
+    """Reconstruction calls/s per process, and SessionEnded → trajectory latency via Kafka.
+
+    The end-to-end part needs a broker (`rollstream kafka start`) and runs the reconstructor
+    service on topics under the prefix `bench-<time>`, deleted afterwards.
+    """
+    import time
+
+    config = ReconstructBenchConfig(
+        sessions=sessions,
+        calls=calls,
+        rounds=rounds,
+        rate=rate,
+        duration_s=duration,
+        e2e_calls=e2e_calls,
+        partitions=partitions,
+        e2e=e2e,
+    )
+    bench_kafka = kafka.model_copy(update={"topic_prefix": f"bench-{int(time.time())}"})
+
+    async def run() -> dict[str, object]:
+        try:
+            return await run_reconstruct_bench(config, bench_kafka if e2e else None, click.echo)
+        finally:
+            if e2e:
+                await _delete_topics(bench_kafka)
+
+    click.echo("reconstruct: throughput per process, then end to end through Kafka")
+    result = asyncio.run(run())
+    data = record(json_path, "reconstruct", result)
+    write_markdown(data, markdown)
+    click.echo(f"results in {json_path}, summary in {markdown}")
+
+
+async def _delete_topics(kafka: KafkaSettings) -> None:
+    """Drop a bench run's topics (best effort: a broker that is gone keeps them)."""
+    import contextlib
+
+    from rollstream.clients import make_admin
+    from rollstream.schemas import TopicNames, topic_specs
+
+    admin = make_admin(kafka)
+    with contextlib.suppress(Exception):
+        await admin.start()
+        try:
+            names = set(await admin.list_topics())
+            mine = [s.name for s in topic_specs(TopicNames(kafka.topic_prefix)) if s.name in names]
+            if mine:
+                await admin.delete_topics(mine)
+        finally:
+            await admin.close()

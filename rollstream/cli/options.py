@@ -101,7 +101,7 @@ def _aware(ctx: click.Context, param: click.Parameter, value: datetime | None) -
     return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
-def since_option(func: F) -> F:
+def since_option(func: click.decorators.FC) -> click.decorators.FC:
     """``--since TIME``: the command gets an aware datetime (UTC when none is given), or None."""
     return click.option(
         "--since",

@@ -198,6 +198,8 @@ def to_markdown(report: AblationReport) -> str:
         rate = "n/a" if s.merge_rate is None else f"{s.merge_rate:.1%}"
         reasons = ", ".join(f"{k} {v}" for k, v in sorted(s.break_reasons.items())) or "none"
         invariant = "relaxed" if s.invariant_relaxed else "kept"
+        if s.empty_sessions:
+            reasons += f"; no segment in {s.empty_sessions} session(s)"
         if s.errors:
             reasons += f"; {s.errors} sessions failed ({s.first_error})"
         lines.append(
@@ -206,7 +208,7 @@ def to_markdown(report: AblationReport) -> str:
         )
     lines += [
         "",
-        "Merge rate: merges / Σ(calls used − 1) per session, the share of placed calls after "
+        "Merge rate: merges / Σ(calls used - 1) per session, the share of placed calls after "
         "each session's first that extended a segment instead of starting one. Violations: the "
         "faithfulness checker's findings; under a strategy that relaxes the invariant they are "
         "expected departures, not bugs.",
@@ -229,9 +231,9 @@ def write_png(report: AblationReport, path: Path) -> None:
     names = [s.strategy for s in report.strategies]
     colors = ["tab:orange" if s.invariant_relaxed else "tab:blue" for s in report.strategies]
     panels: list[tuple[str, list[float], str]] = [
-        ("segments per session", [s.segments_per_session for s in report.strategies], "%.2f"),
-        ("trainable tokens", [float(s.trainable_tokens) for s in report.strategies], "%d"),
-        ("invariant violations", [float(s.violations) for s in report.strategies], "%d"),
+        ("segments per session", [s.segments_per_session for s in report.strategies], "{:.2f}"),
+        ("trainable tokens", [float(s.trainable_tokens) for s in report.strategies], "{:,.0f}"),
+        ("invariant violations", [float(s.violations) for s in report.strategies], "{:,.0f}"),
     ]
     figure = Figure(figsize=(4.2 * len(panels), 4.4), layout="constrained")
     FigureCanvasAgg(figure)  # Agg, without pyplot's global state
