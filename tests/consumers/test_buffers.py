@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from rollstream.consumers.reconstruct.buffers import PartitionBuffers
+from rollstream.consumers.reconstruct.service import Reconstructor
+from rollstream.consumers.reconstruct.settings import ReconstructSettings
+from rollstream.errors import ConfigurationError
 from rollstream.producers.synthetic import SyntheticShape, synthetic_session
 from rollstream.schemas import SessionEnded
 from rollstream.schemas.trajectories import TrajectoryStatus
+from rollstream.settings import KafkaSettings
 
 SHAPE = SyntheticShape(turns=2, system_tokens=8, tool_result_tokens=4, completion_tokens=4)
 
@@ -83,3 +89,8 @@ def test_duplicates_and_late_calls() -> None:
     assert buffers.late_records == 2 and buffers.ready(1e9, 5, 60) == []
     buffers.skip(7)
     assert buffers.commit_offset() == 8
+
+
+def test_a_strategy_that_needs_a_tokenizer_is_refused_at_start() -> None:
+    with pytest.raises(ConfigurationError, match="retokenize strategy needs --tokenizer"):
+        Reconstructor(ReconstructSettings(strategy="retokenize"), KafkaSettings())

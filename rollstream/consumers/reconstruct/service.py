@@ -30,8 +30,13 @@ from rollstream.consumers.reconstruct.buffers import (
 )
 from rollstream.consumers.reconstruct.settings import ReconstructSettings
 from rollstream.consumers.reconstruct.state import encode_state, load_states, state_key
-from rollstream.consumers.reconstruct.strategies import get_strategy
-from rollstream.errors import RollstreamError, SerializationError, UnknownSchemaError
+from rollstream.consumers.reconstruct.strategies import NEEDS_TOKENIZER, get_strategy
+from rollstream.errors import (
+    ConfigurationError,
+    RollstreamError,
+    SerializationError,
+    UnknownSchemaError,
+)
 from rollstream.schema_store import SchemaStore
 from rollstream.schemas import AvroSerializer, DeadLetter, TopicNames, utcnow
 from rollstream.schemas.trajectories import Trajectory, TrajectoryStatus
@@ -78,6 +83,11 @@ class Reconstructor:
         self.names = TopicNames(kafka.topic_prefix)
         self.output = self.names.resolve(settings.output)
         self.strategy = get_strategy(settings.strategy)
+        if settings.strategy in NEEDS_TOKENIZER and settings.tokenizer is None:
+            # Said at start, not as a dead letter for every session later.
+            raise ConfigurationError(
+                f"the {settings.strategy} strategy needs --tokenizer (the served model's folder)"
+            )
         tokenizer = ChatTokenizer(settings.tokenizer) if settings.tokenizer else None
         self.context_tokenizer = tokenizer
         self.serializer = AvroSerializer()
