@@ -11,7 +11,7 @@ import click
 
 from rollstream.cli.options import settings_options
 from rollstream.harnesses.install import PACKAGES, install, install_dir, installed
-from rollstream.harnesses.presets import PRESETS, HarnessContext, preset
+from rollstream.harnesses.presets import PRESETS, HarnessContext, preset, resolve_executable
 from rollstream.harnesses.runner import run_harness
 from rollstream.settings import StatePaths
 
@@ -66,6 +66,13 @@ def list_command(paths: StatePaths) -> None:
     help="Working directory. Default: a new temporary one.",
 )
 @click.option("--timeout", type=float, default=600, show_default=True, help="Seconds.")
+@click.option(
+    "--option",
+    "options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Preset option, e.g. command='my-agent {instruction}' or function=pkg.mod:run.",
+)
 @settings_options(StatePaths, "paths")
 def run_command(
     name: str,
@@ -75,14 +82,18 @@ def run_command(
     model: str,
     workdir: Path | None,
     timeout: float,
+    options: tuple[str, ...],
     paths: StatePaths,
 ) -> None:
     """Run harness NAME headless on INSTRUCTION through the interceptor at --base-url."""
-    from rollstream.harnesses.install import executable
-
+    pairs = [option.partition("=") for option in options]
+    if any(not sep or not key for key, sep, _ in pairs):
+        raise click.BadParameter("options are KEY=VALUE", param_hint="--option")
     session = session or f"{name}-{uuid.uuid4().hex[:12]}"
-    ctx = HarnessContext(base_url.rstrip("/"), session, model, instruction)
-    launch = preset(name).launch(ctx, executable(name, paths.cache_dir))
+    ctx = HarnessContext(
+        base_url.rstrip("/"), session, model, instruction, {k: v for k, _, v in pairs}
+    )
+    launch = preset(name).launch(ctx, resolve_executable(name, paths.cache_dir))
     root = Path(tempfile.mkdtemp(prefix=f"rollstream-{name}-"))
     work = workdir or root / "work"
     result = asyncio.run(run_harness(launch, root / "home", work, root / "logs", timeout))

@@ -8,16 +8,23 @@ session's HOME. Running it is ``runner``'s job; the rollout node reuses the same
 from __future__ import annotations
 
 import json
+import re
+import shlex
+import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from rollstream.errors import ConfigurationError
+from rollstream.harnesses.install import PACKAGES
+from rollstream.harnesses.install import executable as installed_executable
 from rollstream.schemas import ApiKind
 
 #: The environment variable every preset passes the session id in (also the API key).
 SESSION_ENV = "ROLLSTREAM_SESSION"
 BASE_URL_ENV = "ROLLSTREAM_BASE_URL"
+MODEL_ENV = "ROLLSTREAM_MODEL"
 
 
 @dataclass(frozen=True)
@@ -28,6 +35,9 @@ class HarnessContext:
     session: str
     model: str
     instruction: str
+    #: Per-task parameters of presets that need them (``command``, ``python``), e.g. from the
+    #: task's ``harness.*`` metadata; the npm harnesses ignore them.
+    options: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -156,7 +166,67 @@ class Pi:
         return HarnessLaunch(argv, _env(ctx, PI_OFFLINE="1"), {".pi/agent/models.json": models})
 
 
-PRESETS: dict[str, Preset] = {p.name: p for p in (ClaudeCode(), Codex(), QwenCode(), Pi())}
+def _option(ctx: HarnessContext, preset_name: str, key: str) -> str:
+    value = ctx.options.get(key, "").strip()
+    if not value:
+        raise ConfigurationError(
+            f"the {preset_name} harness needs the option {key!r} (task metadata 'harness.{key}')"
+        )
+    return value
+
+
+class Command:
+    """Any command line, run by bash in the workspace; ``{instruction}`` is substituted quoted.
+
+    ``executable`` is bash. Plain ``bash -c``, not a login shell: on Debian, /etc/profile resets
+    PATH for root and would hide the node's virtualenv and tools from the command. The command
+    reads the interceptor's URL and its API key (the session id) from the environment.
+    """
+
+    name = "command"
+    api = ApiKind.CHAT_COMPLETIONS  # nominal: a command may speak any API the interceptor knows
+
+    def launch(self, ctx: HarnessContext, executable: Path) -> HarnessLaunch:
+        """``bash -c COMMAND`` with ``{instruction}`` replaced by the shell-quoted instruction."""
+        # str.replace, not str.format: command lines are full of braces (awk, jq, ${VAR}).
+        command = _option(ctx, self.name, "command")
+        command = command.replace("{instruction}", shlex.quote(ctx.instruction))
+        return HarnessLaunch([str(executable), "-c", command], _env(ctx, **{MODEL_ENV: ctx.model}))
+
+
+_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class Python:
+    """An async Python function ``(base_url, session, instruction, workdir) -> int | None``.
+
+    It runs in a child process (``rollstream.harnesses.python_entry``), so timeouts and
+    cancellation kill it like any other harness. ``executable`` is the Python to run it with.
+    Option ``function`` is its import path ``module:function``; option ``pythonpath`` (``:``-
+    separated) is prepended to the child's ``PYTHONPATH``, since the runner passes the node's
+    own environment through only in part.
+    """
+
+    name = "python"
+    api = ApiKind.CHAT_COMPLETIONS  # nominal, as for ``command``
+
+    def launch(self, ctx: HarnessContext, executable: Path) -> HarnessLaunch:
+        """``python -m rollstream.harnesses.python_entry module:function INSTRUCTION``."""
+        function = _option(ctx, self.name, "function")
+        if not _IMPORT_PATH.match(function):
+            raise ConfigurationError(
+                f"the python harness needs an import path module:function, not {function!r}"
+            )
+        argv = [str(executable), "-m", "rollstream.harnesses.python_entry", function]
+        env = _env(ctx, **{MODEL_ENV: ctx.model})
+        if ctx.options.get("pythonpath"):
+            env["PYTHONPATH"] = ctx.options["pythonpath"]
+        return HarnessLaunch([*argv, ctx.instruction], env)
+
+
+PRESETS: dict[str, Preset] = {
+    p.name: p for p in (ClaudeCode(), Codex(), QwenCode(), Pi(), Command(), Python())
+}
 
 
 def preset(name: str) -> Preset:
@@ -165,3 +235,18 @@ def preset(name: str) -> Preset:
         return PRESETS[name]
     except KeyError:
         raise ConfigurationError(f"unknown harness {name!r}; known: {', '.join(PRESETS)}") from None
+
+
+def resolve_executable(name: str, cache_dir: Path) -> Path:
+    """The program preset ``name`` launches: the npm install's, bash, or this Python."""
+    if name in PACKAGES:
+        return installed_executable(name, cache_dir)
+    if name == Command.name:
+        bash = shutil.which("bash")
+        if bash is None:
+            raise ConfigurationError("the command harness needs bash on PATH")
+        return Path(bash)
+    if name == Python.name:
+        return Path(sys.executable)
+    preset(name)  # raises the error naming the known presets
+    raise ConfigurationError(f"no executable known for harness {name!r}")

@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 
 from rollstream.errors import ConfigurationError
-from rollstream.harnesses.presets import PRESETS, SESSION_ENV, HarnessContext, preset
+from rollstream.harnesses import python_entry as entry
+from rollstream.harnesses.install import PACKAGES
+from rollstream.harnesses.presets import (
+    BASE_URL_ENV,
+    PRESETS,
+    SESSION_ENV,
+    HarnessContext,
+    preset,
+    resolve_executable,
+)
 from rollstream.schemas import ApiKind
 
 CTX = HarnessContext("http://127.0.0.1:8100", "sess-1", "served", "Fix the bug.")
@@ -16,10 +25,12 @@ EXE = Path("/opt/bin/harness")
 
 
 def test_every_preset_passes_session_and_base_url_and_the_instruction() -> None:
+    options = {"command": "run {instruction}", "function": "pkg.mod:agent"}
+    ctx = HarnessContext(CTX.base_url, CTX.session, CTX.model, CTX.instruction, options)
     for name, p in PRESETS.items():
-        launch = p.launch(CTX, EXE)
+        launch = p.launch(ctx, EXE)
         assert launch.argv[0] == str(EXE), name
-        assert "Fix the bug." in launch.argv, name
+        assert any("Fix the bug." in arg for arg in launch.argv), name
         assert launch.env[SESSION_ENV] == "sess-1"
         assert launch.env["ROLLSTREAM_BASE_URL"] == "http://127.0.0.1:8100"
 
@@ -62,3 +73,60 @@ def test_pi_gets_a_provider_file_in_home() -> None:
 def test_unknown_preset_names_the_known_ones() -> None:
     with pytest.raises(ConfigurationError, match="claude-code, codex, qwen-code, pi"):
         preset("cursor")
+
+
+def _ctx(**options: str) -> HarnessContext:
+    return HarnessContext("http://127.0.0.1:8100", "sess-1", "served", "Fix 'it' $now", options)
+
+
+def test_command_runs_the_task_command_with_the_instruction_shell_quoted() -> None:
+    bash = Path("/bin/bash")
+    launch = preset("command").launch(_ctx(command="agent --task {instruction} | tee log"), bash)
+    assert launch.argv[:2] == ["/bin/bash", "-c"]
+    assert launch.argv[2] == "agent --task 'Fix '\"'\"'it'\"'\"' $now' | tee log"
+    assert launch.env["ROLLSTREAM_BASE_URL"] == "http://127.0.0.1:8100"
+    assert launch.env[SESSION_ENV] == "sess-1" and launch.env["ROLLSTREAM_MODEL"] == "served"
+
+
+def test_command_keeps_other_braces_and_needs_a_command() -> None:
+    launch = preset("command").launch(_ctx(command="awk '{print $1}' f; echo ${HOME}"), EXE)
+    assert launch.argv[2] == "awk '{print $1}' f; echo ${HOME}"
+    with pytest.raises(ConfigurationError, match=r"harness\.command"):
+        preset("command").launch(_ctx(), EXE)
+
+
+def test_python_runs_the_function_in_a_child_entry_module() -> None:
+    launch = preset("python").launch(_ctx(function="agents.mine:solve", pythonpath="/src"), EXE)
+    assert launch.argv == [
+        str(EXE),
+        "-m",
+        "rollstream.harnesses.python_entry",
+        "agents.mine:solve",
+        "Fix 'it' $now",
+    ]
+    assert launch.env["PYTHONPATH"] == "/src" and launch.env[SESSION_ENV] == "sess-1"
+
+
+@pytest.mark.parametrize("function", ["", "agents.mine", "agents mine:solve", "a:b:c"])
+def test_python_needs_an_import_path(function: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"function|import path"):
+        preset("python").launch(_ctx(function=function), EXE)
+
+
+def test_python_entry_refuses_what_is_not_an_async_function(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert entry.main(["json:dumps", "x"]) == 2
+    assert "not an async function" in capsys.readouterr().err
+    assert entry.main(["only-one-argument"]) == 2
+    # The entry spells the variable names out to start fast; they must stay the presets'.
+    assert (entry.SESSION_ENV, entry.BASE_URL_ENV) == (SESSION_ENV, BASE_URL_ENV)
+
+
+def test_executables_of_command_and_python_need_no_install(tmp_path: Path) -> None:
+    assert resolve_executable("command", tmp_path).name == "bash"
+    assert resolve_executable("python", tmp_path).exists()
+    with pytest.raises(ConfigurationError, match="not installed"):
+        resolve_executable(next(iter(PACKAGES)), tmp_path)
+    with pytest.raises(ConfigurationError, match="unknown harness"):
+        resolve_executable("cursor", tmp_path)

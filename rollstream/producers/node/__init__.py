@@ -1,0 +1,12 @@
+"""The rollout node: tasks in, harness sessions out, runtimes pre-warmed.
+
+- ``settings``: ``NodeSettings`` (``ROLLSTREAM_NODE_*``).
+- ``workspace``: a task's files materialized in a directory, a git baseline, the diff after.
+- ``runtime``: where a session runs (``LocalRuntime``; ``DockerRuntime``, a stub for now).
+- ``session``: one sample of a task through init, run, post-run and teardown, emitting
+  SessionStarted and SessionEnded.
+- ``pool``: ``NodeScheduler``, the stages with their own worker pools and pre-warming.
+
+Kafka and the HTTP API sit on top: they hand tasks to the scheduler and give it ``emit`` (the
+publisher) and ``calls_of`` (the interceptor's call count per session).
+"""

@@ -1,0 +1,58 @@
+"""Settings of the rollout node (``ROLLSTREAM_NODE_*``)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class NodeSettings(BaseSettings):
+    """How many sessions run in each stage, how far init runs ahead, what is kept."""
+
+    model_config = SettingsConfigDict(env_prefix="ROLLSTREAM_NODE_", frozen=True, extra="ignore")
+
+    max_init: int = Field(
+        default=4, ge=1, description="Sessions initializing at once (runtime, workspace, setup)."
+    )
+    max_run: int = Field(default=8, ge=1, description="Harnesses running at once.")
+    max_post: int = Field(
+        default=4, ge=1, description="Sessions in post-run at once (diff, call count, records)."
+    )
+    prewarm: int = Field(
+        default=4,
+        ge=0,
+        description="Initialized sessions that may wait ready for a run slot; 0: init starts "
+        "only when a run slot is free.",
+    )
+    keep_workdirs: bool = Field(
+        default=False, description="Keep each session's directory after teardown (debugging)."
+    )
+    work_root: Path | None = Field(
+        default=None, description="Where session directories are made; default: the temp dir."
+    )
+    diff_max_bytes: int = Field(
+        default=256 * 1024, ge=0, description="Largest workspace diff artifact; longer: truncated."
+    )
+    log_tail_bytes: int = Field(
+        default=8 * 1024, ge=0, description="Bytes of the harness's stdout and stderr kept."
+    )
+    base_url: str = Field(
+        default="http://127.0.0.1:8100",
+        description="The interceptor's root URL (without /v1) the harnesses are pointed at.",
+    )
+    model: str = Field(
+        default="rollstream-tiny", description="Model name the harnesses ask for by default."
+    )
+    runtime: Literal["local", "docker"] = Field(
+        default="local", description="Where sessions run: local directories or docker."
+    )
+    docker_image: str = Field(
+        default="python:3.12-slim", description="Image of the docker runtime's containers."
+    )
+    node_id: str = Field(
+        default_factory=socket.gethostname, description="This node's name in SessionStarted."
+    )
