@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -67,3 +70,21 @@ async def behind(consumer: AIOKafkaConsumer, end: dict[TopicPartition, int]) -> 
         if await consumer.position(tp) < offset:
             return True
     return False
+
+
+@contextlib.contextmanager
+def ordinary_tasks() -> Iterator[None]:
+    """Suspend an eager task factory on the running loop while a Kafka client starts.
+
+    mitmproxy runs its master with ``asyncio.eager_task_factory`` on the whole loop; aiokafka's
+    group coordinator starts its routine task in ``__init__`` before the attributes that routine
+    reads exist, which only works when tasks start later. A process hosting both (the tests,
+    an all-in-one stack) starts its consumers inside this.
+    """
+    loop = asyncio.get_running_loop()
+    factory = loop.get_task_factory()
+    loop.set_task_factory(None)
+    try:
+        yield
+    finally:
+        loop.set_task_factory(factory)

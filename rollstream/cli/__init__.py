@@ -52,6 +52,7 @@ def _register() -> None:
         harness,
         interceptor,
         kafka,
+        node,
         reconstruct,
         replay,
         smoke,
@@ -70,6 +71,8 @@ def _register() -> None:
     cli.add_command(reconstruct.reconstruct)
     cli.add_command(replay.replay)
     cli.add_command(check.check)
+    cli.add_command(node.node)
+    cli.add_command(node.run)
     cli.add_command(ablate.ablate)
 
 

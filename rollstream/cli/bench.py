@@ -9,6 +9,7 @@ import click
 
 from rollstream.bench.backend import BackendBenchConfig, run_backend_bench
 from rollstream.bench.interceptor import InterceptorBenchConfig, run_interceptor_bench
+from rollstream.bench.node import NodeBenchConfig, run_node_bench
 from rollstream.bench.reconstruct import ReconstructBenchConfig, run_reconstruct_bench
 from rollstream.bench.report import record, write_markdown
 from rollstream.cli.options import settings_options
@@ -193,6 +194,100 @@ def reconstruct(
     click.echo("reconstruct: throughput per process, then end to end through Kafka")
     result = asyncio.run(run())
     data = record(json_path, "reconstruct", result)
+    write_markdown(data, markdown)
+    click.echo(f"results in {json_path}, summary in {markdown}")
+
+
+@bench.command(name="node")
+@_output_options
+@click.option(
+    "--sessions",
+    type=click.IntRange(1, 3000),
+    default=NodeBenchConfig.sessions,
+    show_default=True,
+    help="Sessions per round and mode (one task's samples, submitted at once).",
+)
+@click.option("--rounds", type=click.IntRange(1), default=NodeBenchConfig.rounds, show_default=True)
+@click.option(
+    "--max-init", type=click.IntRange(1), default=NodeBenchConfig.max_init, show_default=True
+)
+@click.option(
+    "--max-run", type=click.IntRange(1), default=NodeBenchConfig.max_run, show_default=True
+)
+@click.option(
+    "--max-post", type=click.IntRange(1), default=NodeBenchConfig.max_post, show_default=True
+)
+@click.option(
+    "--prewarm",
+    type=click.IntRange(1),
+    default=NodeBenchConfig.prewarm,
+    show_default=True,
+    help="Pre-warming of the mode compared with prewarm=0.",
+)
+@click.option(
+    "--setup-s",
+    type=click.FloatRange(0),
+    default=NodeBenchConfig.setup_s,
+    show_default=True,
+    help="Seconds the setup command sleeps (init cost).",
+)
+@click.option(
+    "--run-s",
+    type=click.FloatRange(0),
+    default=NodeBenchConfig.run_s,
+    show_default=True,
+    help="Seconds the harness command sleeps.",
+)
+@click.option(
+    "--files",
+    type=click.IntRange(0),
+    default=NodeBenchConfig.files,
+    show_default=True,
+    help="Inline workspace files per session.",
+)
+@click.option(
+    "--work-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where session directories go (default: the temp dir).",
+)
+def node(
+    json_path: Path,
+    markdown: Path,
+    sessions: int,
+    rounds: int,
+    max_init: int,
+    max_run: int,
+    max_post: int,
+    prewarm: int,
+    setup_s: float,
+    run_s: float,
+    files: int,
+    work_root: Path | None,
+) -> None:
+    """Sessions/minute of one node with the `command` harness, with and without pre-warming.
+
+    Local runtime, no Kafka: lifecycle records and call counts stay in the process.
+    """
+    config = NodeBenchConfig(
+        sessions=sessions,
+        rounds=rounds,
+        max_init=max_init,
+        max_run=max_run,
+        max_post=max_post,
+        prewarm=prewarm,
+        setup_s=setup_s,
+        run_s=run_s,
+        files=files,
+    )
+    click.echo(
+        f"node: {sessions} sessions per round, max_init={max_init} max_run={max_run}, "
+        f"prewarm=0 vs prewarm={prewarm}, {rounds} rounds"
+    )
+    if work_root is not None:
+        work_root.mkdir(parents=True, exist_ok=True)
+    result = asyncio.run(run_node_bench(config, click.echo, work_root))
+    data = record(json_path, "node", result)
     write_markdown(data, markdown)
     click.echo(f"results in {json_path}, summary in {markdown}")
 

@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from rollstream.backend.tokenizer import ChatTokenizer
-from rollstream.clients import make_consumer, make_producer
+from rollstream.clients import make_consumer, make_producer, ordinary_tasks
 from rollstream.consumers.reconstruct.buffers import (
     PartitionBuffers,
     SessionBuffer,
@@ -113,7 +113,8 @@ class Reconstructor:
             max_poll_records=self.settings.max_batch_records,
         )
         self._consumer.subscribe([self.names.events], listener=_Rebalance(self))
-        await self._consumer.start()
+        with ordinary_tasks():  # an interceptor may share this loop (see ordinary_tasks)
+            await self._consumer.start()
 
     async def stop(self) -> None:
         """Leave the group; open sessions are left to whoever takes the partitions next."""

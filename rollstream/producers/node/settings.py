@@ -56,3 +56,10 @@ class NodeSettings(BaseSettings):
     node_id: str = Field(
         default_factory=socket.gethostname, description="This node's name in SessionStarted."
     )
+    host: str = Field(default="127.0.0.1", description="Address of the node's HTTP API.")
+    port: int = Field(default=8200, ge=0, le=65535, description="Port of the HTTP API; 0: any.")
+    interceptor_admin: str = Field(
+        default="http://127.0.0.1:8101",
+        description="The interceptor's admin URL, asked how many calls each session made.",
+    )
+    group: str = Field(default="rollstream-node", description="Consumer group over the tasks.")

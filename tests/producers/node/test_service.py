@@ -1,0 +1,193 @@
+"""The node as a service: tasks through its API and Kafka, real harnesses, records in Kafka."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from rollstream.backend.server import Backend
+from rollstream.backend.settings import BackendSettings
+from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+from rollstream.harnesses.install import PACKAGES, install
+from rollstream.interceptor.proxy import Interceptor
+from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.producers.node.service import Node
+from rollstream.producers.node.settings import NodeSettings
+from rollstream.producers.publisher import PublisherSettings
+from rollstream.schemas import AvroRecord, CallRecord, SessionEnded, SessionStarted, TopicNames
+from rollstream.schemas.sessions import SessionStatus
+from rollstream.settings import KafkaSettings, StatePaths
+from tests.conftest import JAR_CACHE
+from tests.kafka_reading import read_records
+
+pytestmark = pytest.mark.integration
+
+SCENARIOS = """
+scenarios:
+  - name: solve
+    turns:
+      - text: I will create the file.
+        tool_call: {tool: shell, arguments: {command: "echo polar > hello.txt"}}
+      - tool_call: {tool: shell, arguments: {command: "cat hello.txt"}}
+      - text: Done. hello.txt contains polar.
+side_call_text: Coding session.
+"""
+MODEL = "rollstream-tiny"
+
+
+@pytest.fixture
+async def stack(
+    kafka_settings: KafkaSettings, rollstream_topics: TopicNames, tmp_path: Path
+) -> AsyncIterator[Node]:
+    scenarios = tmp_path / "scenarios.yaml"
+    scenarios.write_text(SCENARIOS)
+    backend = Backend(
+        BackendSettings(policy="scripted", scenarios=scenarios, max_model_len=262144),
+        ChatTokenizer(default_tokenizer_dir()),
+    )
+    server = TestServer(backend.app(), host="127.0.0.1")
+    await server.start_server()
+    paths = StatePaths(state_dir=tmp_path / "state", cache_dir=JAR_CACHE)
+    interceptor = Interceptor(
+        InterceptorSettings(
+            upstream=str(server.make_url("")).rstrip("/"),
+            port=0,
+            admin_port=0,
+            upstream_model=MODEL,
+        ),
+        kafka_settings,
+        PublisherSettings(),
+        paths,
+    )
+    await interceptor.start()
+    settings = NodeSettings(
+        port=0,
+        base_url=interceptor.url,
+        interceptor_admin=interceptor.admin_url,
+        model=MODEL,
+        max_init=2,
+        max_run=4,
+        node_id="test-node",
+    )
+    node = Node(settings, kafka_settings, PublisherSettings(), paths)
+    await node.start()
+    try:
+        yield node
+    finally:
+        await node.stop()
+        await interceptor.stop()
+        await server.close()
+
+
+async def _run_task(node: Node, task: dict[str, Any], timeout: float = 240) -> dict[str, Any]:
+    async with aiohttp.ClientSession(base_url=node.url) as http:
+        async with http.post("/tasks", json=task) as response:
+            assert response.status == 202, await response.text()
+            task_id = (await response.json())["task_id"]
+        async with asyncio.timeout(timeout):
+            while True:
+                async with http.get(f"/tasks/{task_id}") as reply:
+                    if reply.status == 200:
+                        state: dict[str, Any] = await reply.json()
+                        if state["done"] and len(state["sessions"]) == task["samples"]:
+                            return state
+                await asyncio.sleep(0.3)
+
+
+async def _events(settings: KafkaSettings, until: int, task_id: str) -> list[AvroRecord]:
+    def of_task(record: AvroRecord) -> bool:
+        return str(getattr(record, "session_id", "")).startswith(task_id)
+
+    return await read_records(
+        settings,
+        TopicNames(settings.topic_prefix).events,
+        AvroRecord,
+        until,
+        where=of_task,
+        settle_s=1.0,
+    )
+
+
+@pytest.mark.parametrize("harness", list(PACKAGES))
+async def test_a_task_with_samples_ends_with_their_sessions_and_every_call_counted(
+    harness: str, stack: Node, kafka_settings: KafkaSettings
+) -> None:
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed: the real harnesses cannot be installed")
+    install(JAR_CACHE)
+    task_id = f"t-{harness}"
+    task = {
+        "task_id": task_id,
+        "group_id": f"g-{harness}",
+        "instruction": "Create hello.txt containing polar.",
+        "samples": 2,
+        "harness": harness,
+        "workspace": {"kind": "inline", "files": {"README.md": "a task\n"}},
+        "agent_timeout_s": 180,
+    }
+    state = await _run_task(stack, task)
+    assert [s["status"] for s in state["sessions"]] == ["completed", "completed"], state
+
+    # Each session: started, its calls, ended; the count it reports is the calls in Kafka.
+    expected = sum(2 + s["call_count"] for s in state["sessions"])
+    records = await _events(kafka_settings, expected, task_id)
+    assert len(records) == expected
+    for view in state["sessions"]:
+        mine = [r for r in records if getattr(r, "session_id", None) == view["session_id"]]
+        calls = [r for r in mine if isinstance(r, CallRecord)]
+        [started] = [r for r in mine if isinstance(r, SessionStarted)]
+        [ended] = [r for r in mine if isinstance(r, SessionEnded)]
+        assert ended.call_count == len(calls) >= 3
+        assert all(c.completion_token_ids for c in calls)
+        assert started.node_id == "test-node" and started.group_id == f"g-{harness}"
+        assert ended.status is SessionStatus.COMPLETED and ended.exit_code == 0
+        [diff] = [a for a in ended.artifacts if a.name == "workspace.diff"]
+        assert b"+++ b/hello.txt" in diff.content and b"+polar" in diff.content
+
+
+async def test_bad_tasks_are_refused_and_a_cancelled_task_ends_cancelled(
+    stack: Node, kafka_settings: KafkaSettings
+) -> None:
+    async with aiohttp.ClientSession(base_url=stack.url) as http:
+        async with http.post("/tasks", data="samples: [not, a, number]") as response:
+            assert response.status == 400 and "invalid task" in await response.text()
+        async with http.get("/tasks/nope") as response:
+            assert response.status == 404
+        task = {
+            "task_id": "t-cancel",
+            "instruction": "wait",
+            "samples": 2,
+            "harness": "command",
+            "metadata": {"harness.command": "sleep 300"},
+        }
+        async with http.post("/tasks", json=task) as response:
+            assert response.status == 202
+        async with asyncio.timeout(60):
+            while True:  # both running
+                async with http.get("/tasks/t-cancel") as reply:
+                    if reply.status == 200:
+                        stages = [s["stage"] for s in (await reply.json())["sessions"]]
+                        if stages == ["run", "run"]:
+                            break
+                await asyncio.sleep(0.2)
+        async with http.delete("/tasks/t-cancel") as response:
+            assert (await response.json())["cancelled"] == 2
+        async with asyncio.timeout(30):
+            while True:
+                async with http.get("/tasks/t-cancel") as reply:
+                    state = await reply.json()
+                    if state["done"]:
+                        break
+                await asyncio.sleep(0.2)
+        assert [s["status"] for s in state["sessions"]] == ["cancelled", "cancelled"]
+        async with http.get("/metrics") as response:
+            assert "rollstream_node_tasks_total 1" in await response.text()
+    ended = [r for r in await _events(kafka_settings, 4, "t-cancel") if isinstance(r, SessionEnded)]
+    assert [e.status for e in ended] == [SessionStatus.CANCELLED] * 2
