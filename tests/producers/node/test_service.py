@@ -11,10 +11,12 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
+from click.testing import CliRunner, Result
 
 from rollstream.backend.server import Backend
 from rollstream.backend.settings import BackendSettings
 from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+from rollstream.cli import cli
 from rollstream.harnesses.install import PACKAGES, install
 from rollstream.interceptor.proxy import Interceptor
 from rollstream.interceptor.settings import InterceptorSettings
@@ -191,3 +193,26 @@ async def test_bad_tasks_are_refused_and_a_cancelled_task_ends_cancelled(
             assert "rollstream_node_tasks_total 1" in await response.text()
     ended = [r for r in await _events(kafka_settings, 4, "t-cancel") if isinstance(r, SessionEnded)]
     assert [e.status for e in ended] == [SessionStatus.CANCELLED] * 2
+
+
+async def test_rollstream_run_submits_follows_and_summarises(stack: Node, tmp_path: Path) -> None:
+    task_file = tmp_path / "task.yaml"
+    task_file.write_text(
+        "task_id: t-run\ninstruction: hello\nsamples: 3\nharness: command\n"
+        "metadata:\n  harness.command: echo {instruction} > out.txt\n"
+    )
+    runner = CliRunner()
+
+    def run(*args: str) -> Result:  # the command runs its own event loop
+        return runner.invoke(cli, ["run", "--task", str(task_file), "--node", stack.url, *args])
+
+    result = await asyncio.to_thread(run, "--samples", "2")
+    assert result.exit_code == 0, result.output
+    assert "submitted t-run (2 samples)" in result.output
+    assert "t-run: sessions 2 completed; 0 calls recorded" in result.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- not a mapping\n")
+    refused = await asyncio.to_thread(
+        runner.invoke, cli, ["run", "--task", str(bad), "--node", stack.url]
+    )
+    assert refused.exit_code == 1 and "must be a mapping" in refused.output
