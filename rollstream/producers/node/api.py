@@ -7,6 +7,7 @@ any node of the group may take it; ``GET`` and ``DELETE`` act on the sessions th
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -15,7 +16,9 @@ from pydantic import ValidationError
 
 from rollstream.clients import make_producer
 from rollstream.errors import RollstreamError
-from rollstream.producers.node.session import Session
+from rollstream.harnesses.presets import HarnessContext, preset
+from rollstream.producers.node.session import Session, harness_options
+from rollstream.producers.node.workspace import WorkspaceError, check_workspace
 from rollstream.schemas import Task, utcnow
 
 if TYPE_CHECKING:
@@ -30,7 +33,18 @@ def task_from_document(doc: Any) -> Task:
     doc.setdefault("task_id", f"task-{uuid.uuid4().hex[:10]}")
     doc.setdefault("group_id", doc["task_id"])
     doc.setdefault("submitted_at", utcnow())
-    return Task.model_validate(doc)
+    task = Task.model_validate(doc)
+    # Refuse here what would only fail in a node's init stage later: an unknown harness, a
+    # preset option missing, a workspace path escaping the workspace.
+    try:
+        check_workspace(task.workspace)
+        context = HarnessContext(
+            "http://check", "check", "check", task.instruction, harness_options(task)
+        )
+        preset(task.harness).launch(context, Path("/bin/true"))
+    except (RollstreamError, WorkspaceError) as exc:
+        raise ValueError(str(exc)) from exc
+    return task
 
 
 def session_view(session: Session) -> dict[str, Any]:

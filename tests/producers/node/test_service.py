@@ -160,6 +160,18 @@ async def test_bad_tasks_are_refused_and_a_cancelled_task_ends_cancelled(
     async with aiohttp.ClientSession(base_url=stack.url) as http:
         async with http.post("/tasks", data="samples: [not, a, number]") as response:
             assert response.status == 400 and "invalid task" in await response.text()
+        refused = [
+            {"instruction": "x", "harness": "cursor"},  # no such harness
+            {"instruction": "x", "harness": "command"},  # its command option is missing
+            {
+                "instruction": "x",
+                "harness": "pi",
+                "workspace": {"kind": "inline", "files": {"../x": "y"}},
+            },
+        ]
+        for doc in refused:
+            async with http.post("/tasks", json=doc) as response:
+                assert response.status == 400, doc
         async with http.get("/tasks/nope") as response:
             assert response.status == 404
         task = {
