@@ -2,7 +2,7 @@
 
 - ``settings``: ``NodeSettings`` (``ROLLSTREAM_NODE_*``).
 - ``workspace``: a task's files materialized in a directory, a git baseline, the diff after.
-- ``runtime``: where a session runs (``LocalRuntime``; ``DockerRuntime``, a stub for now).
+- ``runtime``: where a session runs (``LocalRuntime``; ``DockerRuntime``, a container per session).
 - ``session``: one sample of a task through init, run, post-run and teardown, emitting
   SessionStarted and SessionEnded.
 - ``pool``: ``NodeScheduler``, the stages with their own worker pools and pre-warming.

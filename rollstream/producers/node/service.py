@@ -68,7 +68,8 @@ class Node:
         self.publisher = CapturePublisher(
             kafka, publisher or PublisherSettings(), self.names.events, spool
         )
-        runner = SessionRunner(settings, make_runtime(settings), self._emit, self._calls_of)
+        self.runtime = make_runtime(settings)
+        runner = SessionRunner(settings, self.runtime, self._emit, self._calls_of)
         self.scheduler = NodeScheduler(runner, settings)
         self.tasks_seen = 0
         self._consumer: AIOKafkaConsumer | None = None
@@ -105,6 +106,7 @@ class Node:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._intake
         await self.scheduler.close()
+        await self.runtime.close()
         for watcher in list(self._watchers):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await watcher

@@ -53,6 +53,11 @@ class NodeSettings(BaseSettings):
     docker_image: str = Field(
         default="python:3.12-slim", description="Image of the docker runtime's containers."
     )
+    docker_network: str = Field(
+        default="host",
+        description="Network mode of the docker runtime's containers; 'host' lets the harness "
+        "reach the interceptor at base_url on this machine.",
+    )
     node_id: str = Field(
         default_factory=socket.gethostname, description="This node's name in SessionStarted."
     )

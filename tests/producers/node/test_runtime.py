@@ -1,4 +1,4 @@
-"""Runtimes: the local sandbox's directories, setup commands, teardown; docker's stub."""
+"""Runtimes: the local sandbox's directories, setup commands, teardown; docker's availability."""
 
 from __future__ import annotations
 
