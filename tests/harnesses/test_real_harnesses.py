@@ -8,49 +8,31 @@ it served, independently of the interceptor.
 
 from __future__ import annotations
 
-import shutil
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from aiohttp.test_utils import TestServer
 
 from rollstream.backend.policies.base import Generation, GenerationRequest, Policy
 from rollstream.backend.policies.scripted import ScriptedGeneration, ScriptedPolicy
-from rollstream.backend.scenarios import load_scenarios
-from rollstream.backend.server import Backend
-from rollstream.backend.settings import BackendSettings
-from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+from rollstream.backend.scenarios import ScenarioFile
+from rollstream.backend.tokenizer import ChatTokenizer
 from rollstream.consumers.reconstruct.calls import resolve_calls
 from rollstream.consumers.reconstruct.checker import check_segments
 from rollstream.consumers.reconstruct.strategies import StrategyContext, get_strategy
-from rollstream.harnesses.install import PACKAGES, install
+from rollstream.harnesses.install import PACKAGES
 from rollstream.harnesses.presets import PRESETS, HarnessContext
 from rollstream.harnesses.runner import run_harness
 from rollstream.interceptor.proxy import Interceptor
-from rollstream.interceptor.settings import InterceptorSettings
-from rollstream.producers.publisher import PublisherSettings
 from rollstream.schemas import CallRecord, CallStatus, TopicNames, resolve_prompt
 from rollstream.schemas.packed import TokenIds
-from rollstream.settings import KafkaSettings, StatePaths
-from tests.conftest import JAR_CACHE
+from rollstream.settings import KafkaSettings
+from tests.harness_stack import MODEL, harnesses_installed, scripted_interceptor
 from tests.kafka_reading import read_records
 
 pytestmark = pytest.mark.integration
-
-SCENARIOS = """
-scenarios:
-  - name: solve
-    turns:
-      - text: I will create the file.
-        tool_call: {tool: shell, arguments: {command: "echo polar > hello.txt"}}
-      - tool_call: {tool: shell, arguments: {command: "cat hello.txt"}}
-      - text: Done. hello.txt contains polar.
-side_call_text: Coding session.
-"""
-MODEL = "rollstream-tiny"
 
 
 @dataclass
@@ -78,9 +60,7 @@ class WitnessPolicy:
 
 @pytest.fixture(scope="module")
 def harness_bin() -> Path:
-    if shutil.which("npm") is None:
-        pytest.skip("npm is not installed: the real harnesses cannot be installed")
-    return install(JAR_CACHE)  # done by `make test` already; idempotent
+    return harnesses_installed()
 
 
 @dataclass
@@ -89,38 +69,18 @@ class Stack:
     witness: WitnessPolicy
 
 
-@pytest.fixture(scope="module")
-def _scenarios(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    path = tmp_path_factory.mktemp("scenarios") / "solve.yaml"
-    path.write_text(SCENARIOS)
-    yield path
-
-
 @pytest.fixture
 async def stack(
-    kafka_settings: KafkaSettings, rollstream_topics: TopicNames, _scenarios: Path, tmp_path: Path
+    kafka_settings: KafkaSettings, rollstream_topics: TopicNames, tmp_path: Path
 ) -> AsyncIterator[Stack]:
-    tokenizer = ChatTokenizer(default_tokenizer_dir())
-    # The harnesses' system prompts and tool lists are long in this small vocabulary
-    # (Claude Code: 64k tokens), so the context is made large enough.
-    settings = BackendSettings(policy="scripted", model=MODEL, max_model_len=262144)
-    witness = WitnessPolicy(ScriptedPolicy(tokenizer, load_scenarios(_scenarios)))
-    policy: Policy = witness
-    server = TestServer(Backend(settings, tokenizer, policy).app(), host="127.0.0.1")
-    await server.start_server()
-    upstream = str(server.make_url("")).rstrip("/")
-    interceptor = Interceptor(
-        InterceptorSettings(upstream=upstream, port=0, admin_port=0, upstream_model=MODEL),
-        kafka_settings,
-        PublisherSettings(),
-        StatePaths(state_dir=tmp_path / "state"),
-    )
-    await interceptor.start()
-    try:
-        yield Stack(interceptor, witness)
-    finally:
-        await interceptor.stop()
-        await server.close()
+    witnesses: list[WitnessPolicy] = []
+
+    def witness(tokenizer: ChatTokenizer, scenarios: ScenarioFile) -> Policy:
+        witnesses.append(WitnessPolicy(ScriptedPolicy(tokenizer, scenarios)))
+        return witnesses[-1]
+
+    async with scripted_interceptor(kafka_settings, tmp_path / "state", witness) as interceptor:
+        yield Stack(interceptor, witnesses[0])
 
 
 async def _session_records(

@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
 from click.testing import CliRunner, Result
 
-from rollstream.backend.server import Backend
-from rollstream.backend.settings import BackendSettings
-from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
 from rollstream.cli import cli
-from rollstream.harnesses.install import PACKAGES, install
-from rollstream.interceptor.proxy import Interceptor
-from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.harnesses.install import PACKAGES
 from rollstream.producers.node.service import Node
 from rollstream.producers.node.settings import NodeSettings
 from rollstream.producers.publisher import PublisherSettings
@@ -27,65 +20,33 @@ from rollstream.schemas import AvroRecord, CallRecord, SessionEnded, SessionStar
 from rollstream.schemas.sessions import SessionStatus
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.conftest import JAR_CACHE
+from tests.harness_stack import MODEL, harnesses_installed, scripted_interceptor
 from tests.kafka_reading import read_records
 
 pytestmark = pytest.mark.integration
-
-SCENARIOS = """
-scenarios:
-  - name: solve
-    turns:
-      - text: I will create the file.
-        tool_call: {tool: shell, arguments: {command: "echo polar > hello.txt"}}
-      - tool_call: {tool: shell, arguments: {command: "cat hello.txt"}}
-      - text: Done. hello.txt contains polar.
-side_call_text: Coding session.
-"""
-MODEL = "rollstream-tiny"
 
 
 @pytest.fixture
 async def stack(
     kafka_settings: KafkaSettings, rollstream_topics: TopicNames, tmp_path: Path
 ) -> AsyncIterator[Node]:
-    scenarios = tmp_path / "scenarios.yaml"
-    scenarios.write_text(SCENARIOS)
-    backend = Backend(
-        BackendSettings(policy="scripted", scenarios=scenarios, max_model_len=262144),
-        ChatTokenizer(default_tokenizer_dir()),
-    )
-    server = TestServer(backend.app(), host="127.0.0.1")
-    await server.start_server()
     paths = StatePaths(state_dir=tmp_path / "state", cache_dir=JAR_CACHE)
-    interceptor = Interceptor(
-        InterceptorSettings(
-            upstream=str(server.make_url("")).rstrip("/"),
+    async with scripted_interceptor(kafka_settings, paths.state_dir) as interceptor:
+        settings = NodeSettings(
             port=0,
-            admin_port=0,
-            upstream_model=MODEL,
-        ),
-        kafka_settings,
-        PublisherSettings(),
-        paths,
-    )
-    await interceptor.start()
-    settings = NodeSettings(
-        port=0,
-        base_url=interceptor.url,
-        interceptor_admin=interceptor.admin_url,
-        model=MODEL,
-        max_init=2,
-        max_run=4,
-        node_id="test-node",
-    )
-    node = Node(settings, kafka_settings, PublisherSettings(), paths)
-    await node.start()
-    try:
-        yield node
-    finally:
-        await node.stop()
-        await interceptor.stop()
-        await server.close()
+            base_url=interceptor.url,
+            interceptor_admin=interceptor.admin_url,
+            model=MODEL,
+            max_init=2,
+            max_run=4,
+            node_id="test-node",
+        )
+        node = Node(settings, kafka_settings, PublisherSettings(), paths)
+        await node.start()
+        try:
+            yield node
+        finally:
+            await node.stop()
 
 
 async def _run_task(node: Node, task: dict[str, Any], timeout: float = 240) -> dict[str, Any]:
@@ -121,9 +82,7 @@ async def _events(settings: KafkaSettings, until: int, task_id: str) -> list[Avr
 async def test_a_task_with_samples_ends_with_their_sessions_and_every_call_counted(
     harness: str, stack: Node, kafka_settings: KafkaSettings
 ) -> None:
-    if shutil.which("npm") is None:
-        pytest.skip("npm is not installed: the real harnesses cannot be installed")
-    install(JAR_CACHE)
+    harnesses_installed()
     task_id = f"t-{harness}"
     task = {
         "task_id": task_id,

@@ -1,0 +1,85 @@
+"""The scripted reference backend behind an interceptor, as the real-harness tests use it."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestServer
+
+from rollstream.backend.policies.base import Policy
+from rollstream.backend.scenarios import ScenarioFile, load_scenarios
+from rollstream.backend.server import Backend
+from rollstream.backend.settings import BackendSettings
+from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+from rollstream.harnesses.install import install
+from rollstream.interceptor.proxy import Interceptor
+from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.producers.publisher import PublisherSettings
+from rollstream.settings import KafkaSettings, StatePaths
+from tests.conftest import JAR_CACHE
+
+#: Write hello.txt with the shell tool, read it back, answer: a three-turn tool task.
+SOLVE_SCENARIOS = """
+scenarios:
+  - name: solve
+    turns:
+      - text: I will create the file.
+        tool_call: {tool: shell, arguments: {command: "echo polar > hello.txt"}}
+      - tool_call: {tool: shell, arguments: {command: "cat hello.txt"}}
+      - text: Done. hello.txt contains polar.
+side_call_text: Coding session.
+"""
+MODEL = "rollstream-tiny"
+PolicyFactory = Callable[[ChatTokenizer, ScenarioFile], Policy]
+
+
+def harnesses_installed() -> Path:
+    """The harnesses' bin folder (installed by `make test` already); skip without npm."""
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed: the real harnesses cannot be installed")
+    return install(JAR_CACHE)
+
+
+def _write_scenarios(state_dir: Path) -> Path:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    scenarios = state_dir / "scenarios.yaml"
+    scenarios.write_text(SOLVE_SCENARIOS)
+    return scenarios
+
+
+@asynccontextmanager
+async def scripted_interceptor(
+    kafka: KafkaSettings, state_dir: Path, policy: PolicyFactory | None = None
+) -> AsyncIterator[Interceptor]:
+    """An interceptor (free ports) in front of the scripted backend serving SOLVE_SCENARIOS."""
+    scenarios = _write_scenarios(state_dir)
+    tokenizer = ChatTokenizer(default_tokenizer_dir())
+    # The harnesses' system prompts and tool lists are long in this small vocabulary
+    # (Claude Code: 64k tokens), so the context is made large enough.
+    settings = BackendSettings(
+        policy="scripted", scenarios=scenarios, model=MODEL, max_model_len=262144
+    )
+    served = policy(tokenizer, load_scenarios(scenarios)) if policy else None
+    server = TestServer(Backend(settings, tokenizer, served).app(), host="127.0.0.1")
+    await server.start_server()
+    interceptor = Interceptor(
+        InterceptorSettings(
+            upstream=str(server.make_url("")).rstrip("/"),
+            port=0,
+            admin_port=0,
+            upstream_model=MODEL,
+        ),
+        kafka,
+        PublisherSettings(),
+        StatePaths(state_dir=state_dir, cache_dir=JAR_CACHE),
+    )
+    await interceptor.start()
+    try:
+        yield interceptor
+    finally:
+        await interceptor.stop()
+        await server.close()
