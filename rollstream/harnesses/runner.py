@@ -88,8 +88,8 @@ async def run_harness(
         exit_code=None if timed_out else proc.returncode,
         timed_out=timed_out,
         duration_s=time.monotonic() - started,
-        stdout_tail=_tail(logs / "stdout"),
-        stderr_tail=_tail(logs / "stderr"),
+        stdout_tail=tail(logs / "stdout"),
+        stderr_tail=tail(logs / "stderr"),
     )
 
 
@@ -104,7 +104,10 @@ async def kill_group(proc: asyncio.subprocess.Process, grace_s: float = 5.0) -> 
     await proc.wait()
 
 
-def _tail(path: Path) -> str:
+def tail(path: Path) -> str:
+    """The last few kilobytes of a log file, decoded leniently (empty if there is none)."""
+    if not path.exists():
+        return ""
     with path.open("rb") as f:
         f.seek(max(path.stat().st_size - _TAIL_BYTES, 0))
         return f.read().decode(errors="replace")

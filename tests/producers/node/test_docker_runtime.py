@@ -12,13 +12,9 @@ import pytest
 
 from rollstream.errors import ConfigurationError
 from rollstream.harnesses.presets import HarnessLaunch
-from rollstream.producers.node import runtime as runtime_module
-from rollstream.producers.node.runtime import (
-    DockerRuntime,
-    SetupError,
-    make_runtime,
-    run_setup,
-)
+from rollstream.producers.node import docker as docker_module
+from rollstream.producers.node.docker import DockerRuntime
+from rollstream.producers.node.runtime import SetupError, make_runtime, run_setup
 from rollstream.producers.node.settings import NodeSettings
 from tests.producers.node.fake_docker import FakeContainer, FakeDocker
 
@@ -191,7 +187,7 @@ async def test_make_runtime_passes_image_network_and_prewarm(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakeDocker()
-    monkeypatch.setattr(runtime_module, "_docker_client", lambda: fake)
+    monkeypatch.setattr(docker_module, "_docker_client", lambda: fake)
     settings = NodeSettings(
         runtime="docker", docker_image="i:2", docker_network="bridge", prewarm=3, work_root=tmp_path
     )

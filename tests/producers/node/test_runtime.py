@@ -10,8 +10,8 @@ import pytest
 
 from rollstream.errors import ConfigurationError
 from rollstream.harnesses.presets import HarnessLaunch
+from rollstream.producers.node.docker import DockerRuntime
 from rollstream.producers.node.runtime import (
-    DockerRuntime,
     LocalRuntime,
     SetupError,
     make_runtime,
