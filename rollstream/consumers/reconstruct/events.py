@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from aiokafka import AIOKafkaConsumer
-from aiokafka.structs import TopicPartition
+from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from rollstream.clients import behind, make_consumer, topic_partitions
 from rollstream.errors import ConfigurationError, SerializationError
@@ -38,10 +38,10 @@ async def seek(
         consumer.seek(tp, offset.offset if offset is not None else end[tp])
 
 
-async def iter_values(
+async def iter_records(
     consumer: AIOKafkaConsumer, topic: str, since: datetime | None = None
-) -> AsyncIterator[bytes]:
-    """The values of ``topic`` from the beginning (or ``since``) up to its end seen at start.
+) -> AsyncIterator[ConsumerRecord]:
+    """The records of ``topic`` from the beginning (or ``since``) up to its end seen at start.
 
     Raises ConfigurationError when there is no such topic. Records without a value are skipped.
     """
@@ -55,7 +55,15 @@ async def iter_values(
         for tp, messages in (await consumer.getmany(timeout_ms=500, max_records=5000)).items():
             for message in messages:
                 if message.offset < end[tp] and message.value is not None:
-                    yield message.value
+                    yield message
+
+
+async def iter_values(
+    consumer: AIOKafkaConsumer, topic: str, since: datetime | None = None
+) -> AsyncIterator[bytes]:
+    """The values of :func:`iter_records`."""
+    async for message in iter_records(consumer, topic, since):
+        yield message.value
 
 
 @dataclass

@@ -14,7 +14,9 @@ from typing import Any
 
 from aiokafka.structs import TopicPartition
 
-from rollstream.clients import behind, make_consumer, topic_partitions
+from rollstream.clients import make_consumer
+from rollstream.consumers.reconstruct.events import iter_records
+from rollstream.errors import ConfigurationError
 from rollstream.settings import KafkaSettings
 
 
@@ -37,18 +39,12 @@ async def load_states(
     consumer = make_consumer(kafka)  # read_committed: only states of committed transactions
     await consumer.start()
     try:
-        partitions = await topic_partitions(consumer, state_topic)
-        if not partitions:
-            return found
-        consumer.assign(partitions)
-        await consumer.seek_to_beginning(*partitions)
-        end = await consumer.end_offsets(partitions)
-        while await behind(consumer, end):
-            for messages in (await consumer.getmany(timeout_ms=500)).values():
-                for message in messages:
-                    tp = wanted.get(message.key or b"")
-                    if tp is not None and message.value is not None:
-                        found[tp] = json.loads(message.value)
-        return found
+        async for message in iter_records(consumer, state_topic):
+            tp = wanted.get(message.key or b"")
+            if tp is not None and message.value is not None:
+                found[tp] = json.loads(message.value)
+    except ConfigurationError:
+        pass  # no state topic yet: nothing was ever emitted
     finally:
         await consumer.stop()
+    return found
