@@ -13,6 +13,7 @@ from rollstream.schemas.calls import (
     CallTimings,
     PromptTokens,
 )
+from rollstream.schemas.control import POLICY_VERSION_KEY, PolicyVersion
 from rollstream.schemas.deadletter import DeadLetter
 from rollstream.schemas.packed import Logprobs, LossMask, TokenIds
 from rollstream.schemas.prompts import encode_prompt, resolve_prompt
@@ -30,6 +31,7 @@ from rollstream.schemas.trajectories import (
 )
 
 __all__ = [
+    "POLICY_VERSION_KEY",
     "RECORD_MODELS",
     "ApiKind",
     "Artifact",
@@ -45,6 +47,7 @@ __all__ = [
     "KnownSchema",
     "Logprobs",
     "LossMask",
+    "PolicyVersion",
     "PromptTokens",
     "SchemaRegistry",
     "Scored",

@@ -21,6 +21,7 @@ import fastavro.schema
 from rollstream.errors import SerializationError, UnknownSchemaError
 from rollstream.schemas.base import AvroRecord
 from rollstream.schemas.calls import CallRecord
+from rollstream.schemas.control import PolicyVersion
 from rollstream.schemas.deadletter import DeadLetter
 from rollstream.schemas.sessions import SessionEnded, SessionStarted
 from rollstream.schemas.tasks import Task
@@ -34,6 +35,7 @@ RECORD_MODELS: tuple[type[AvroRecord], ...] = (
     Scored,
     Task,
     DeadLetter,
+    PolicyVersion,
 )
 
 

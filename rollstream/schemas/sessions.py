@@ -7,6 +7,7 @@ from enum import StrEnum
 from pydantic import AwareDatetime, Field
 
 from rollstream.schemas.base import AvroRecord, Model
+from rollstream.schemas.tasks import Task
 
 
 class SessionStatus(StrEnum):
@@ -38,6 +39,7 @@ class SessionStarted(_SessionRecord):
     node_id: str = ""
     started_at: AwareDatetime
     metadata: dict[str, str] = Field(default_factory=dict)
+    task: Task | None = None
 
 
 class Artifact(Model):

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from pydantic import AwareDatetime, Field, model_validator
 
 from rollstream.schemas.base import AvroRecord, Model
+from rollstream.schemas.blobs import decompress_json
 from rollstream.schemas.packed import Logprobs, LossMask, TokenIds
-from rollstream.schemas.sessions import SessionStatus
+from rollstream.schemas.sessions import Artifact, SessionStatus
+from rollstream.schemas.tasks import Task
 
 
 class TrajectoryStatus(StrEnum):
@@ -80,6 +83,26 @@ class Trajectory(AvroRecord):
     stats: TrajectoryStats
     policy_versions: list[int] = Field(default_factory=list)
     created_at: AwareDatetime
+    task: Task | None = None
+    artifacts: list[Artifact] = Field(default_factory=list)
+    messages: bytes | None = None
+    final_text: str = ""
+
+    def artifact(self, name: str) -> Artifact | None:
+        """The session's artifact called ``name`` (e.g. ``diff``), if it has one."""
+        return next((a for a in self.artifacts if a.name == name), None)
+
+    def decoded_messages(self) -> list[dict[str, Any]]:
+        """The last answered call's Chat messages and its answer, or [] when none was kept."""
+        if self.messages is None:
+            return []
+        decoded = decompress_json(self.messages)
+        return decoded if isinstance(decoded, list) else []
+
+    @property
+    def trainable_tokens(self) -> int:
+        """Tokens with loss mask 1 over every segment."""
+        return sum(s.trainable_tokens for s in self.segments)
 
 
 class Scored(AvroRecord):

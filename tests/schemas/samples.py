@@ -16,6 +16,7 @@ from rollstream.schemas import (
     EvaluatorSpec,
     Logprobs,
     LossMask,
+    PolicyVersion,
     PromptTokens,
     Scored,
     Segment,
@@ -57,6 +58,23 @@ CALL = CallRecord(
     ),
 )
 
+TASK = Task(
+    task_id="task-1",
+    group_id="group-1",
+    instruction="Fix the failing test.",
+    samples=4,
+    harness="pi",
+    workspace=Workspace(kind=WorkspaceKind.INLINE, files={"main.py": "print(1)\n"}),
+    setup=["pip install -e ."],
+    evaluator=EvaluatorSpec(kind="command", config={"command": "pytest -q", "timeout": "60"}),
+    init_timeout_s=120.0,
+    agent_timeout_s=600.0,
+    env={"PYTHONHASHSEED": "0"},
+    priority=2,
+    metadata={"suite": "demo"},
+    submitted_at=T0,
+)
+
 STARTED = SessionStarted(
     session_id="sess-1",
     task_id="task-1",
@@ -67,6 +85,7 @@ STARTED = SessionStarted(
     node_id="node-a",
     started_at=T0,
     metadata={"image": "python:3.12"},
+    task=TASK,
 )
 
 ENDED = SessionEnded(
@@ -127,6 +146,12 @@ TRAJECTORY = Trajectory(
     ),
     policy_versions=[6, 7],
     created_at=T1,
+    task=TASK,
+    artifacts=[Artifact(name="diff", content=b"+x\n", original_size=3)],
+    messages=compress_json(
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+    ),
+    final_text="ok",
 )
 
 SCORED = Scored(
@@ -136,23 +161,6 @@ SCORED = Scored(
     details={"exit_code": "1", "tail": "FAILED test_x"},
     error=None,
     scored_at=T1,
-)
-
-TASK = Task(
-    task_id="task-1",
-    group_id="group-1",
-    instruction="Fix the failing test.",
-    samples=4,
-    harness="pi",
-    workspace=Workspace(kind=WorkspaceKind.INLINE, files={"main.py": "print(1)\n"}),
-    setup=["pip install -e ."],
-    evaluator=EvaluatorSpec(kind="command", config={"command": "pytest -q", "timeout": "60"}),
-    init_timeout_s=120.0,
-    agent_timeout_s=600.0,
-    env={"PYTHONHASHSEED": "0"},
-    priority=2,
-    metadata={"suite": "demo"},
-    submitted_at=T0,
 )
 
 DEAD_LETTER = DeadLetter(
@@ -169,6 +177,8 @@ DEAD_LETTER = DeadLetter(
     failed_at=T1,
 )
 
+POLICY = PolicyVersion(version=8, published_at=T1, publisher="trainer-a", metadata={"step": "12"})
+
 SAMPLES: dict[str, AvroRecord] = {
-    r.avro_name: r for r in (CALL, STARTED, ENDED, TRAJECTORY, SCORED, TASK, DEAD_LETTER)
+    r.avro_name: r for r in (CALL, STARTED, ENDED, TRAJECTORY, SCORED, TASK, DEAD_LETTER, POLICY)
 }

@@ -48,7 +48,9 @@ def test_golden_bytes(serializer: AvroSerializer, name: str) -> None:
     encoded = serializer.encode(record)
     if UPDATE and not path.exists():
         path.write_bytes(encoded)
-    assert path.exists(), f"no golden file for the current {name}: rerun with UPDATE_GOLDEN=1"
+    assert path.exists(), (
+        f"no golden file for the current {name}: rerun with ROLLSTREAM_UPDATE_GOLDEN=1"
+    )
     assert encoded == path.read_bytes()
     assert encoded[:2] == MAGIC
     assert encoded[2:HEADER_LEN] == schema.fingerprint

@@ -15,6 +15,7 @@ from typing import Any
 
 from rollstream.backend.tokenizer import ChatTokenizer
 from rollstream.consumers.reconstruct.calls import resolve_calls
+from rollstream.consumers.reconstruct.conversation import conversation
 from rollstream.consumers.reconstruct.strategies import Strategy, StrategyContext
 from rollstream.schemas import (
     AvroRecord,
@@ -156,6 +157,7 @@ def build_trajectory(
     meta = buffer.ended or buffer.started
     reported = buffer.ended.call_count if buffer.ended is not None else 0
     result = strategy(calls, StrategyContext(tokenizer, reported))
+    messages, final_text = conversation(buffer.calls.values())
     return Trajectory(
         trajectory_id=f"{buffer.session_id}/{strategy_name}",
         session_id=buffer.session_id,
@@ -170,4 +172,8 @@ def build_trajectory(
         stats=result.stats,
         policy_versions=sorted({c.policy_version for c in buffer.calls.values()}),
         created_at=utcnow(),
+        task=buffer.started.task if buffer.started else None,
+        artifacts=buffer.ended.artifacts if buffer.ended else [],
+        messages=messages,
+        final_text=final_text,
     )

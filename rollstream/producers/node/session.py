@@ -286,6 +286,7 @@ class SessionRunner:
             node_id=self.settings.node_id,
             started_at=datetime.now(UTC),
             metadata=metadata,
+            task=session.task,
         )
         await self._emit(session.started)
 

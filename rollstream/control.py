@@ -1,0 +1,138 @@
+"""The control topic: trainers publish the policy version, the capture side follows it.
+
+A trainer calls :func:`publish_policy_version` after a weight update; the interceptor and the
+rollout nodes each run a :class:`PolicyWatcher` and stamp the latest version into the records
+they write from then on. The topic is compacted on the record kind, so a watcher starting late
+still finds the current version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
+
+from rollstream.clients import (
+    behind,
+    make_consumer,
+    make_producer,
+    ordinary_tasks,
+    topic_partitions,
+)
+from rollstream.errors import BrokerError, ConfigurationError, SerializationError
+from rollstream.schemas import POLICY_VERSION_KEY, AvroSerializer, PolicyVersion, TopicNames, utcnow
+from rollstream.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+
+async def publish_policy_version(
+    kafka: KafkaSettings,
+    version: int,
+    publisher: str = "",
+    metadata: dict[str, str] | None = None,
+) -> PolicyVersion:
+    """Write ``version`` to the control topic and wait until the broker has it."""
+    record = PolicyVersion(
+        version=version, published_at=utcnow(), publisher=publisher, metadata=metadata or {}
+    )
+    producer = make_producer(kafka, linger_ms=0)
+    try:
+        await producer.start()
+        await producer.send_and_wait(
+            TopicNames(kafka.topic_prefix).control,
+            AvroSerializer().encode(record),
+            key=POLICY_VERSION_KEY,
+        )
+    except KafkaError as exc:
+        raise BrokerError(f"publishing policy version {version} failed: {exc}") from exc
+    finally:
+        await producer.stop()
+    return record
+
+
+class PolicyWatcher:
+    """Follows the control topic and calls ``on_version`` with each policy version published.
+
+    ``start()`` returns once the topic has been read to its end, so :attr:`current` is the
+    latest version already published (None if none was); later ones arrive in the background.
+    """
+
+    def __init__(
+        self, kafka: KafkaSettings, on_version: Callable[[PolicyVersion], None] | None = None
+    ) -> None:
+        self.kafka = kafka
+        self.topic = TopicNames(kafka.topic_prefix).control
+        self.on_version = on_version
+        self.current: PolicyVersion | None = None
+        self._serializer = AvroSerializer()
+        self._consumer: AIOKafkaConsumer | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Read the control topic to its end, then follow it."""
+        self._consumer = make_consumer(self.kafka, isolation_level="read_uncommitted")
+        with ordinary_tasks():
+            await self._consumer.start()
+        tps = await topic_partitions(self._consumer, self.topic)
+        if not tps:
+            await self.stop()
+            raise ConfigurationError(f"no topic {self.topic}: run `rollstream topics create`")
+        self._consumer.assign(tps)
+        await self._consumer.seek_to_beginning(*tps)
+        end = await self._consumer.end_offsets(tps)
+        while await behind(self._consumer, end):
+            await self._poll()
+        self._task = asyncio.create_task(self._follow(), name="policy-watcher")
+
+    async def stop(self) -> None:
+        """Stop following and close the consumer."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._consumer is not None:
+            with contextlib.suppress(Exception):
+                await self._consumer.stop()
+            self._consumer = None
+
+    async def __aenter__(self) -> PolicyWatcher:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def version(self) -> int:
+        """The latest published version, 0 before any was."""
+        return self.current.version if self.current is not None else 0
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                await self._poll()
+            except KafkaError as exc:  # the broker away: keep the last version, try again
+                log.warning("control topic: %s", exc)
+                await asyncio.sleep(1.0)
+
+    async def _poll(self) -> None:
+        assert self._consumer is not None
+        batches = await self._consumer.getmany(timeout_ms=500)
+        for messages in batches.values():
+            for message in messages:
+                if message.key != POLICY_VERSION_KEY or message.value is None:
+                    continue
+                try:
+                    record = self._serializer.decode_as(message.value, PolicyVersion)
+                except SerializationError as exc:  # not ours to stop on; said once per record
+                    log.warning("control topic offset %d: %s", message.offset, exc)
+                    continue
+                self.current = record
+                if self.on_version is not None:
+                    self.on_version(record)

@@ -1,0 +1,21 @@
+"""Control events: what trainers tell the capture side (the policy version to stamp)."""
+
+from __future__ import annotations
+
+from pydantic import AwareDatetime, Field
+
+from rollstream.schemas.base import AvroRecord
+
+#: The key PolicyVersion records are written under; the control topic is compacted on it.
+POLICY_VERSION_KEY = b"policy_version"
+
+
+class PolicyVersion(AvroRecord):
+    """The policy version the interceptor and the nodes stamp into new records."""
+
+    avro_name = "rollstream.PolicyVersion"
+
+    version: int = Field(ge=0)
+    published_at: AwareDatetime
+    publisher: str = ""
+    metadata: dict[str, str] = Field(default_factory=dict)
