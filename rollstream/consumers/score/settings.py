@@ -1,0 +1,71 @@
+"""Settings of the scorer service (``ROLLSTREAM_SCORE_*``)."""
+
+from __future__ import annotations
+
+import math
+import socket
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: Slack on top of the worst-case time of one batch before the group gives up on a member.
+_POLL_SLACK_S = 60.0
+
+
+class ScoreSettings(BaseSettings):
+    """Which topics, which consumer group, how many evaluations at once and for how long."""
+
+    model_config = SettingsConfigDict(env_prefix="ROLLSTREAM_SCORE_", frozen=True, extra="ignore")
+
+    group_id: str = Field(
+        default="scorer", description="Consumer group (and the prefix of the transactional id)."
+    )
+    instance: str = Field(
+        default_factory=socket.gethostname,
+        description="Stable name of this instance: its transactions fence its previous run's.",
+    )
+    input: str = Field(
+        default="trajectories",
+        description="Input topic (logical name, e.g. trajectories.NAME of a replay, or full name).",
+    )
+    output: str = Field(default="scored", description="Output topic (logical name or full name).")
+    concurrency: int = Field(default=2, ge=1, description="Evaluations running at once.")
+    evaluator_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="Bound on one evaluation (workspace, setup and command included); also "
+        "the default timeout of a command evaluator's command.",
+    )
+    default_evaluator: str = Field(
+        default="session_completed",
+        description="Evaluator for trajectories whose task names none (or that have no task).",
+    )
+    work_root: Path | None = Field(
+        default=None,
+        description="Where command evaluators make their scratch directories. Default: the "
+        "system temporary directory.",
+    )
+    max_batch_records: int = Field(
+        default=32,
+        ge=1,
+        description="Records read per poll: evaluated together, committed in one transaction.",
+    )
+    keep_workdirs: bool = Field(
+        default=False, description="Keep the command evaluators' scratch directories."
+    )
+
+    @property
+    def transactional_id(self) -> str:
+        """One per instance and group, stable across restarts."""
+        return f"{self.group_id}-{self.instance}"
+
+    @property
+    def max_poll_interval_ms(self) -> int:
+        """How long one batch may take to evaluate before the group counts this member gone.
+
+        A batch runs ``concurrency`` evaluations at a time, each bounded by the evaluator
+        timeout; the consumer does not poll meanwhile, so the bound must cover them all.
+        """
+        rounds = math.ceil(self.max_batch_records / self.concurrency)
+        return int((rounds * self.evaluator_timeout_s + _POLL_SLACK_S) * 1000)
