@@ -7,8 +7,9 @@ on the command line overrides the environment.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar, get_args
 
@@ -97,16 +98,45 @@ def _validation_message(cls: type[BaseSettings], exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def _aware(ctx: click.Context, param: click.Parameter, value: datetime | None) -> datetime | None:
-    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_RELATIVE = re.compile(r"(?:\d+(?:\.\d+)?[smhdw])+")
+_RELATIVE_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """An aware datetime from an ISO time (UTC if it has no offset) or an age such as ``2h30m``.
+
+    Ages count back from ``now`` (default: the current time) in s, m, h, d or w; raises
+    ValueError for anything else.
+    """
+    text = text.strip()
+    if _RELATIVE.fullmatch(text):
+        seconds = sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _RELATIVE_PART.findall(text))
+        return (now or datetime.now(UTC)) - timedelta(seconds=seconds)
+    value = datetime.fromisoformat(text)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+class _Since(click.ParamType[datetime, Any]):
+    name = "TIME"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> datetime:
+        if isinstance(value, datetime):
+            return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+        try:
+            return parse_since(str(value))
+        except ValueError:
+            self.fail(f"{value!r} is neither an ISO time nor an age like 30m, 2h, 1d", param, ctx)
 
 
 def since_option(func: click.decorators.FC) -> click.decorators.FC:
     """``--since TIME``: the command gets an aware datetime (UTC when none is given), or None."""
     return click.option(
         "--since",
-        type=click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]),
+        type=_Since(),
         default=None,
-        callback=_aware,
-        help="Start at records written at or after this time (UTC if no offset given).",
+        help="Start at records written at or after this time: ISO (UTC if no offset given) "
+        "or an age such as 30m, 2h, 1d.",
     )(func)
