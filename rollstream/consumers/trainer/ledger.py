@@ -1,0 +1,142 @@
+"""Per-partition offsets of a trainer stream: how far it is safe to commit, and what lies beyond.
+
+Pure bookkeeping, no Kafka. Every record read is *pending* (held by a group that is not yet
+delivered) or *finished* (delivered, dropped, a duplicate, undecodable). The safe offset of a
+partition is its oldest pending record, or the next offset to read when nothing is pending: a
+restart from there re-reads every record an unfinished group still needs. The trajectory ids of
+finished records at or past that offset are kept, so a restart that also knows them (a
+:class:`StreamPosition` stored in a checkpoint) skips them instead of delivering them again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Partition = tuple[str, int]
+"""(topic, partition); aiokafka's ``TopicPartition`` is such a tuple."""
+
+_PRUNE_EVERY = 4096
+
+
+class PartitionPosition(BaseModel):
+    """Where to resume one partition, and the trajectories past it that are already done."""
+
+    model_config = ConfigDict(frozen=True)
+
+    topic: str
+    partition: int = Field(ge=0)
+    offset: int = Field(ge=0)
+    done: list[str] = Field(default_factory=list)
+
+
+class StreamPosition(BaseModel):
+    """A resumable position of a stream; JSON-serialisable for a training checkpoint.
+
+    ``finished_groups`` are the (task_id, group_id) of the most recently delivered or dropped
+    groups: a copy of one of their records re-delivered past the offsets is ignored too.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    partitions: list[PartitionPosition] = Field(default_factory=list)
+    finished_groups: list[tuple[str, str]] = Field(default_factory=list)
+
+    @property
+    def offsets(self) -> dict[Partition, int]:
+        """The offset to resume each partition from."""
+        return {(p.topic, p.partition): p.offset for p in self.partitions}
+
+    @property
+    def done(self) -> set[str]:
+        """Trajectory ids past the offsets that must not be delivered again."""
+        return {tid for p in self.partitions for tid in p.done}
+
+
+class OffsetLedger:
+    """Pending and finished records per partition, fed in offset order per partition."""
+
+    def __init__(self) -> None:
+        self._next: dict[Partition, int] = {}
+        self._pending: dict[Partition, set[int]] = {}
+        self._done: dict[Partition, dict[int, str]] = {}
+        self._carried: dict[Partition, set[str]] = {}
+        self._since_prune = 0
+
+    def read(self, partition: Partition, offset: int) -> None:
+        """A record at ``offset`` was read (call before hold or finish)."""
+        self._next[partition] = max(self._next.get(partition, 0), offset + 1)
+
+    def hold(self, partition: Partition, offset: int) -> None:
+        """The record is pending: commits must not pass it."""
+        self._pending.setdefault(partition, set()).add(offset)
+
+    def finish(self, partition: Partition, offset: int, trajectory_id: str | None) -> None:
+        """The record is delivered or dropped (or was never pending)."""
+        pending = self._pending.get(partition)
+        if pending is not None:
+            pending.discard(offset)
+        if trajectory_id is not None:
+            self._done.setdefault(partition, {})[offset] = trajectory_id
+            carried = self._carried.get(partition)
+            if carried:
+                carried.discard(trajectory_id)  # now known with its offset
+        self._since_prune += 1
+        if self._since_prune >= _PRUNE_EVERY:
+            self.prune()
+
+    def safe(self, partition: Partition) -> int | None:
+        """The offset up to which everything of ``partition`` is finished; None if unknown."""
+        pending = self._pending.get(partition)
+        if pending:
+            return min(pending)
+        return self._next.get(partition)
+
+    def safe_offsets(self) -> dict[Partition, int]:
+        """:meth:`safe` of every partition read or restored."""
+        out = {}
+        for partition in self._next:
+            offset = self.safe(partition)
+            if offset is not None:
+                out[partition] = offset
+        return out
+
+    def pending(self, partition: Partition) -> set[int]:
+        """Offsets of the partition's pending records (a copy)."""
+        return set(self._pending.get(partition, ()))
+
+    def prune(self) -> None:
+        """Forget finished records before the safe offsets: a restart never re-reads them."""
+        self._since_prune = 0
+        for partition, done in self._done.items():
+            safe = self.safe(partition)
+            if safe is not None:
+                self._done[partition] = {o: t for o, t in done.items() if o >= safe}
+
+    def release(self, partitions: Iterable[Partition]) -> None:
+        """Forget partitions this process no longer reads (revoked in a rebalance)."""
+        for partition in partitions:
+            for table in (self._next, self._pending, self._done, self._carried):
+                table.pop(partition, None)
+
+    def restore(self, position: StreamPosition) -> None:
+        """Resume from ``position``: its offsets are safe until records past them are read."""
+        for p in position.partitions:
+            key = (p.topic, p.partition)
+            self._next[key] = p.offset
+            self._carried[key] = set(p.done)
+
+    def position(self) -> StreamPosition:
+        """The safe offsets and the finished trajectory ids at or past them."""
+        self.prune()
+        partitions = []
+        for (topic, partition), offset in sorted(self.safe_offsets().items()):
+            done = {t for o, t in self._done.get((topic, partition), {}).items() if o >= offset}
+            done |= self._carried.get((topic, partition), set())
+            partitions.append(
+                PartitionPosition(
+                    topic=topic, partition=partition, offset=offset, done=sorted(done)
+                )
+            )
+        return StreamPosition(partitions=partitions)
