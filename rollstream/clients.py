@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,6 +73,12 @@ async def behind(consumer: AIOKafkaConsumer, end: dict[TopicPartition, int]) -> 
     return False
 
 
+#: Per loop: how many ordinary_tasks() blocks are open, and the factory to restore after the last.
+_suspended: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[int, Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 @contextlib.contextmanager
 def ordinary_tasks() -> Iterator[None]:
     """Suspend an eager task factory on the running loop while a Kafka client starts.
@@ -79,12 +86,25 @@ def ordinary_tasks() -> Iterator[None]:
     mitmproxy runs its master with ``asyncio.eager_task_factory`` on the whole loop; aiokafka's
     group coordinator starts its routine task in ``__init__`` before the attributes that routine
     reads exist, which only works when tasks start later. A process hosting both (the tests,
-    an all-in-one stack) starts its consumers inside this.
+    an all-in-one stack) starts its consumers inside this. Blocks may overlap (two clients
+    starting concurrently): the factory comes back when the last one ends, not the first.
     """
     loop = asyncio.get_running_loop()
-    factory = loop.get_task_factory()
-    loop.set_task_factory(None)
+    depth, saved = _suspended.get(loop, (0, None))
+    current = loop.get_task_factory()
+    if current is not None:
+        # Also when a block is already open: the factory may have been set since it began
+        # (mitmproxy installs it when its master starts running).
+        saved = current
+        loop.set_task_factory(None)
+    _suspended[loop] = (depth + 1, saved)
     try:
         yield
     finally:
-        loop.set_task_factory(factory)
+        depth, saved = _suspended[loop]
+        if depth == 1:
+            del _suspended[loop]
+            if loop.get_task_factory() is None:
+                loop.set_task_factory(saved)
+        else:
+            _suspended[loop] = (depth - 1, saved)

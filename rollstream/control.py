@@ -20,7 +20,6 @@ from rollstream.clients import (
     behind,
     make_consumer,
     make_producer,
-    ordinary_tasks,
     topic_partitions,
 )
 from rollstream.errors import BrokerError, ConfigurationError, SerializationError
@@ -75,9 +74,9 @@ class PolicyWatcher:
 
     async def start(self) -> None:
         """Read the control topic to its end, then follow it."""
+        # No consumer group, so no group coordinator: safe under an eager task factory.
         self._consumer = make_consumer(self.kafka, isolation_level="read_uncommitted")
-        with ordinary_tasks():
-            await self._consumer.start()
+        await self._consumer.start()
         tps = await topic_partitions(self._consumer, self.topic)
         if not tps:
             await self.stop()
@@ -136,3 +135,59 @@ class PolicyWatcher:
                 self.current = record
                 if self.on_version is not None:
                     self.on_version(record)
+
+
+class PolicyFollower:
+    """A :class:`PolicyWatcher` for services that must start without Kafka.
+
+    ``start()`` returns at once; the watcher is started in the background and retried every
+    ``retry_s`` while the broker or the control topic is missing, so an interceptor or a node
+    comes up (and spools) with the broker away and picks the version up when it returns.
+    """
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        on_version: Callable[[PolicyVersion], None],
+        retry_s: float = 5.0,
+    ) -> None:
+        self.kafka = kafka
+        self.on_version = on_version
+        self.retry_s = retry_s
+        self.watcher: PolicyWatcher | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Begin connecting in the background."""
+        self._task = asyncio.create_task(self._connect(), name="policy-follower")
+
+    async def _connect(self) -> None:
+        while True:
+            watcher = PolicyWatcher(self.kafka, self.on_version)
+            try:
+                await watcher.start()
+            except (ConfigurationError, KafkaError, OSError) as exc:
+                log.info("policy versions not followed yet (%s); retrying", exc)
+                await watcher.stop()
+                await asyncio.sleep(self.retry_s)
+                continue
+            self.watcher = watcher
+            return
+
+    async def stop(self) -> None:
+        """Stop connecting or following."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.watcher is not None:
+            await self.watcher.stop()
+            self.watcher = None
+
+    async def __aenter__(self) -> PolicyFollower:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

@@ -9,6 +9,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
+from rollstream.clients import ordinary_tasks
 from rollstream.schemas import AvroSerializer, CallRecord, SessionStarted
 from rollstream.schemas.topics import MAX_MESSAGE_BYTES
 from tests.conftest import ConsumerFactory, ProducerFactory, TopicFactory
@@ -124,3 +125,44 @@ async def test_consume_transform_produce_commits_offsets_with_the_output(
     # The group's committed offset moved with the transaction: nothing left to process.
     again = await consumer_factory(source, group_id=group)
     assert await again.getmany(timeout_ms=1000) == {}
+
+
+async def test_overlapping_ordinary_tasks_blocks_restore_the_factory_after_the_last() -> None:
+    loop = asyncio.get_running_loop()
+    loop.set_task_factory(asyncio.eager_task_factory)
+    try:
+        first_in, second_in, first_out = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        seen: list[object] = []
+
+        async def first() -> None:
+            with ordinary_tasks():
+                first_in.set()
+                await second_in.wait()
+            first_out.set()
+
+        async def second() -> None:
+            await first_in.wait()
+            with ordinary_tasks():
+                second_in.set()
+                await first_out.wait()
+                # The first block ended while this one is open: still no eager factory.
+                seen.append(loop.get_task_factory())
+            seen.append(loop.get_task_factory())
+
+        await asyncio.gather(first(), second())
+        assert seen == [None, asyncio.eager_task_factory]
+    finally:
+        loop.set_task_factory(None)
+
+
+async def test_a_factory_installed_while_a_block_is_open_is_suspended_by_the_next_block() -> None:
+    loop = asyncio.get_running_loop()
+    try:
+        with ordinary_tasks():
+            loop.set_task_factory(asyncio.eager_task_factory)  # what mitmproxy does on start
+            with ordinary_tasks():
+                assert loop.get_task_factory() is None
+            assert loop.get_task_factory() is None
+        assert loop.get_task_factory() is asyncio.eager_task_factory
+    finally:
+        loop.set_task_factory(None)

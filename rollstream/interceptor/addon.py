@@ -21,7 +21,13 @@ from mitmproxy.addonmanager import Loader
 from rollstream import jsonfast
 from rollstream.interceptor.adapters import ADAPTER_BY_KIND, COUNT_TOKENS_PATH, Adapter, adapter_for
 from rollstream.interceptor.recording import ANONYMOUS, CallState, build_record
-from rollstream.interceptor.sessions import SessionLedger, credential_headers, session_of
+from rollstream.interceptor.sessions import (
+    AFFINITY_HEADER,
+    SessionLedger,
+    affinity_key,
+    credential_headers,
+    session_of,
+)
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.interceptor.timeouts import TIMEOUT_HEADER, UpstreamDeadlines, upstream_cut
 from rollstream.interceptor.translate.anthropic import anthropic_count_tokens_request
@@ -97,9 +103,10 @@ class RollstreamAddon:
     async def request(self, flow: http.HTTPFlow) -> None:
         """Translate an LLM call for the upstream, or forward anything else as it is."""
         session, path = session_of(dict(flow.request.headers), flow.request.path)
-        if adapter_for(path) is not None:
+        llm_call = adapter_for(path) is not None
+        if llm_call:
             await self.gate.wait()  # held while the trainer swaps weights
-        self._rewrite_credentials(flow)
+        self._rewrite_credentials(flow, session if llm_call else None)
         flow.request.path = path
         if path.split("?", 1)[0].rstrip("/") == COUNT_TOKENS_PATH:
             self._count_tokens(flow)
@@ -280,9 +287,11 @@ class RollstreamAddon:
         self.in_flight[state.session] += 1
         self._record(state)
 
-    def _rewrite_credentials(self, flow: http.HTTPFlow) -> None:
+    def _rewrite_credentials(self, flow: http.HTTPFlow, session: str | None) -> None:
         for header in credential_headers():
             flow.request.headers.pop(header, None)
+        if session is not None:
+            flow.request.headers[AFFINITY_HEADER] = affinity_key(session)
         key = self.settings.upstream_api_key
         if key is not None:
             flow.request.headers["authorization"] = f"Bearer {key.get_secret_value()}"

@@ -17,6 +17,7 @@ from mitmproxy.options import CONF_BASENAME
 from mitmproxy.tools.dump import DumpMaster
 
 from rollstream.broker.config import free_port
+from rollstream.control import PolicyFollower
 from rollstream.errors import BrokerError, ConfigurationError
 from rollstream.interceptor import errorpages
 from rollstream.interceptor.addon import RollstreamAddon
@@ -25,7 +26,7 @@ from rollstream.interceptor.forward import ForwardAddon
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.producers.publisher import CapturePublisher, PublisherSettings
 from rollstream.schema_store import SchemaStore
-from rollstream.schemas import AvroSerializer, CallRecord, TopicNames
+from rollstream.schemas import AvroSerializer, CallRecord, PolicyVersion, TopicNames
 from rollstream.settings import KafkaSettings, StatePaths
 
 log = logging.getLogger(__name__)
@@ -58,11 +59,16 @@ class Interceptor:
             if settings.mode == "forward"
             else None
         )
+        self.policy = PolicyFollower(kafka, self._on_policy) if settings.follow_policy else None
         self._master: DumpMaster | None = None
         self._task: asyncio.Task[None] | None = None
         self._admin: web.AppRunner | None = None
         self.port = settings.port
         self.admin_port = settings.admin_port
+
+    def _on_policy(self, version: PolicyVersion) -> None:
+        log.info("policy version %d (from %s)", version.version, version.publisher or "?")
+        self.addon.policy_version = version.version
 
     def _publish(self, record: CallRecord) -> None:
         self.publisher.publish(record.session_id.encode(), self.serializer.encode(record))
@@ -75,6 +81,8 @@ class Interceptor:
         except (BrokerError, TimeoutError, OSError, Exception) as exc:  # the broker may be away
             log.warning("schemas not published yet (%s); readers use the shipped ones", exc)
         await self.publisher.start()
+        if self.policy is not None:
+            await self.policy.start()
         if self.port == 0:
             self.port = free_port(self.settings.host)
         forward = self.settings.mode == "forward"
@@ -139,6 +147,8 @@ class Interceptor:
                 await self._task
         if self._admin is not None:
             await self._admin.cleanup()
+        if self.policy is not None:
+            await self.policy.stop()
         await self.publisher.stop()
 
     async def __aenter__(self) -> Interceptor:

@@ -2,17 +2,21 @@
 
 The session id comes from the API key (``Authorization: Bearer``, ``x-api-key``), a
 ``x-rollstream-session`` header, or a ``/s/{session}/`` path prefix; the credential never
-goes upstream.
+goes upstream. What goes upstream instead is a hash of it (``x-rollstream-session-hash``): a
+key for session affinity (a router keeping a session on the replica that caches its prefix),
+which also lets the reference backend's scripted policy tell sessions apart.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict, deque
 from collections.abc import Mapping
 
 from rollstream.schemas import PromptTokens, TokenIds, encode_prompt
 
 SESSION_HEADER = "x-rollstream-session"
+AFFINITY_HEADER = "x-rollstream-session-hash"
 _CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
 
 
@@ -32,6 +36,11 @@ def session_of(headers: Mapping[str, str], path: str) -> tuple[str | None, str]:
     if lowered.get("x-api-key"):
         return lowered["x-api-key"], path
     return None, path
+
+
+def affinity_key(session: str) -> str:
+    """A stable, non-reversible key of the session (16 hex digits of its SHA-256)."""
+    return hashlib.sha256(session.encode()).hexdigest()[:16]
 
 
 def credential_headers() -> tuple[str, ...]:

@@ -35,7 +35,15 @@ class InterceptorSettings(BaseSettings):
     max_body_bytes: int = Field(
         default=32 * 1024 * 1024, ge=1024, description="Largest request body accepted."
     )
-    policy_version: int = Field(default=0, ge=0, description="Stamped into every record.")
+    policy_version: int = Field(
+        default=0,
+        ge=0,
+        description="Stamped into every record until a trainer publishes a version on the "
+        "control topic (or POST /admin/policy-version sets one).",
+    )
+    follow_policy: bool = Field(
+        default=True, description="Follow the policy versions trainers publish (control topic)."
+    )
     recent_contexts: int = Field(
         default=8, ge=1, description="Token sequences kept per session for delta encoding."
     )

@@ -19,6 +19,7 @@ from rollstream.interceptor.forward import (
     retarget,
     upstream_target,
 )
+from rollstream.interceptor.sessions import affinity_key
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.schemas import CallRecord
 
@@ -107,6 +108,8 @@ async def test_llm_call_goes_upstream_whatever_host_was_addressed() -> None:
     assert request.headers["host"] == "127.0.0.1:8000"
     assert "x-api-key" not in request.headers
     assert request.headers["authorization"] == "Bearer upstream-key"
+    # Not the session id: a hash of it, for session affinity upstream.
+    assert request.headers["x-rollstream-session-hash"] == affinity_key("sess-1") != "sess-1"
 
 
 async def test_other_traffic_is_forwarded_unchanged() -> None:
@@ -118,6 +121,7 @@ async def test_other_traffic_is_forwarded_unchanged() -> None:
     # The harness's own credentials go where it sent them; the upstream's key never does.
     assert request.headers.get_all("authorization") == ["Bearer real-token"]
     assert request.headers["x-api-key"] == "k"
+    assert "x-rollstream-session-hash" not in request.headers
     assert flow.response is None
 
 

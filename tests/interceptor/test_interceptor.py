@@ -675,3 +675,28 @@ async def test_synthesize_mode_streams_whole_answers_with_their_token_ids(
     assert chat.prompt is not None and chat.prompt.suffix.to_list() == direct["prompt_token_ids"]
     expected_prompt = tokenizer.encode(tokenizer.render(messages, [TOOL_OPENAI]))
     assert direct["prompt_token_ids"] == expected_prompt
+
+
+async def test_a_published_policy_version_is_stamped_into_later_calls(
+    stack: Interceptor, kafka_settings: KafkaSettings
+) -> None:
+    from rollstream.control import publish_policy_version
+
+    async def one_call(session: str) -> None:
+        async with openai.AsyncOpenAI(
+            base_url=f"{stack.url}/v1", api_key=session, max_retries=0
+        ) as client:
+            await client.chat.completions.create(
+                model="rollstream-tiny", messages=[{"role": "user", "content": "hi"}]
+            )
+
+    await one_call("sess-before")
+    await publish_policy_version(kafka_settings, 5, publisher="trainer-a")
+    for _ in range(100):  # the follower picks it up in the background
+        if stack.addon.policy_version == 5:
+            break
+        await asyncio.sleep(0.1)
+    await one_call("sess-after")
+    records = {r.session_id: r for r in await _records(kafka_settings, 2)}
+    assert records["sess-before"].policy_version == 0
+    assert records["sess-after"].policy_version == 5

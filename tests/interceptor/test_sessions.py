@@ -78,3 +78,11 @@ def test_ledger_is_bounded_in_sessions() -> None:
     for i in range(5):
         ledger.next_seq(f"s{i}")
     assert ledger.calls("s0") == 0 and ledger.calls("s4") == 1  # the oldest were evicted
+
+
+def test_the_affinity_key_is_stable_short_and_not_the_session() -> None:
+    from rollstream.interceptor.sessions import affinity_key
+
+    key = affinity_key("sess-secret-1")
+    assert key == affinity_key("sess-secret-1") != affinity_key("sess-secret-2")
+    assert len(key) == 16 and "sess" not in key

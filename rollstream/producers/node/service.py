@@ -21,13 +21,14 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
 from rollstream.clients import make_consumer, ordinary_tasks
+from rollstream.control import PolicyFollower
 from rollstream.errors import BrokerError, SerializationError
 from rollstream.producers.node.pool import NodeScheduler
 from rollstream.producers.node.runtime import make_runtime
 from rollstream.producers.node.session import SessionRunner
 from rollstream.producers.node.settings import NodeSettings
 from rollstream.producers.publisher import CapturePublisher, PublisherSettings
-from rollstream.schemas import AvroRecord, AvroSerializer, Task, TopicNames
+from rollstream.schemas import AvroRecord, AvroSerializer, PolicyVersion, Task, TopicNames
 from rollstream.settings import KafkaSettings, StatePaths
 
 log = logging.getLogger(__name__)
@@ -69,8 +70,9 @@ class Node:
             kafka, publisher or PublisherSettings(), self.names.events, spool
         )
         self.runtime = make_runtime(settings)
-        runner = SessionRunner(settings, self.runtime, self._emit, self._calls_of)
-        self.scheduler = NodeScheduler(runner, settings)
+        self.runner = SessionRunner(settings, self.runtime, self._emit, self._calls_of)
+        self.scheduler = NodeScheduler(self.runner, settings)
+        self.policy = PolicyFollower(kafka, self._on_policy)
         self.tasks_seen = 0
         self._consumer: AIOKafkaConsumer | None = None
         self._http: aiohttp.ClientSession | None = None
@@ -81,11 +83,16 @@ class Node:
         self._stopping = False
         self.port = settings.port
 
+    def _on_policy(self, version: PolicyVersion) -> None:
+        log.info("policy version %d: stamped into sessions from now on", version.version)
+        self.runner.policy_version = version.version
+
     async def start(self) -> None:
         """Publisher, scheduler, HTTP API, then the task consumer."""
         from rollstream.producers.node.api import NodeApi
 
         await self.publisher.start()
+        await self.policy.start()
         await self.scheduler.start()
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
         self._api = web.AppRunner(NodeApi(self).app(), access_log=None)
@@ -111,6 +118,7 @@ class Node:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await watcher
         await self._commit()
+        await self.policy.stop()
         if self._consumer is not None:
             await self._consumer.stop()
         if self._api is not None:

@@ -82,6 +82,8 @@ class Session:
     started: SessionStarted | None = None
     ended: SessionEnded | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    #: The policy version current when the session was created (what its records carry).
+    policy_version: int = 0
 
     def fail(self, status: SessionStatus, error: str) -> None:
         """Decide the outcome now; the first cause wins (a later cancel changes nothing)."""
@@ -115,10 +117,14 @@ class SessionRunner:
         self._calls_of = calls_of
         cache_dir = StatePaths().cache_dir
         self._executable = executable or (lambda name: resolve_executable(name, cache_dir))
+        #: Set by the node from the control topic; stamped into sessions created from then on.
+        self.policy_version = 0
 
     def new(self, task: Task, sample: int) -> Session:
         """A queued session for sample ``sample`` of ``task``."""
-        return Session(task, sample, new_session_id(task.task_id, sample))
+        return Session(
+            task, sample, new_session_id(task.task_id, sample), policy_version=self.policy_version
+        )
 
     def _launch(self, session: Session) -> HarnessLaunch:
         task = session.task
@@ -275,6 +281,7 @@ class SessionRunner:
             "group_id": session.task.group_id,
             "sample_index": session.sample,
             "harness": session.task.harness,
+            "policy_version": session.policy_version,
         }
 
     async def _emit_started(self, session: Session) -> None:

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from rollstream.cli import cli
+from rollstream.control import publish_policy_version
 from rollstream.harnesses.install import PACKAGES
 from rollstream.producers.node.service import Node
 from rollstream.producers.node.settings import NodeSettings
@@ -93,6 +94,12 @@ async def test_a_task_with_samples_ends_with_their_sessions_and_every_call_count
         "workspace": {"kind": "inline", "files": {"README.md": "a task\n"}},
         "agent_timeout_s": 180,
     }
+    # A trainer's version reaches the node and the interceptor through the control topic.
+    await publish_policy_version(kafka_settings, 2, publisher="trainer-a")
+    for _ in range(300):
+        if stack.runner.policy_version == 2:
+            break
+        await asyncio.sleep(0.1)
     state = await _run_task(stack, task)
     assert [s["status"] for s in state["sessions"]] == ["completed", "completed"], state
 
@@ -109,6 +116,9 @@ async def test_a_task_with_samples_ends_with_their_sessions_and_every_call_count
         assert all(c.completion_token_ids for c in calls)
         assert started.node_id == "test-node" and started.group_id == f"g-{harness}"
         assert ended.status is SessionStatus.COMPLETED and ended.exit_code == 0
+        assert started.policy_version == ended.policy_version == 2
+        assert {c.policy_version for c in calls} == {2}
+        assert started.task is not None and started.task.task_id == task_id
         [diff] = [a for a in ended.artifacts if a.name == "workspace.diff"]
         assert b"+++ b/hello.txt" in diff.content and b"+polar" in diff.content
 
