@@ -27,6 +27,11 @@ class BackendSettings(BaseSettings):
     scenarios: Path | None = Field(
         default=None, description="Scenario YAML of the scripted policy. Default: the shipped one."
     )
+    scripted_logprobs: Literal["scripted", "tiny"] = Field(
+        default="scripted",
+        description="The scripted policy's logprobs: its own draws, or the tiny model's for the "
+        "script's tokens (teacher-forced; what the example trainer updates).",
+    )
     hf_model: Path | None = Field(
         default=None, description="A transformers model folder for the hf policy."
     )

@@ -34,7 +34,12 @@ def make_policy(settings: BackendSettings, tokenizer: ChatTokenizer) -> Policy:
         from rollstream.backend.scenarios import load_scenarios
 
         path = settings.scenarios or Path(default_scenarios_path())
-        return ScriptedPolicy(tokenizer, load_scenarios(path), seed=settings.seed)
+        scorer = None
+        if settings.scripted_logprobs == "tiny":
+            from rollstream.backend.policies.tiny import TinyPolicy
+
+            scorer = TinyPolicy(tokenizer, seed=settings.seed)
+        return ScriptedPolicy(tokenizer, load_scenarios(path), seed=settings.seed, scorer=scorer)
     if settings.policy == "hf":
         from rollstream.backend.policies.hf import HFPolicy
 

@@ -6,6 +6,12 @@ remaining ``1 - p`` is spread evenly over the rest of the vocabulary. ``temperat
 ignored. The ids are the script's text tokenized, except that some tokens (``split_rate``) are
 emitted as two smaller tokens spelling the same bytes, as sampling sometimes does; re-tokenizing
 the text then gives different ids.
+
+With a ``scorer`` (the tiny policy; ``--scripted-logprobs tiny``) the tokens are still the
+script's, but each one's logprob (and the top alternatives) is the tiny model's at that point,
+teacher-forced. Harnesses still complete their tasks, and a trainer that updates the tiny
+model's weights (the example trainer) sees logprobs it can recompute exactly, which change
+with every weight update.
 """
 
 from __future__ import annotations
@@ -13,9 +19,10 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rollstream.backend.policies.base import GenerationRequest, Sample
+from rollstream.backend.policies.tiny import TinyGeneration, TinyPolicy
 from rollstream.backend.scenarios import (
     ScenarioFile,
     count_assistant_turns,
@@ -37,6 +44,7 @@ class ScriptedGeneration:
     vocab_size: int
     top_k: int
     position: int = 0
+    scorer: TinyGeneration | None = None
 
     def next_token(self) -> Sample:
         """The next scripted token with its logprob under the scripted distribution."""
@@ -45,6 +53,8 @@ class ScriptedGeneration:
         else:
             token, p = self.eos, self.probs[-1] if self.probs else 0.99
         self.position += 1
+        if self.scorer is not None:
+            return self.scorer.force(token)
         logprob = math.log(p)
         top: list[tuple[int, float]] = []
         if self.top_k:
@@ -65,12 +75,14 @@ class ScriptedPolicy:
         scenarios: ScenarioFile,
         seed: int = 0,
         split_rate: float = 0.08,
+        scorer: TinyPolicy | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.scenarios = scenarios
         self.seed = seed
         self.split_rate = split_rate
         self.eos = tokenizer.eos_id
+        self.scorer = scorer
 
     def text_for(self, request: GenerationRequest, rng: random.Random) -> str:
         """What the model says to this request."""
@@ -102,5 +114,12 @@ class ScriptedPolicy:
         tokens.append(self.eos)
         probs = [rng.uniform(0.55, 0.99) for _ in tokens]
         return ScriptedGeneration(
-            tokens, probs, self.eos, self.tokenizer.vocab_size, request.top_logprobs
+            tokens,
+            probs,
+            self.eos,
+            self.tokenizer.vocab_size,
+            request.top_logprobs,
+            # At temperature 1 whatever the harness asked: the script ignores temperature, and a
+            # trainer recomputing these logprobs then needs no per-call setting.
+            scorer=self.scorer.start(replace(request, temperature=1.0)) if self.scorer else None,
         )

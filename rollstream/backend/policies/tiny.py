@@ -97,6 +97,13 @@ class TinyGeneration:
         """Sample (or take the argmax at temperature 0) and report its logprob."""
         probs = self.distribution()
         token = int(probs.argmax()) if self.temperature <= 0 else _sample(probs, self.rng.random())
+        return self._take(probs, token)
+
+    def force(self, token: int) -> Sample:
+        """Take ``token`` whatever the distribution says (teacher forcing); its logprob."""
+        return self._take(self.distribution(), token)
+
+    def _take(self, probs: npt.NDArray[np.float32], token: int) -> Sample:
         top: list[tuple[int, float]] = []
         if self.top_k:
             best = np.argpartition(probs, -self.top_k)[-self.top_k :]
@@ -122,6 +129,7 @@ class TinyPolicy:
         self.window = window
         self.eos = tokenizer.eos_id
         self.stop_probability = 1.0 / mean_length
+        #: Replaced whole by a trainer through the backend's /admin/weights.
         self.weights = TinyWeights.random(tokenizer.vocab_size, dim, window, seed)
 
     def start(self, request: GenerationRequest) -> TinyGeneration:

@@ -1,0 +1,1 @@
+"""Runnable examples built on rollstream's public pieces (the example GRPO trainer)."""
