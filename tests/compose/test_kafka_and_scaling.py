@@ -1,0 +1,99 @@
+"""The compose broker against the local one, the three-node override, and scaling consumers."""
+
+from __future__ import annotations
+
+import base64
+import socket
+from pathlib import Path
+
+import pytest
+
+from rollstream.admin import TopicsSettings
+from rollstream.broker.config import BrokerLayout, render_server_properties
+from rollstream.consumers.reconstruct.settings import ReconstructSettings
+from rollstream.consumers.score.settings import ScoreSettings
+from rollstream.settings import KafkaSettings
+from tests.compose import checks
+from tests.compose.stack import COMMAND_SETTINGS, Stack, base_doc, cluster_doc
+
+
+def kafka_properties(stack: Stack, service: str) -> dict[str, str]:
+    """server.properties as the apache/kafka image derives it from KAFKA_* variables."""
+    props = {}
+    for key, value in stack.environment(service).items():
+        if key.startswith("KAFKA_"):
+            name = key[6:].lower().replace("___", "\0").replace("__", "-").replace("_", ".")
+            props[name.replace("\0", "_")] = value
+    return props
+
+
+def test_the_compose_broker_is_configured_like_the_local_one() -> None:
+    local_text = render_server_properties(BrokerLayout(Path("/x"), 9092, 9093))
+    local = dict(line.split("=", 1) for line in local_text.splitlines()[1:])
+    placement = {
+        "listeners",
+        "advertised.listeners",
+        "controller.quorum.bootstrap.servers",
+        "log.dirs",
+        "listener.security.protocol.map",
+    }
+    compose = kafka_properties(Stack(base_doc()), "kafka")
+    assert {k: compose.get(k) for k in local if k not in placement} == {
+        k: v for k, v in local.items() if k not in placement
+    }
+    cluster_id = Stack(base_doc()).environment("kafka")["CLUSTER_ID"]
+    raw = base64.urlsafe_b64decode(cluster_id + "==")
+    assert len(raw) == 16
+    assert base64.urlsafe_b64encode(raw).decode().rstrip("=") == cluster_id
+
+
+def test_three_kafka_nodes_replicate_every_topic() -> None:
+    stack = Stack(cluster_doc())
+    assert checks.all_problems(stack) == []
+    brokers = [n for n in stack.services if checks.is_kafka(stack, n)]
+    assert brokers == ["kafka", "kafka-2", "kafka-3"]
+    props = {n: kafka_properties(stack, n) for n in brokers}
+    voters = {props[n]["controller.quorum.voters"] for n in brokers}
+    assert voters == {"1@kafka:9093,2@kafka-2:9093,3@kafka-3:9093"}
+    for name in brokers:
+        node_id = props[name]["node.id"]
+        assert f"{node_id}@{name}:" in props[name]["controller.quorum.voters"]
+        assert checks.listeners(stack, name, "KAFKA_LISTENERS")["CONTROLLER"][1] == 9093
+    assert len({stack.environment(n)["CLUSTER_ID"] for n in brokers}) == 1
+    host_ports = {checks.listeners(stack, n, "KAFKA_LISTENERS")["HOST"][1] for n in brokers}
+    assert len(host_ports) == 3
+    for name in brokers:
+        assert props[name]["offsets.topic.replication.factor"] == "3"
+        assert props[name]["transaction.state.log.replication.factor"] == "3"
+        assert props[name]["transaction.state.log.min.isr"] == "2"
+        assert props[name]["min.insync.replicas"] == "2"
+    assert stack.settings("topics", TopicsSettings).replication_factor == len(brokers)
+    for name in checks.runnable(stack):
+        if KafkaSettings in COMMAND_SETTINGS[stack.cli_path(name)]:
+            bootstrap = stack.settings(name, KafkaSettings).bootstrap_servers
+            assert bootstrap == "kafka:9092,kafka-2:9092,kafka-3:9092", name
+
+
+# --- scaling consumers ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("service", "cls", "variable"),
+    [
+        ("reconstructor", ReconstructSettings, "ROLLSTREAM_RECONSTRUCT_INSTANCE"),
+        ("scorer", ScoreSettings, "ROLLSTREAM_SCORE_INSTANCE"),
+    ],
+)
+def test_consumer_replicas_get_distinct_transactional_ids(
+    service: str, cls: type[ReconstructSettings | ScoreSettings], variable: str
+) -> None:
+    stack = Stack(base_doc())
+    spec = stack.services[service]
+    # Anything fixed per service would be shared by every replica of `--scale`.
+    assert not {"container_name", "hostname", "ports"} & set(spec)
+    assert variable not in stack.environment(service)
+    assert cls.model_fields["instance"].default_factory is socket.gethostname
+    first = stack.settings(service, cls)
+    second = first.model_copy(update={"instance": "another-container"})
+    assert first.instance == socket.gethostname()
+    assert first.transactional_id != second.transactional_id
