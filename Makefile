@@ -10,7 +10,7 @@ CACHE := $(HOME)/.cache/rollstream
 export PIP_CACHE_DIR := $(CACHE)/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv jars harnesses lint typecheck unit integration test demo clean
+.PHONY: help venv jars harnesses chromium lint typecheck unit integration test demo clean
 
 help:
 	@echo "make demo   set up, start a local Kafka broker, send a session through it"
@@ -34,6 +34,15 @@ harnesses: venv
 	@if command -v npm >/dev/null; then $(BIN)/rollstream harness install; \
 	  else echo "npm not found: the real-harness tests will be skipped (install Node.js 20+)"; fi
 
+# Headless Chromium for the report's screenshot test (Debian's package), installed only when
+# missing and apt-get is usable (as root). Otherwise that test skips.
+chromium:
+	@if command -v chromium >/dev/null; then :; \
+	  elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
+	      || echo "chromium install failed: the report screenshot test will be skipped"; \
+	  else echo "chromium not found: the report screenshot test will be skipped"; fi
+
 lint: venv
 	$(BIN)/ruff check rollstream tests
 	$(BIN)/ruff format --check rollstream tests
@@ -47,7 +56,7 @@ unit: venv
 integration: venv jars harnesses
 	$(BIN)/pytest -m integration
 
-test: venv jars harnesses lint typecheck
+test: venv jars harnesses chromium lint typecheck
 	$(BIN)/pytest
 
 demo: venv jars

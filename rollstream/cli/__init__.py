@@ -49,13 +49,19 @@ def _register() -> None:
         backend,
         bench,
         check,
+        demo,
+        example,
+        export,
         harness,
         interceptor,
         kafka,
         node,
         reconstruct,
         replay,
+        report,
+        score,
         smoke,
+        stack,
         tail,
         topics,
     )
@@ -64,16 +70,24 @@ def _register() -> None:
     cli.add_command(topics.topics)
     cli.add_command(tail.tail_command)
     cli.add_command(smoke.smoke)
+    cli.add_command(stack.up)
+    cli.add_command(stack.status)
+    cli.add_command(stack.down)
     cli.add_command(backend.backend)
     cli.add_command(bench.bench)
     cli.add_command(interceptor.interceptor)
     cli.add_command(harness.harness)
     cli.add_command(reconstruct.reconstruct)
+    cli.add_command(score.score)
     cli.add_command(replay.replay)
     cli.add_command(check.check)
+    cli.add_command(demo.demo_command)
+    cli.add_command(example.example_trainer)
     cli.add_command(node.node)
     cli.add_command(node.run)
     cli.add_command(ablate.ablate)
+    cli.add_command(export.export)
+    cli.add_command(report.report)
 
 
 _register()

@@ -38,6 +38,15 @@ def node(settings: NodeSettings, kafka: KafkaSettings, publisher: PublisherSetti
     run_service(main)
 
 
+def _stack_node() -> str | None:
+    """The node of the stack `rollstream up` started in this state directory, if one runs."""
+    from rollstream.settings import StatePaths
+    from rollstream.stack.processes import StackState, state_path
+
+    state = StackState.load(state_path(StatePaths().state_dir))
+    return state.url("node") if state is not None else None
+
+
 @click.command(name="run")
 @click.option(
     "--task",
@@ -52,10 +61,10 @@ def node(settings: NodeSettings, kafka: KafkaSettings, publisher: PublisherSetti
 @click.option(
     "--node",
     "node_url",
-    default="http://127.0.0.1:8200",
-    show_default=True,
+    default=None,
     envvar="ROLLSTREAM_NODE_URL",
-    help="A node's API. [env: ROLLSTREAM_NODE_URL]",
+    help="A node's API. Default: the node of `rollstream up`, else http://127.0.0.1:8200. "
+    "[env: ROLLSTREAM_NODE_URL]",
 )
 @click.option("--timeout", type=float, default=3600, show_default=True, help="Seconds to wait.")
 def run(
@@ -63,10 +72,11 @@ def run(
     harness: str | None,
     samples: int | None,
     wait: bool,
-    node_url: str,
+    node_url: str | None,
     timeout: float,
 ) -> None:
     """Submit a task to a node and follow its sessions to the end."""
+    node_url = node_url or _stack_node() or "http://127.0.0.1:8200"
     doc: Any = yaml.safe_load(task_file.read_text())
     if not isinstance(doc, dict):
         raise click.ClickException(f"{task_file}: a task must be a mapping")

@@ -1,0 +1,156 @@
+"""What the local stack runs: each service's command line, environment and health check."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass, field
+
+from rollstream.broker.config import free_port
+from rollstream.errors import ConfigurationError
+from rollstream.stack.settings import StackSettings
+
+
+@dataclass(frozen=True)
+class Component:
+    """One service: how to start it and how to tell it is ready.
+
+    ``health`` is an HTTP URL answering 200 when ready, or None when readiness is ``marker``
+    appearing in its log (the consumers, which have no HTTP port).
+    """
+
+    name: str
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    health: str | None = None
+    marker: str | None = None
+    endpoint: str | None = None  # what `up` prints for users
+    url: str | None = None  # its base URL, for programs (the demo, `rollstream run`)
+
+
+def _rollstream(*args: str) -> list[str]:
+    return [sys.executable, "-m", "rollstream", *args]
+
+
+def _port(host: str, port: int) -> int:
+    return port or free_port(host)
+
+
+def vllm_argv(model: str, host: str, port: int, tool_parser: str, max_model_len: int) -> list[str]:
+    """``vllm serve`` with what capture needs: tool calls parsed server-side, token ids on."""
+    executable = shutil.which("vllm")
+    if executable is None:
+        raise ConfigurationError(
+            "--vllm needs vLLM installed (`pip install vllm`, on a GPU machine); or point "
+            "--upstream at a running server"
+        )
+    return [
+        executable,
+        "serve",
+        model,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        tool_parser,
+        "--max-model-len",
+        str(max_model_len),
+    ]
+
+
+def plan(settings: StackSettings) -> list[Component]:
+    """The services in start order (``down`` stops them in reverse)."""
+    host = settings.host
+    components: list[Component] = []
+    upstream = settings.upstream
+    if upstream is None:
+        port = _port(host, settings.backend_port)
+        upstream = f"http://{host}:{port}"
+        if settings.vllm is not None:
+            argv = vllm_argv(
+                settings.vllm, host, port, settings.tool_parser, settings.max_model_len
+            )
+            components.append(Component("vllm", argv, health=f"{upstream}/health", url=upstream))
+        else:
+            argv = _rollstream(
+                "backend",
+                "--host",
+                host,
+                "--port",
+                str(port),
+                "--policy",
+                settings.policy,
+                "--model",
+                settings.model,
+                "--max-model-len",
+                str(settings.max_model_len),
+                "--scripted-logprobs",
+                settings.scripted_logprobs,
+            )
+            components.append(
+                Component(
+                    "backend",
+                    argv,
+                    health=f"{upstream}/health",
+                    endpoint=f"{upstream}/v1",
+                    url=upstream,
+                )
+            )
+    proxy_port = _port(host, settings.interceptor_port)
+    admin_port = _port(host, settings.admin_port)
+    interceptor = f"http://{host}:{proxy_port}"
+    admin = f"http://{host}:{admin_port}"
+    components.append(
+        Component(
+            "interceptor",
+            _rollstream(
+                "interceptor",
+                "--upstream",
+                upstream,
+                "--host",
+                host,
+                "--port",
+                str(proxy_port),
+                "--admin-port",
+                str(admin_port),
+            ),
+            health=f"{admin}/health",
+            endpoint=f"{interceptor}/v1 (admin {admin})",
+            url=interceptor,
+        )
+    )
+    components.append(
+        Component(
+            "reconstructor",
+            _rollstream("reconstruct", "--strategy", settings.strategy),
+            marker="reconstructing",
+        )
+    )
+    components.append(Component("scorer", _rollstream("score"), marker="scoring"))
+    if settings.node:
+        node_port = _port(host, settings.node_port)
+        node = f"http://{host}:{node_port}"
+        components.append(
+            Component(
+                "node",
+                _rollstream(
+                    "node",
+                    "--host",
+                    host,
+                    "--port",
+                    str(node_port),
+                    "--base-url",
+                    interceptor,
+                    "--interceptor-admin",
+                    admin,
+                    "--model",
+                    settings.model,
+                ),
+                health=f"{node}/health",
+                endpoint=f"{node} (POST /tasks; `rollstream run --task FILE`)",
+                url=node,
+            )
+        )
+    return components

@@ -1,0 +1,53 @@
+"""Settings of the local stack (``ROLLSTREAM_STACK_*``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class StackSettings(BaseSettings):
+    """What ``rollstream up`` starts and where."""
+
+    model_config = SettingsConfigDict(env_prefix="ROLLSTREAM_STACK_", frozen=True, extra="ignore")
+
+    host: str = Field(default="127.0.0.1", description="Address every service listens on.")
+    upstream: str | None = Field(
+        default=None,
+        description="A running vLLM or SGLang (http://host:port). Default: start the reference "
+        "backend (or vLLM with --vllm).",
+    )
+    vllm: str | None = Field(
+        default=None, description="Launch `vllm serve MODEL` as the upstream (needs vllm; GPU)."
+    )
+    tool_parser: str = Field(
+        default="hermes", description="vLLM's --tool-call-parser for the served model."
+    )
+    policy: Literal["scripted", "tiny"] = Field(
+        default="scripted",
+        description="The reference backend's policy: scripted (harnesses complete tasks) or "
+        "tiny (a numpy LM the example trainer updates).",
+    )
+    scripted_logprobs: Literal["scripted", "tiny"] = Field(
+        default="tiny",
+        description="The scripted policy's logprobs: its own, or the tiny model's (which the "
+        "example trainer updates).",
+    )
+    model: str = Field(default="rollstream-tiny", description="The served model name.")
+    max_model_len: int = Field(
+        default=262144, ge=1024, description="The reference backend's context length."
+    )
+    backend_port: int = Field(default=8000, ge=0, le=65535, description="0: any free port.")
+    interceptor_port: int = Field(default=8100, ge=0, le=65535, description="0: any free port.")
+    admin_port: int = Field(default=8101, ge=0, le=65535, description="0: any free port.")
+    node_port: int = Field(default=8200, ge=0, le=65535, description="0: any free port.")
+    strategy: str = Field(default="prefix_merge", description="The reconstructor's strategy.")
+    node: bool = Field(default=True, description="Start a rollout node.")
+    start_timeout_s: float = Field(
+        default=180.0, gt=0, description="How long each service may take to become healthy."
+    )
+    stop_timeout_s: float = Field(
+        default=30.0, gt=0, description="How long each service may take to stop on SIGTERM."
+    )
