@@ -13,7 +13,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 .PHONY: help venv jars harnesses chromium lint typecheck unit integration test demo clean
 
 help:
-	@echo "make demo   set up, start a local Kafka broker, send a session through it"
+	@echo "make demo   set up, run the local stack, a few tasks on a real harness, train, report"
 	@echo "make test   set up, run ruff, mypy and the whole test suite (real broker)"
 
 $(BIN)/.installed: pyproject.toml
@@ -59,8 +59,10 @@ integration: venv jars harnesses
 test: venv jars harnesses chromium lint typecheck
 	$(BIN)/pytest
 
-demo: venv jars
-	scripts/demo.sh
+# The whole loop in a few minutes: the local stack, three tasks x 4 samples on Pi (the python
+# harness without npm), scoring, the example trainer, a summary table and an HTML report.
+demo: venv jars harnesses
+	$(BIN)/rollstream demo --report rollstream-demo.html
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

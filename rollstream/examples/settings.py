@@ -21,7 +21,7 @@ class ExampleTrainerSettings(BaseSettings):
         "None: no pause.",
     )
     consumer_group: str = Field(default="example-trainer", description="The trainer's group.")
-    learning_rate: float = Field(default=0.5, gt=0, description="Step size of gradient ascent.")
+    learning_rate: float = Field(default=0.05, gt=0, description="Step size of gradient ascent.")
     clip: float = Field(default=0.2, gt=0, lt=1, description="PPO/GRPO ratio clip epsilon.")
     temperature: float = Field(
         default=1.0, gt=0, description="The temperature the harnesses sampled at."

@@ -84,6 +84,11 @@ class StackState:
         tmp.replace(path)
 
 
+#: The services this process started: kept so that they are not reaped as garbage while they
+#: run (they outlive ``up --detach``, which is the point).
+_children: list[subprocess.Popen[bytes]] = []
+
+
 def spawn(component: Component, logs: Path, env: dict[str, str]) -> Running:
     """Start ``component`` detached (own session: a Ctrl+C of ``up`` is not delivered to it)."""
     logs.mkdir(parents=True, exist_ok=True)
@@ -97,7 +102,8 @@ def spawn(component: Component, logs: Path, env: dict[str, str]) -> Running:
             env=os.environ | env | component.env,
             start_new_session=True,
         )
-    return Running(
+    _children.append(proc)
+    running = Running(
         component.name,
         proc.pid,
         component.argv,
@@ -107,6 +113,11 @@ def spawn(component: Component, logs: Path, env: dict[str, str]) -> Running:
         component.endpoint,
         component.url,
     )
+    # Until it has exec'd, /proc shows our own command line and alive() would say no.
+    deadline = time.monotonic() + 5
+    while not running.alive() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return running
 
 
 async def healthy(running: Running, http: aiohttp.ClientSession) -> bool:
@@ -153,4 +164,7 @@ def terminate(running: Running, timeout: float) -> str:
         os.killpg(running.pid, signal.SIGKILL)  # its session: harnesses and tools too
     except ProcessLookupError:
         return "stopped"
-    return f"killed after {timeout:.0f}s"
+    deadline = time.monotonic() + 10
+    while running.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return f"killed after {timeout:g}s"
