@@ -10,7 +10,8 @@ CACHE := $(HOME)/.cache/rollstream
 export PIP_CACHE_DIR := $(CACHE)/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv jars harnesses chromium lint typecheck unit integration test demo clean
+
+.PHONY: help venv jars harnesses chromium lint typecheck unit integration test chaos demo clean
 
 help:
 	@echo "make demo   set up, run the local stack, a few tasks on a real harness, train, report"
@@ -61,6 +62,10 @@ test: venv jars harnesses chromium lint typecheck
 
 # The whole loop in a few minutes: the local stack, three tasks x 4 samples on Pi (the python
 # harness without npm), scoring, the example trainer, a summary table and an HTML report.
+# The reliability suite alone (it also runs in `make test`); prints the fault table at the end.
+chaos: venv jars harnesses
+	$(BIN)/pytest -m chaos tests/chaos
+
 demo: venv jars harnesses
 	$(BIN)/rollstream demo --report rollstream-demo.html
 
