@@ -1,0 +1,181 @@
+"""Exact context upstream: a Chat call sent as ``/v1/completions`` with token ids, answered as Chat.
+
+The request keeps the harness's sampling parameters and asks for token ids and logprobs; the
+completion's text is split into content and tool calls by the hermes parser, as vLLM's
+``--tool-call-parser hermes`` splits it for Chat Completions, so the rest of the interceptor
+(records, the Responses and Anthropic translators) sees an ordinary Chat answer with the ids
+the model sampled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from rollstream.backend.toolcalls import StreamingToolParser, parse_tool_calls
+
+JSON = dict[str, Any]
+
+#: Chat parameters that mean the same on /v1/completions.
+_SAMPLING = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "n",
+)
+
+
+def completion_request(chat: JSON, prompt_ids: list[int], model: str, top_logprobs: int) -> JSON:
+    """The ``/v1/completions`` body for a Chat request whose prompt is ``prompt_ids``."""
+    body: JSON = {
+        "model": model,
+        "prompt": prompt_ids,
+        "stream": bool(chat.get("stream")),
+        "return_token_ids": True,
+        "logprobs": top_logprobs,
+        # Special tokens in the text: the tool parser needs <tool_call> markers when a model
+        # declares them special; content is cleaned of the end-of-turn token below.
+        "skip_special_tokens": False,
+    }
+    max_tokens = chat.get("max_completion_tokens", chat.get("max_tokens"))
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    for key in _SAMPLING:
+        if key in chat:
+            body[key] = chat[key]
+    if body["stream"]:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def _strip_end(text: str, end_of_turn: str) -> str:
+    return text[: -len(end_of_turn)] if end_of_turn and text.endswith(end_of_turn) else text
+
+
+def _chat_logprobs(logprobs: JSON | None) -> JSON | None:
+    """Completions' ``{tokens, token_logprobs, top_logprobs}`` as Chat's ``{content: [...]}``."""
+    if not logprobs:
+        return None
+    tokens = logprobs.get("tokens") or []
+    values = logprobs.get("token_logprobs") or []
+    tops = logprobs.get("top_logprobs") or [None] * len(tokens)
+    content = []
+    for token, value, top in zip(tokens, values, tops, strict=False):
+        alternatives = [{"token": t, "logprob": lp} for t, lp in (top or {}).items()]
+        content.append({"token": token, "logprob": value, "top_logprobs": alternatives})
+    return {"content": content}
+
+
+def chat_from_completion(body: JSON, end_of_turn: str) -> JSON:
+    """A non-streamed completion as a Chat Completions response (tool calls parsed)."""
+    choice = (body.get("choices") or [{}])[0]
+    parsed = parse_tool_calls(_strip_end(choice.get("text") or "", end_of_turn))
+    message: JSON = {"role": "assistant", "content": parsed.content}
+    finish = choice.get("finish_reason")
+    if parsed.tool_calls:
+        message["tool_calls"] = [c.to_openai() for c in parsed.tool_calls]
+        finish = "tool_calls" if finish == "stop" else finish
+    chat_choice: JSON = {
+        "index": 0,
+        "message": message,
+        "finish_reason": finish,
+        "logprobs": _chat_logprobs(choice.get("logprobs")),
+        "token_ids": choice.get("token_ids"),
+    }
+    return {
+        "id": str(body.get("id", "")).replace("cmpl-", "chatcmpl-", 1),
+        "object": "chat.completion",
+        "created": body.get("created", 0),
+        "model": body.get("model", ""),
+        "choices": [chat_choice],
+        "usage": body.get("usage"),
+        "prompt_token_ids": choice.get("prompt_token_ids", body.get("prompt_token_ids")),
+    }
+
+
+class CompletionStreamToChat:
+    """Completion stream chunks in, Chat Completions chunks out, tool calls parsed as they close.
+
+    The text of each chunk goes through the streaming hermes parser; token ids and logprobs
+    go on the chunk that carried them, so the interceptor accumulates exactly what was sampled.
+    """
+
+    def __init__(self, end_of_turn: str) -> None:
+        self.end_of_turn = end_of_turn
+        self.parser = StreamingToolParser()
+        self._first = True
+        self._held = ""  # a tail that may be the start of the end-of-turn text
+
+    def _chunk(self, body: JSON, delta: JSON, choice: JSON, finish: str | None) -> JSON:
+        out: JSON = {
+            "id": str(body.get("id", "")).replace("cmpl-", "chatcmpl-", 1),
+            "object": "chat.completion.chunk",
+            "created": body.get("created", 0),
+            "model": body.get("model", ""),
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": delta,
+                    "finish_reason": finish,
+                    "logprobs": _chat_logprobs(choice.get("logprobs")),
+                    "token_ids": choice.get("token_ids"),
+                }
+            ],
+        }
+        if self._first:
+            out["choices"][0]["delta"] = {"role": "assistant", **delta}
+            prompt_ids = choice.get("prompt_token_ids", body.get("prompt_token_ids"))
+            if prompt_ids is not None:
+                out["prompt_token_ids"] = prompt_ids
+            self._first = False
+        return out
+
+    def _text(self, text: str, final: bool) -> str:
+        """Hold back what could be the end-of-turn token's text until it is known."""
+        text = self._held + text
+        self._held = ""
+        if final:
+            return _strip_end(text, self.end_of_turn)
+        eot = self.end_of_turn
+        for n in range(min(len(eot), len(text)), 0, -1):
+            if text.endswith(eot[:n]):
+                self._held = text[-n:]
+                return text[:-n]
+        return text
+
+    def feed(self, body: JSON) -> Iterator[JSON]:
+        """The Chat chunks for one completion chunk (none, one, or a usage chunk)."""
+        choices = body.get("choices") or []
+        if not choices:  # the usage chunk
+            if body.get("usage") is not None:
+                yield {
+                    "id": str(body.get("id", "")).replace("cmpl-", "chatcmpl-", 1),
+                    "object": "chat.completion.chunk",
+                    "created": body.get("created", 0),
+                    "model": body.get("model", ""),
+                    "choices": [],
+                    "usage": body["usage"],
+                }
+            return
+        choice = choices[0]
+        finish = choice.get("finish_reason")
+        text = self._text(choice.get("text") or "", final=finish is not None)
+        parsed = self.parser.feed(text)
+        if finish is not None:
+            rest = self.parser.finish()
+            parsed.content += rest.content
+            parsed.tool_calls += rest.tool_calls
+            if self.parser.calls and finish == "stop":
+                finish = "tool_calls"
+        delta: JSON = {}
+        if parsed.content:
+            delta["content"] = parsed.content
+        if parsed.tool_calls:
+            delta["tool_calls"] = parsed.tool_calls
+        yield self._chunk(body, delta, choice, finish)
