@@ -63,7 +63,7 @@ class TopicNames:
 
     @property
     def control(self) -> str:
-        """Control events (policy versions, pause), keyed by kind; compacted."""
+        """Control events (policy versions), keyed by kind; compacted."""
         return self[Topic.CONTROL]
 
     @property
@@ -139,7 +139,7 @@ def topic_specs(
             base | {"retention.ms": str(7 * _DAY_MS)},
             "tasks for the rollout nodes; key = task id",
         ),
-        TopicSpec(names.control, 1, compacted, "policy versions and pause; key = kind; compacted"),
+        TopicSpec(names.control, 1, compacted, "policy versions trainers publish; key = kind; compacted"),
         TopicSpec(
             names.deadletters,
             1,

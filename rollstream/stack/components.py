@@ -36,8 +36,11 @@ def _port(host: str, port: int) -> int:
     return port or free_port(host)
 
 
-def vllm_argv(model: str, host: str, port: int, tool_parser: str, max_model_len: int) -> list[str]:
-    """``vllm serve`` with what capture needs: tool calls parsed server-side, token ids on."""
+def vllm_argv(model: str, served_name: str, host: str, port: int, tool_parser: str) -> list[str]:
+    """``vllm serve`` with what capture needs: tool calls parsed server-side, under our name.
+
+    The context length is the model's own (vLLM reads it from the model's config).
+    """
     executable = shutil.which("vllm")
     if executable is None:
         raise ConfigurationError(
@@ -55,8 +58,8 @@ def vllm_argv(model: str, host: str, port: int, tool_parser: str, max_model_len:
         "--enable-auto-tool-choice",
         "--tool-call-parser",
         tool_parser,
-        "--max-model-len",
-        str(max_model_len),
+        "--served-model-name",
+        served_name,
     ]
 
 
@@ -69,9 +72,7 @@ def plan(settings: StackSettings) -> list[Component]:
         port = _port(host, settings.backend_port)
         upstream = f"http://{host}:{port}"
         if settings.vllm is not None:
-            argv = vllm_argv(
-                settings.vllm, host, port, settings.tool_parser, settings.max_model_len
-            )
+            argv = vllm_argv(settings.vllm, settings.model, host, port, settings.tool_parser)
             components.append(Component("vllm", argv, health=f"{upstream}/health", url=upstream))
         else:
             argv = _rollstream(
@@ -115,6 +116,10 @@ def plan(settings: StackSettings) -> list[Component]:
                 str(proxy_port),
                 "--admin-port",
                 str(admin_port),
+                # Whatever model a harness names (Claude Code's side calls name another), the
+                # one served policy answers.
+                "--upstream-model",
+                settings.model,
             ),
             health=f"{admin}/health",
             endpoint=f"{interceptor}/v1 (admin {admin})",

@@ -35,7 +35,10 @@ class StackSettings(BaseSettings):
         description="The scripted policy's logprobs: its own, or the tiny model's (which the "
         "example trainer updates).",
     )
-    model: str = Field(default="rollstream-tiny", description="The served model name.")
+    model: str = Field(
+        default="rollstream-tiny",
+        description="The served model name (vLLM's --served-model-name; what harnesses ask for).",
+    )
     max_model_len: int = Field(
         default=262144, ge=1024, description="The reference backend's context length."
     )

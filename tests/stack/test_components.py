@@ -65,6 +65,7 @@ def test_vllm_is_launched_with_what_capture_needs(
     assert vllm.argv[:3] == [str(fake), "serve", "Qwen/Qwen3-8B"]
     assert "--enable-auto-tool-choice" in vllm.argv
     assert vllm.argv[vllm.argv.index("--tool-call-parser") + 1] == "qwen3_coder"
+    assert vllm.argv[vllm.argv.index("--served-model-name") + 1] == "rollstream-tiny"
 
 
 def test_the_state_round_trips_and_a_reused_pid_is_not_ours(tmp_path: Path) -> None:
