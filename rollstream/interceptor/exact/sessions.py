@@ -1,0 +1,119 @@
+"""Per-session memory of exact context: the recent turns a next call may continue.
+
+A session's calls are not one line: side calls (titles, summaries) and sub-agents interleave
+with the main conversation. Each session keeps its last few answered turns, and a call continues
+whichever of them its conversation extends append-only; anything else is rendered by the
+server as usual, and the record says why.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Any
+
+from rollstream.backend.tokenizer import ChatTokenizer
+from rollstream.interceptor.exact.render import (
+    TemplateSplitError,
+    appended_messages,
+    check_template,
+    continuation_text,
+    continue_prompt,
+)
+
+Message = dict[str, Any]
+
+#: Why a call was not built from tokens (the record's context note).
+FIRST_CALL = "first call of its thread"
+NOT_APPENDED = "history edited, another thread, or nothing appended"
+TOOLS_CHANGED = "the tools changed"
+NO_TOKENS = "the previous call returned no token ids"
+
+
+@dataclass(frozen=True)
+class Turn:
+    """An answered call: its conversation, tools and answer, and the tokens on both sides."""
+
+    messages: list[Message]
+    tools: list[Any] | None
+    answer: Message
+    prompt_ids: list[int]
+    completion_ids: list[int]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to send a call: ``prompt_ids`` for exact context, or None and the reason."""
+
+    prompt_ids: list[int] | None
+    note: str
+    appended_end_of_turn: bool = False
+
+
+class ExactContext:
+    """Plans exact-context prompts from each session's recent turns (bounded memory)."""
+
+    def __init__(self, tokenizer: ChatTokenizer, sessions: int = 4096, turns: int = 4) -> None:
+        verdict = check_template(tokenizer)
+        if not verdict.ok:
+            raise TemplateSplitError(
+                f"exact context refused for {tokenizer.path}: {verdict.reason}"
+            )
+        self.tokenizer = tokenizer
+        self.end_of_turn = tokenizer.token_text(tokenizer.eos_id)
+        self._sessions: OrderedDict[str, deque[Turn]] = OrderedDict()
+        self._max_sessions = sessions
+        self._turns = turns
+
+    def plan(self, session: str, request: Message) -> Plan:
+        """The prompt ids continuing one of the session's turns, or why there are none."""
+        messages = request.get("messages") or []
+        tools = request.get("tools") or None
+        turns = self._sessions.get(session)
+        if not turns:
+            return Plan(None, FIRST_CALL)
+        self._sessions.move_to_end(session)
+        reason = NOT_APPENDED
+        for turn in reversed(turns):  # the most recent thread first
+            new = appended_messages(turn.messages, turn.answer, messages)
+            if new is None:
+                continue
+            if tools != turn.tools:
+                reason = TOOLS_CHANGED
+                continue
+            if not turn.prompt_ids or not turn.completion_ids:
+                reason = NO_TOKENS
+                continue
+            text = continuation_text(self.tokenizer, turn.messages, turn.answer, new, tools)
+            ids, continuation = continue_prompt(
+                self.tokenizer, turn.prompt_ids, turn.completion_ids, text
+            )
+            return Plan(ids, "exact", continuation.appended_end_of_turn)
+        return Plan(None, reason)
+
+    def remember(
+        self,
+        session: str,
+        request: Message,
+        answer: Message,
+        prompt_ids: list[int],
+        completion_ids: list[int],
+    ) -> None:
+        """Keep an answered call as a turn later calls may continue."""
+        turns = self._sessions.get(session)
+        if turns is None:
+            turns = self._sessions[session] = deque(maxlen=self._turns)
+            while len(self._sessions) > self._max_sessions:
+                self._sessions.popitem(last=False)
+        self._sessions.move_to_end(session)
+        messages = list(request.get("messages") or [])
+        # A turn that extends one kept already replaces it: its thread moved on.
+        for kept in list(turns):
+            if appended_messages(kept.messages, kept.answer, messages) is not None:
+                turns.remove(kept)
+        turns.append(
+            Turn(messages, request.get("tools") or None, answer, prompt_ids, completion_ids)
+        )
+
+    def __len__(self) -> int:
+        return len(self._sessions)
