@@ -139,7 +139,9 @@ def topic_specs(
             base | {"retention.ms": str(7 * _DAY_MS)},
             "tasks for the rollout nodes; key = task id",
         ),
-        TopicSpec(names.control, 1, compacted, "policy versions trainers publish; key = kind; compacted"),
+        TopicSpec(
+            names.control, 1, compacted, "policy versions trainers publish; key = kind; compacted"
+        ),
         TopicSpec(
             names.deadletters,
             1,
