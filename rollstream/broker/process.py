@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import ctypes
 import json
 import logging
 import os
@@ -33,6 +32,7 @@ from rollstream.broker.config import (
 from rollstream.broker.jars import ensure_jars, require_tool
 from rollstream.broker.settings import BrokerSettings
 from rollstream.errors import BrokerError
+from rollstream.runtime import die_with_parent
 from rollstream.settings import StatePaths
 
 log = logging.getLogger(__name__)
@@ -88,19 +88,6 @@ async def probe_metadata(bootstrap_servers: str, timeout: float = 5.0) -> bool:
         return False
     finally:
         await client.close()
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGTERM when the parent dies (Linux), however it dies.
-
-    A test run killed by a timeout then leaves no broker behind.
-    """
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-_PR_SET_PDEATHSIG = 1
 
 
 def _scan_for(path: Path, needle: str, offset: int) -> tuple[bool, int]:
@@ -202,7 +189,7 @@ class LocalBroker:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=None if self.outlive_parent else _die_with_parent,
+                preexec_fn=None if self.outlive_parent else die_with_parent,
             )
         self._wait_ready(layout, began)
         self.info = BrokerInfo(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import time
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollstream.harnesses.presets import HarnessLaunch
+from rollstream.runtime import die_with_parent
 
 #: Variables of the caller's environment a harness may see; everything else (credentials,
 #: rollstream settings, proxies) stays out, so runs are isolated and reproducible.
@@ -75,6 +77,9 @@ async def run_harness(
             stdout=out,
             stderr=err,
             start_new_session=True,
+            # Its own session (killed as a group on timeout), yet gone with the node: a node
+            # SIGKILLed must not leave harnesses calling for sessions nobody will end.
+            preexec_fn=functools.partial(die_with_parent, signal.SIGKILL),
         )
         timed_out = False
         try:

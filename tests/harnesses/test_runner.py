@@ -77,3 +77,27 @@ async def test_children_left_behind_after_a_normal_exit_are_killed(tmp_path: Pat
     result = await run_harness(launch, tmp_path / "h", tmp_path / "w", tmp_path / "l", 30)
     assert result.exit_code == 0
     assert await _wait_dead(int(pidfile.read_text()))
+
+
+async def test_a_harness_dies_with_its_node(tmp_path: Path) -> None:
+    pidfile = tmp_path / "harness.pid"
+    node = (
+        "import asyncio\n"
+        "from pathlib import Path\n"
+        "from rollstream.harnesses.presets import HarnessLaunch\n"
+        "from rollstream.harnesses.runner import run_harness\n"
+        f"command = 'echo $$ > {pidfile}; sleep 60; echo never'\n"
+        "launch = HarnessLaunch(['bash', '-c', command], {})\n"
+        f"base = Path({str(tmp_path)!r})\n"
+        "asyncio.run(run_harness(launch, base / 'home', base / 'work', base / 'logs', 120))\n"
+    )
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", node)
+    for _ in range(200):
+        if pidfile.exists() and pidfile.read_text().strip():
+            break
+        await asyncio.sleep(0.05)
+    harness = int(pidfile.read_text())
+    assert _alive(harness)
+    proc.kill()  # SIGKILL: none of the node's clean-up runs
+    await proc.wait()
+    assert await _wait_dead(harness)
