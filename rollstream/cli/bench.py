@@ -309,3 +309,15 @@ async def _delete_topics(kafka: KafkaSettings) -> None:
                 await admin.delete_topics(mine)
         finally:
             await admin.close()
+
+
+def _register_more() -> None:
+    """Subcommands defined in their own modules, so this one stays small."""
+    from rollstream.cli.bench_scale import scale
+    from rollstream.cli.bench_suite import all_benchmarks, pipeline, publisher
+
+    for command in (publisher, pipeline, scale, all_benchmarks):
+        bench.add_command(command)
+
+
+_register_more()

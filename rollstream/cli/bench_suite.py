@@ -1,0 +1,199 @@
+"""``rollstream bench publisher``, ``bench pipeline`` and ``bench all``.
+
+Registered on the ``bench`` group by :mod:`rollstream.cli.bench`, which stays small this way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+from rollstream.bench.pipeline import PipelineBenchConfig, run_pipeline_bench
+from rollstream.bench.publisher import PublisherBenchConfig, run_publisher_bench
+from rollstream.bench.report import record, write_markdown
+from rollstream.bench.suite import ORDER, record_run
+from rollstream.cli.bench import _delete_topics, _output_options
+from rollstream.cli.options import settings_options
+from rollstream.settings import KafkaSettings
+
+
+def _bench_kafka(kafka: KafkaSettings) -> KafkaSettings:
+    """The settings with a topic prefix of this run's own, so the real topics stay untouched."""
+    return kafka.model_copy(update={"topic_prefix": f"bench-{int(time.time())}"})
+
+
+@click.command(name="publisher")
+@_output_options
+@click.option(
+    "--records",
+    type=click.IntRange(1),
+    default=PublisherBenchConfig.records,
+    show_default=True,
+    help="Throughput: CallRecords per encoding and round.",
+)
+@click.option(
+    "--rounds", type=click.IntRange(1), default=PublisherBenchConfig.rounds, show_default=True
+)
+@click.option(
+    "--partitions",
+    type=click.IntRange(1),
+    default=PublisherBenchConfig.partitions,
+    show_default=True,
+)
+@settings_options(KafkaSettings, "kafka")
+def publisher(
+    kafka: KafkaSettings,
+    json_path: Path,
+    markdown: Path,
+    records: int,
+    rounds: int,
+    partitions: int,
+) -> None:
+    """CallRecords/s from one capture publisher, and the broker bytes of a 50-call session.
+
+    Delta-encoded prompts against the naive full-prompt encoding (and against records that
+    also carry the harness's request), side by side. Needs a broker (`rollstream kafka
+    start`); its topics, under the prefix `bench-<time>`, are deleted after each measurement.
+    """
+    config = PublisherBenchConfig(records=records, rounds=rounds, partitions=partitions)
+    click.echo("publisher: CallRecords/s and session bytes on the broker, per encoding")
+    result = asyncio.run(run_publisher_bench(config, _bench_kafka(kafka), click.echo))
+    data = record(json_path, "publisher", result)
+    write_markdown(data, markdown)
+    click.echo(f"results in {json_path}, summary in {markdown}")
+
+
+@click.command(name="pipeline")
+@_output_options
+@click.option(
+    "--sessions",
+    type=click.IntRange(1),
+    default=PipelineBenchConfig.sessions,
+    show_default=True,
+    help="Throughput: sessions prefilled into the events topic.",
+)
+@click.option(
+    "--calls",
+    type=click.IntRange(1),
+    default=PipelineBenchConfig.calls,
+    show_default=True,
+    help="Throughput: calls per session (prompts grow 8k tokens + 490 a call).",
+)
+@click.option(
+    "--rate",
+    type=click.FloatRange(0, min_open=True),
+    default=PipelineBenchConfig.rate,
+    show_default=True,
+    help="End to end: sessions arriving per second.",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(0, min_open=True),
+    default=PipelineBenchConfig.duration_s,
+    show_default=True,
+    help="End to end: seconds of arrivals.",
+)
+@click.option(
+    "--partitions",
+    type=click.IntRange(1),
+    default=PipelineBenchConfig.partitions,
+    show_default=True,
+)
+@settings_options(KafkaSettings, "kafka")
+def pipeline(
+    kafka: KafkaSettings,
+    json_path: Path,
+    markdown: Path,
+    sessions: int,
+    calls: int,
+    rate: float,
+    duration: float,
+    partitions: int,
+) -> None:
+    """Reconstructor calls/s and scorer trajectories/s through Kafka, SessionEnded → Scored.
+
+    Runs `rollstream reconstruct` and `rollstream score` as subprocesses. Needs a broker
+    (`rollstream kafka start`); its topics, under the prefix `bench-<time>`, are deleted
+    afterwards.
+    """
+    config = PipelineBenchConfig(
+        sessions=sessions, calls=calls, rate=rate, duration_s=duration, partitions=partitions
+    )
+    bench_kafka = _bench_kafka(kafka)
+
+    async def run() -> dict[str, object]:
+        try:
+            return await run_pipeline_bench(config, bench_kafka, click.echo)
+        finally:
+            await _delete_topics(bench_kafka)
+
+    click.echo("pipeline: reconstructor and scorer through Kafka, then end to end")
+    result = asyncio.run(run())
+    data = record(json_path, "pipeline", result)
+    write_markdown(data, markdown)
+    click.echo(f"results in {json_path}, summary in {markdown}")
+
+
+async def _broker_answers(kafka: KafkaSettings) -> bool:
+    from rollstream.admin import TopicAdmin
+
+    try:
+        async with asyncio.timeout(15):
+            async with TopicAdmin(kafka) as admin:
+                await admin.list_topics()
+    except Exception:  # any failure: the benchmarks that need it would fail the same way
+        return False
+    return True
+
+
+@click.command(name="all")
+@_output_options
+@click.option(
+    "--skip",
+    multiple=True,
+    type=click.Choice(ORDER),
+    help="Leave this benchmark out (repeatable).",
+)
+@click.pass_context
+def all_benchmarks(
+    ctx: click.Context, json_path: Path, markdown: Path, skip: tuple[str, ...]
+) -> None:
+    """Every benchmark with its default configuration, one after another, then RESULTS.md.
+
+    Runs backend, interceptor, node, reconstruct, publisher, pipeline and scale (those that
+    exist), each merging its results into --json; regenerates --markdown once at the end,
+    with the machine description at the top. A benchmark that fails does not stop the
+    others; the command then exits with 1. Needs a broker (`rollstream kafka start`).
+    """
+    group = ctx.parent.command if ctx.parent is not None else None
+    commands = group.commands if isinstance(group, click.Group) else {}
+    names = [name for name in ORDER if name in commands and name not in skip]
+    kafka = KafkaSettings()
+    if not asyncio.run(_broker_answers(kafka)):
+        raise click.ClickException(
+            f"no Kafka broker answers at {kafka.bootstrap_servers}: start one with "
+            "`rollstream kafka start` (or set ROLLSTREAM_BOOTSTRAP_SERVERS)"
+        )
+    ran: list[str] = []
+    failed: list[str] = []
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp) / "RESULTS.md"  # each benchmark's own rewrite; ours comes last
+        for name in names:
+            click.echo(f"== bench {name} ({len(ran) + len(failed) + 1} of {len(names)})")
+            try:
+                ctx.invoke(commands[name], json_path=json_path, markdown=scratch)
+            except Exception as exc:  # one benchmark failing must not lose the others' runs
+                failed.append(name)
+                click.echo(f"bench {name} failed: {type(exc).__name__}: {exc}", err=True)
+            else:
+                ran.append(name)
+    data = record_run(json_path, ran, failed, time.monotonic() - began)
+    write_markdown(data, markdown)
+    click.echo(f"ran {', '.join(ran) or 'nothing'}; results in {json_path}, summary in {markdown}")
+    if failed:
+        raise click.ClickException(f"failed: {', '.join(failed)}")
