@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import AwareDatetime, Field, model_validator
 
+from rollstream.errors import SerializationError
 from rollstream.schemas.base import AvroRecord, Model
 from rollstream.schemas.blobs import decompress_json
 from rollstream.schemas.packed import Logprobs, TokenIds
+from rollstream.schemas.requests import RequestBase, resolve_request
 
 
 class ApiKind(StrEnum):
@@ -94,6 +97,8 @@ class CallRecord(AvroRecord):
     timings: CallTimings
     status: CallStatus = CallStatus.OK
     error: CallError | None = None
+    harness_request_base: RequestBase | None = None
+    upstream_request_base: RequestBase | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> CallRecord:
@@ -123,3 +128,48 @@ class CallRecord(AvroRecord):
     def decoded_response(self) -> Any:
         """The normalized Chat Completions response as JSON, or None."""
         return None if self.response is None else decompress_json(self.response)
+
+
+class SessionRequests:
+    """The whole requests of a session's calls, resolving delta-encoded ones through their bases.
+
+    Bases are other calls of the same session (the interceptor never refers across sessions);
+    a base that is missing, or a chain that loops, is a SerializationError.
+    """
+
+    def __init__(self, calls: Iterable[CallRecord]) -> None:
+        self._calls = {c.call_id: c for c in calls}
+        self._memo: dict[tuple[str, str], Any] = {}
+
+    def harness(self, call_id: str) -> Any:
+        """The request as the harness sent it (None when not kept)."""
+        return self._resolve("harness", call_id, ())
+
+    def upstream(self, call_id: str) -> Any:
+        """The Chat Completions request sent upstream (None when not kept)."""
+        return self._resolve("upstream", call_id, ())
+
+    def _resolve(
+        self, which: Literal["harness", "upstream"], call_id: str, seen: tuple[str, ...]
+    ) -> Any:
+        key = (which, call_id)
+        if key in self._memo:
+            return self._memo[key]
+        if call_id in seen:
+            raise SerializationError(f"request bases loop through call {call_id!r}")
+        call = self._calls.get(call_id)
+        if call is None:
+            return None
+        blob = call.harness_request if which == "harness" else call.upstream_request
+        spec = call.harness_request_base if which == "harness" else call.upstream_request_base
+        if blob is None:
+            return None
+        rest = decompress_json(blob)
+        if spec is not None:
+            if not isinstance(rest, dict):
+                raise SerializationError(f"call {call_id!r}: a request delta must be an object")
+            rest = resolve_request(
+                rest, spec, lambda base: self._resolve(which, base, (*seen, call_id))
+            )
+        self._memo[key] = rest
+        return rest

@@ -32,6 +32,7 @@ from rollstream.schemas import (
     WorkspaceKind,
     compress_json,
 )
+from rollstream.schemas.requests import RequestBase
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
 T1 = datetime(2026, 11, 30, 12, 0, 1, 654321, tzinfo=UTC)
@@ -56,6 +57,10 @@ CALL = CallRecord(
     error=CallError(
         type="upstream_http", message="502 Bad Gateway", http_status=502, retriable=True
     ),
+    harness_request_base=RequestBase(
+        base_call_id="call-1", list_key="messages", shared_items=4, unchanged=["system", "tools"]
+    ),
+    upstream_request_base=RequestBase(base_call_id="call-1", unchanged=["model"]),
 )
 
 TASK = Task(

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rollstream.errors import SerializationError
-from rollstream.schemas.calls import CallRecord, CallStatus
+from rollstream.schemas.calls import CallRecord, CallStatus, SessionRequests
 from rollstream.schemas.packed import Logprobs, TokenIds
 from rollstream.schemas.prompts import resolve_prompt
 
@@ -37,6 +37,8 @@ class ResolvedCall:
     error_type: str | None
     missing_reason: str | None
     record: CallRecord = field(repr=False)  # the blobs would swamp a repr
+    #: The session's whole requests (delta-encoded ones resolved on demand).
+    requests: SessionRequests | None = field(default=None, repr=False, compare=False)
 
     @property
     def has_tokens(self) -> bool:
@@ -59,6 +61,7 @@ def resolve_calls(records: Iterable[CallRecord]) -> list[ResolvedCall]:
     call without a prompt (``unresolvable_prompt``), and so every call based on it.
     """
     ordered = sorted(records, key=lambda r: (r.seq, r.call_id))
+    requests = SessionRequests(ordered)
     by_id: dict[str, ResolvedCall] = {}
     out: list[ResolvedCall] = []
 
@@ -93,6 +96,7 @@ def resolve_calls(records: Iterable[CallRecord]) -> list[ResolvedCall]:
             error_type=record.error.type if record.error is not None else None,
             missing_reason=missing,
             record=record,
+            requests=requests,
         )
         by_id[call.call_id] = call
         out.append(call)

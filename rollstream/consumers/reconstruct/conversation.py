@@ -11,6 +11,7 @@ from typing import Any
 
 from rollstream.errors import SerializationError
 from rollstream.schemas import CallRecord, CallStatus, compress_json, decompress_json
+from rollstream.schemas.calls import SessionRequests
 
 
 def last_answered(calls: Iterable[CallRecord]) -> CallRecord | None:
@@ -47,12 +48,13 @@ def conversation(calls: Iterable[CallRecord]) -> tuple[bytes | None, str]:
     The messages are the call's upstream Chat messages followed by the answer, so a session
     whose last call came through Responses or Anthropic Messages is kept in one format.
     """
+    calls = list(calls)
     call = last_answered(calls)
     if call is None:
         return None, ""
     try:
         response = decompress_json(call.response) if call.response is not None else None
-        request = decompress_json(call.upstream_request) if call.upstream_request else {}
+        request = SessionRequests(calls).upstream(call.call_id) or {}
     except SerializationError:
         return None, ""
     answer = _answer_message(response)

@@ -102,3 +102,26 @@ def test_the_trajectory_carries_the_task_the_artifacts_and_the_conversation() ->
     assert trajectory.artifact("diff") == diff and trajectory.artifact("nope") is None
     assert trajectory.final_text == "done"
     assert trajectory.decoded_messages()[-1] == {"role": "assistant", "content": "done"}
+
+
+def test_the_last_call_may_be_delta_encoded_against_an_earlier_one() -> None:
+    from rollstream.schemas.requests import best_delta
+
+    first = call(0, "first", "one")
+    second = call(1, "first", "two")
+    whole = {
+        "messages": [
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "one"},
+            {"role": "user", "content": "again"},
+        ]
+    }
+    base = {"messages": [{"role": "user", "content": "first"}]}
+    rest, spec = best_delta(whole, [("c0", base)])
+    assert spec is not None and spec.shared_items == 1
+    second = second.model_copy(
+        update={"upstream_request": compress_json(rest), "upstream_request_base": spec}
+    )
+    blob, text = conversation([first, second])
+    assert text == "two" and blob is not None
+    assert decompress_json(blob) == [*whole["messages"], {"role": "assistant", "content": "two"}]

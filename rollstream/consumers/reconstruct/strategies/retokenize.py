@@ -15,6 +15,7 @@ from rollstream.consumers.reconstruct.strategies.base import (
 from rollstream.errors import ConfigurationError, RollstreamError
 from rollstream.interceptor.adapters import ADAPTER_BY_KIND
 from rollstream.schemas.blobs import decompress_json
+from rollstream.schemas.calls import SessionRequests
 from rollstream.schemas.packed import Logprobs, LossMask, TokenIds
 from rollstream.schemas.trajectories import Segment
 
@@ -78,9 +79,11 @@ def conversation(call: ResolvedCall) -> tuple[Messages, list[dict[str, Any]] | N
     adapter = ADAPTER_BY_KIND.get(record.api)
     if adapter is None:
         raise ValueError(f"no adapter for API {record.api.value!r}")
-    if record.harness_request is None or record.response is None:
+    requests = call.requests or SessionRequests([record])
+    harness_request = requests.harness(record.call_id)
+    if harness_request is None or record.response is None:
         raise ValueError("the record keeps no harness request or no response")
-    chat = adapter.to_chat(decompress_json(record.harness_request), record.model)
+    chat = adapter.to_chat(harness_request, record.model)
     answer = decompress_json(record.response)["choices"][0]["message"]
     reply: dict[str, Any] = {"role": "assistant", "content": answer.get("content")}
     if answer.get("tool_calls"):
