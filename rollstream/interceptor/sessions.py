@@ -12,8 +12,15 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict, deque
 from collections.abc import Mapping
+from typing import Any
 
 from rollstream.schemas import PromptTokens, TokenIds, encode_prompt
+from rollstream.schemas.requests import (
+    RequestBase,
+    RequestDigest,
+    best_delta_by_digest,
+    digest_request,
+)
 
 SESSION_HEADER = "x-rollstream-session"
 AFFINITY_HEADER = "x-rollstream-session-hash"
@@ -55,9 +62,16 @@ class SessionLedger:
     contexts) however long the interceptor runs.
     """
 
-    def __init__(self, recent: int = 8, max_sessions: int = 10_000) -> None:
+    def __init__(
+        self, recent: int = 8, max_sessions: int = 10_000, recent_requests: int = 4
+    ) -> None:
         self.recent = recent
         self.max_sessions = max_sessions
+        self.recent_requests = recent_requests
+        # Digests of recent requests, per (session, kind): what later ones are encoded against.
+        self._requests: OrderedDict[tuple[str, str], deque[tuple[str, RequestDigest]]] = (
+            OrderedDict()
+        )
         self._sessions: OrderedDict[str, tuple[int, deque[tuple[str, TokenIds]]]] = OrderedDict()
 
     def next_seq(self, session: str) -> int:
@@ -73,6 +87,26 @@ class SessionLedger:
         _, contexts = self._entry(session)
         encoded = encode_prompt(prompt, list(contexts))
         contexts.append((call_id, prompt + completion))
+        return encoded
+
+    def encode_request(
+        self, session: str, call_id: str, kind: str, request: dict[str, Any]
+    ) -> tuple[dict[str, Any], RequestBase | None]:
+        """Delta-encode a request against the session's recent ones of the same ``kind``.
+
+        ``kind`` is harness or upstream. Only the request's digests are remembered (see
+        RequestDigest), bounded like the token contexts.
+        """
+        recent = self._requests.get((session, kind))
+        if recent is None:
+            recent = self._requests[(session, kind)] = deque(maxlen=self.recent_requests)
+            while len(self._requests) > 2 * self.max_sessions:
+                self._requests.popitem(last=False)
+        else:
+            self._requests.move_to_end((session, kind))
+        digest = digest_request(request)
+        encoded = best_delta_by_digest(request, digest, list(recent))
+        recent.append((call_id, digest))
         return encoded
 
     def calls(self, session: str) -> int:

@@ -10,11 +10,14 @@ definitions, usually), and the rest.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field
 
+from rollstream import jsonfast
 from rollstream.errors import SerializationError
 from rollstream.schemas.base import Model
 
@@ -80,6 +83,64 @@ def best_delta(
         if score > best_score:
             best, best_score = found, score
     return best
+
+
+@dataclass(frozen=True)
+class RequestDigest:
+    """What delta encoding needs to remember of a request: digests, not the request itself.
+
+    An interceptor holds one per recent call of every open session; a whole coding-agent
+    request (a system prompt, tool schemas, the conversation) would cost megabytes each.
+    """
+
+    list_key: str | None
+    items: tuple[bytes, ...]
+    fields: dict[str, bytes]
+
+
+def _digest(value: Any) -> bytes:
+    # Equal JSON, equal digest (key order included: a harness that reorders keys shares less,
+    # never wrongly). 16 bytes of BLAKE2b: a collision would corrupt a resolved request.
+    return hashlib.blake2b(jsonfast.dumps(value), digest_size=16).digest()
+
+
+def digest_request(request: JSON) -> RequestDigest:
+    """The digests of a request's conversation items and other top-level fields."""
+    key = _list_key(request)
+    items = tuple(_digest(item) for item in request[key]) if key is not None else ()
+    fields = {k: _digest(v) for k, v in request.items() if k != key}
+    return RequestDigest(key, items, fields)
+
+
+def best_delta_by_digest(
+    request: JSON, digest: RequestDigest, candidates: Iterable[tuple[str, RequestDigest]]
+) -> tuple[JSON, RequestBase | None]:
+    """As :func:`best_delta`, comparing digests (``digest`` is ``request``'s own)."""
+    best: RequestBase | None = None
+    best_score = (0, 0)
+    for call_id, base in candidates:
+        shared = 0
+        if digest.list_key is not None and digest.list_key == base.list_key:
+            for mine, theirs in zip(digest.items, base.items, strict=False):
+                if mine != theirs:
+                    break
+                shared += 1
+        unchanged = [k for k, d in digest.fields.items() if base.fields.get(k) == d]
+        score = (shared, len(unchanged))
+        if score > best_score:
+            best_score = score
+            best = RequestBase(
+                base_call_id=call_id,
+                list_key=digest.list_key if shared else None,
+                shared_items=shared,
+                unchanged=unchanged,
+            )
+    if best is None:
+        return request, None
+    rest = {k: v for k, v in request.items() if k not in best.unchanged}
+    if digest.list_key is not None:
+        rest[digest.list_key] = request[digest.list_key][best.shared_items :]
+    return rest, best
 
 
 def resolve_request(

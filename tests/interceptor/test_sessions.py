@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from rollstream.interceptor.adapters import adapter_for
@@ -86,3 +88,25 @@ def test_the_affinity_key_is_stable_short_and_not_the_session() -> None:
     key = affinity_key("sess-secret-1")
     assert key == affinity_key("sess-secret-1") != affinity_key("sess-secret-2")
     assert len(key) == 16 and "sess" not in key
+
+
+def test_the_ledger_delta_encodes_requests_from_digests_and_they_resolve() -> None:
+    from rollstream.schemas.requests import resolve_request
+
+    ledger = SessionLedger(recent_requests=2)
+    system = "long system prompt " * 50
+    whole: dict[str, dict[str, Any]] = {}
+    turns: list[dict[str, str]] = []
+    for i in range(4):
+        turns = [*turns, {"role": "user", "content": f"turn {i}"}]
+        request: dict[str, Any] = {"model": "m", "system": system, "messages": list(turns)}
+        rest, spec = ledger.encode_request("s", f"c{i}", "harness", request)
+        if i == 0:
+            assert spec is None
+        else:
+            assert spec is not None and spec.base_call_id == f"c{i - 1}"
+            assert spec.shared_items == i and rest == {"messages": turns[i:]}
+        assert resolve_request(rest, spec, whole.get) == request
+        whole[f"c{i}"] = request
+    _, other = ledger.encode_request("t", "d0", "harness", {"model": "m", "messages": turns})
+    assert other is None  # never across sessions

@@ -9,7 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollstream.errors import SerializationError
-from rollstream.schemas.requests import RequestBase, best_delta, delta_request, resolve_request
+from rollstream.schemas.requests import (
+    RequestBase,
+    best_delta,
+    best_delta_by_digest,
+    delta_request,
+    digest_request,
+    resolve_request,
+)
 
 message = st.fixed_dictionaries(
     {"role": st.sampled_from(["user", "assistant", "tool"]), "content": st.text(max_size=6)}
@@ -34,6 +41,11 @@ def test_any_request_resolves_from_its_delta(
     if "messages" in base and "messages" in request:
         request["messages"] = base["messages"] + extra  # the usual case: appended turns
     rest, spec = best_delta(request, [("c1", base)])
+    assert resolve_request(rest, spec, {"c1": base}.get) == request
+    # The same from digests alone (what the interceptor remembers).
+    rest, spec = best_delta_by_digest(
+        request, digest_request(request), [("c1", digest_request(base))]
+    )
     assert resolve_request(rest, spec, {"c1": base}.get) == request
 
 
