@@ -76,16 +76,19 @@ class PolicyWatcher:
         """Read the control topic to its end, then follow it."""
         # No consumer group, so no group coordinator: safe under an eager task factory.
         self._consumer = make_consumer(self.kafka, isolation_level="read_uncommitted")
-        await self._consumer.start()
-        tps = await topic_partitions(self._consumer, self.topic)
-        if not tps:
+        try:
+            await self._consumer.start()
+            tps = await topic_partitions(self._consumer, self.topic)
+            if not tps:
+                raise ConfigurationError(f"no topic {self.topic}: run `rollstream topics create`")
+            self._consumer.assign(tps)
+            await self._consumer.seek_to_beginning(*tps)
+            end = await self._consumer.end_offsets(tps)
+            while await behind(self._consumer, end):
+                await self._poll()
+        except BaseException:  # failed or cancelled mid-start: leave nothing open
             await self.stop()
-            raise ConfigurationError(f"no topic {self.topic}: run `rollstream topics create`")
-        self._consumer.assign(tps)
-        await self._consumer.seek_to_beginning(*tps)
-        end = await self._consumer.end_offsets(tps)
-        while await behind(self._consumer, end):
-            await self._poll()
+            raise
         self._task = asyncio.create_task(self._follow(), name="policy-watcher")
 
     async def stop(self) -> None:

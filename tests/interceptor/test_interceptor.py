@@ -21,6 +21,7 @@ from rollstream.backend.server import Backend
 from rollstream.backend.settings import BackendSettings
 from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
 from rollstream.interceptor.proxy import Interceptor
+from rollstream.interceptor.sessions import AFFINITY_HEADER, affinity_key
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.interceptor.translate.anthropic import anthropic_to_chat
 from rollstream.producers.publisher import PublisherSettings
@@ -616,9 +617,13 @@ async def test_synthesize_mode_streams_whole_answers_with_their_token_ids(
         _proxy(upstream, kafka_settings, tmp_path, stream_mode="synthesize") as proxy,
         aiohttp.ClientSession() as http,
     ):
+        # As the interceptor will ask for the session below (the scripted draws follow the key).
+        affinity = {AFFINITY_HEADER: affinity_key("sess-synth@solve")}
         direct = await (
             await http.post(
-                f"{upstream}/v1/chat/completions", json=body | {"return_token_ids": True}
+                f"{upstream}/v1/chat/completions",
+                json=body | {"return_token_ids": True},
+                headers=affinity,
             )
         ).json()
         async with openai.AsyncOpenAI(
