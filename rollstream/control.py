@@ -62,9 +62,14 @@ class PolicyWatcher:
     """
 
     def __init__(
-        self, kafka: KafkaSettings, on_version: Callable[[PolicyVersion], None] | None = None
+        self,
+        kafka: KafkaSettings,
+        on_version: Callable[[PolicyVersion], None] | None = None,
+        interval_s: float = 1.0,
     ) -> None:
         self.kafka = kafka
+        #: How often the control topic is looked at after start (a version arrives that late).
+        self.interval_s = interval_s
         self.topic = TopicNames(kafka.topic_prefix).control
         self.on_version = on_version
         self.current: PolicyVersion | None = None
@@ -86,6 +91,9 @@ class PolicyWatcher:
             end = await self._consumer.end_offsets(tps)
             while await behind(self._consumer, end):
                 await self._poll()
+            # Between looks the partition is paused: a consumer fetching in the background
+            # costs about 3 ms of CPU a second, measurable per call in the interceptor.
+            self._consumer.pause(*tps)
         except BaseException:  # failed or cancelled mid-start: leave nothing open
             await self.stop()
             raise
@@ -116,12 +124,17 @@ class PolicyWatcher:
         return self.current.version if self.current is not None else 0
 
     async def _follow(self) -> None:
+        assert self._consumer is not None
         while True:
+            await asyncio.sleep(self.interval_s)
+            partitions = list(self._consumer.assignment())
+            self._consumer.resume(*partitions)
             try:
                 await self._poll()
             except KafkaError as exc:  # the broker away: keep the last version, try again
                 log.warning("control topic: %s", exc)
-                await asyncio.sleep(1.0)
+            finally:
+                self._consumer.pause(*partitions)
 
     async def _poll(self) -> None:
         assert self._consumer is not None

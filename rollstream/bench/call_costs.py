@@ -15,6 +15,7 @@ import aiohttp
 
 from rollstream import jsonfast
 from rollstream.interceptor.adapters import ADAPTER_BY_KIND
+from rollstream.interceptor.addon import PROMPT_IDS_KEY
 from rollstream.interceptor.recording import CallState, build_record
 from rollstream.interceptor.sessions import SessionLedger
 from rollstream.interceptor.translate.chat import CaptureOptions, prepare_chat_request
@@ -43,10 +44,13 @@ def _one_call(raw_request: bytes, chunks: list[bytes], serializer: AvroSerialize
     jsonfast.dumps(upstream)
     t1 = clock()
     state = CallState(ApiKind.CHAT_COMPLETIONS, "bench", body, upstream, asked, stream=True)
-    parser, translator = SSEParser(), adapter.stream(body, asked)
+    # As the addon parses a Chat Completions stream whose harness did not ask for the ids.
+    parser, translator = SSEParser(take_ids=PROMPT_IDS_KEY), adapter.stream(body, asked)
     for chunk in [*chunks, b""]:
         for event in parser.feed(chunk) if chunk else parser.flush():
             if isinstance(event.data, dict):
+                if event.token_ids is not None:
+                    state.capture.set_packed_prompt_ids(event.token_ids)
                 state.capture.add_chunk(event.data)
                 b"".join(e.encode() for e in translator.feed(event.data))
     t2 = clock()

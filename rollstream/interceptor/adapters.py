@@ -71,6 +71,8 @@ class ChatPassthrough:
 def chat_error(status: int, message: str) -> JSON:
     """OpenAI's error body."""
     kind = "server_error" if status >= 500 else "invalid_request_error"
+    if status == 401:
+        kind = "authentication_error"  # as the Responses and Anthropic adapters answer
     return {"error": {"message": message, "type": kind, "param": None, "code": status}}
 
 

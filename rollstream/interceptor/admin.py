@@ -1,4 +1,4 @@
-"""The interceptor's admin port: health, Prometheus metrics, sessions, pause and policy version."""
+"""The interceptor's admin port: health, metrics, sessions (registered or not), pause, policy."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+
+from rollstream.interceptor.registry import RegistryError
 
 if TYPE_CHECKING:
     from rollstream.interceptor.addon import RollstreamAddon
@@ -52,6 +54,8 @@ class AdminApp:
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/sessions/{session}", self.session)
+        app.router.add_put("/sessions/{session}", self.register)
+        app.router.add_delete("/sessions/{session}", self.forget)
         app.router.add_post("/admin/pause", self.pause)
         app.router.add_post("/admin/resume", self.resume)
         app.router.add_post("/admin/policy-version", self.policy_version)
@@ -86,6 +90,25 @@ class AdminApp:
                 "in_flight": self.addon.in_flight.get(session, 0),
             }
         )
+
+    async def register(self, request: web.Request) -> web.Response:
+        """Accept the session's calls (strict mode); the node calls this before a harness runs."""
+        session = request.match_info["session"]
+        try:
+            self.addon.sessions.register(session)
+        except RegistryError as exc:
+            status = 500 if isinstance(exc.__cause__, OSError) else 400
+            return web.json_response({"error": str(exc)}, status=status)
+        return web.json_response({"session": session, "registered": True})
+
+    async def forget(self, request: web.Request) -> web.Response:
+        """Refuse the session's calls from now on (strict mode); the node calls this at its end."""
+        session = request.match_info["session"]
+        try:
+            self.addon.sessions.forget(session)
+        except RegistryError as exc:
+            return web.json_response({"error": str(exc)}, status=500)
+        return web.json_response({"session": session, "registered": False})
 
     async def pause(self, request: web.Request) -> web.Response:
         """Hold new calls; wait (bounded) until in-flight calls have drained."""

@@ -23,6 +23,7 @@ from rollstream.interceptor import errorpages
 from rollstream.interceptor.addon import RollstreamAddon
 from rollstream.interceptor.admin import AdminApp
 from rollstream.interceptor.forward import ForwardAddon
+from rollstream.interceptor.registry import SessionRegistry
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.producers.publisher import CapturePublisher, PublisherSettings
 from rollstream.schema_store import SchemaStore
@@ -53,7 +54,8 @@ class Interceptor:
         self.publisher = CapturePublisher(
             kafka, publisher or PublisherSettings(), TopicNames(kafka.topic_prefix).events, spool
         )
-        self.addon = RollstreamAddon(settings, self._publish)
+        registry = paths.state_dir / "sessions" / f"interceptor-{settings.port}.txt"
+        self.addon = RollstreamAddon(settings, self._publish, SessionRegistry(registry))
         self.forward = (
             ForwardAddon(settings.upstream, settings.other_traffic)
             if settings.mode == "forward"
@@ -134,13 +136,20 @@ class Interceptor:
                 await asyncio.sleep(0.05)
 
     async def stop(self) -> None:
-        """Stop accepting calls, then flush the publisher (spooling what cannot be sent)."""
+        """Stop accepting calls, let those in flight finish (bounded), flush the publisher.
+
+        Calls still running after ``drain_timeout_s`` are cut and recorded as failed; new
+        calls arriving meanwhile on open connections are held and then cut unsent, so their
+        harnesses retry them (against the restarted proxy). The publisher then sends or
+        spools everything recorded.
+        """
         if self._master is not None:
             # mitmproxy leaves its listening sockets to process exit; we may live on (tests,
             # the local stack), so close them first.
             proxyserver = self._master.addons.get("proxyserver")
             if proxyserver is not None:
                 await proxyserver.servers.update([])
+            await self._drain()
             self._master.shutdown()
         if self._task is not None:
             with contextlib.suppress(Exception):
@@ -150,6 +159,19 @@ class Interceptor:
         if self.policy is not None:
             await self.policy.stop()
         await self.publisher.stop()
+
+    async def _drain(self) -> None:
+        self.addon.gate.pause(self.settings.drain_timeout_s + 60)  # until the shutdown
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.drain_timeout_s
+        # In-flight calls end in mitmproxy hooks; polling the counter keeps those hooks simple.
+        while self.addon.in_flight and loop.time() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        cut = self.addon.record_unfinished(
+            f"the interceptor stopped; the call was cut after {self.settings.drain_timeout_s:g} s"
+        )
+        if cut:
+            log.warning("stopping: %d calls still in flight were cut and recorded as failed", cut)
 
     async def __aenter__(self) -> Interceptor:
         await self.start()

@@ -21,6 +21,9 @@ from rollstream.schemas import (
 )
 
 ANONYMOUS = "anonymous"
+# zstd level 1, not the default 3: the producer compresses each batch again (zstd), and on a
+# 44 kB agent request level 1 takes 30% less CPU for a blob 9% larger.
+_BLOB_LEVEL = 1
 
 
 def _now() -> datetime:
@@ -68,13 +71,27 @@ def build_record(
     """The CallRecord of a finished (or failed) call; token ids delta-encoded per session."""
     capture = state.capture
     prompt = completion = logprobs = None
-    if capture.has_tokens and capture.prompt_token_ids is not None:
-        prompt_ids = TokenIds.from_list(capture.prompt_token_ids)
+    if capture.has_tokens:
+        prompt_ids = (
+            TokenIds(capture.packed_prompt_ids)
+            if capture.packed_prompt_ids is not None
+            else TokenIds.from_list(capture.prompt_token_ids or [])
+        )
         completion = TokenIds.from_list(capture.completion_token_ids)
         prompt = ledger.encode(state.session, state.call_id, prompt_ids, completion)
         if capture.logprobs is not None:
             logprobs = Logprobs.from_list(capture.logprobs)
     response = state.response if state.response is not None else _response_from(capture)
+    # Both requests carry the whole conversation again on every call: kept as their difference
+    # from a recent call of the session, so a session costs O(its tokens), not O(turns x context).
+    harness, harness_base = ledger.encode_request(
+        state.session, state.call_id, "harness", state.harness_request
+    )
+    upstream, upstream_base = (
+        ledger.encode_request(state.session, state.call_id, "upstream", state.upstream_request)
+        if state.upstream_request is not None
+        else (None, None)
+    )
     return CallRecord(
         call_id=state.call_id,
         session_id=state.session,
@@ -83,11 +100,11 @@ def build_record(
         model=model,
         policy_version=policy_version,
         stream=state.stream,
-        harness_request=compress_json(state.harness_request),
-        upstream_request=compress_json(_without_messages_copy(state.upstream_request))
-        if state.upstream_request is not None
-        else None,
-        response=compress_json(response) if response is not None else None,
+        harness_request=compress_json(harness, _BLOB_LEVEL),
+        harness_request_base=harness_base,
+        upstream_request=compress_json(upstream, _BLOB_LEVEL) if upstream is not None else None,
+        upstream_request_base=upstream_base,
+        response=compress_json(response, _BLOB_LEVEL) if response is not None else None,
         prompt=prompt,
         completion_token_ids=completion,
         completion_logprobs=logprobs,
@@ -100,14 +117,6 @@ def build_record(
         status=state.status,
         error=state.error,
     )
-
-
-def _without_messages_copy(request: dict[str, Any] | None) -> dict[str, Any] | None:
-    # The conversation is already in harness_request (and its tokens in prompt): keeping it
-    # twice would make every record O(context) again.
-    if request is None:
-        return None
-    return {k: v for k, v in request.items() if k != "messages"}
 
 
 def _response_from(capture: Capture) -> dict[str, Any] | None:

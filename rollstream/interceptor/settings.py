@@ -50,6 +50,20 @@ class InterceptorSettings(BaseSettings):
     upstream_timeout_s: float = Field(
         default=600, ge=0.1, description="Seconds to wait for the upstream's response headers."
     )
+    strict_sessions: bool = Field(
+        default=False,
+        description="Accept LLM calls only from sessions registered on the admin port (PUT"
+        " /sessions/{id}; the rollout node registers each session before its harness starts"
+        " and forgets it once ended). Others get a 401 in their API's format and are recorded"
+        " as rejected under the session 'anonymous'. Registrations survive restarts"
+        " (<state dir>/sessions/).",
+    )
+    drain_timeout_s: float = Field(
+        default=10,
+        ge=0,
+        description="On stop (SIGTERM): how long calls in flight may finish. Later, they are"
+        " cut and recorded as failed (interceptor_stopped); new calls wait and are cut unsent.",
+    )
     stream_mode: Literal["passthrough", "synthesize"] = Field(
         default="passthrough",
         description="passthrough: stream upstream chunks as they come; synthesize: ask the"

@@ -12,13 +12,13 @@ from rollstream.errors import SerializationError
 _LEVEL = 3
 
 
-def compress_json(obj: Any) -> bytes:
-    """Encode ``obj`` as compact JSON and compress it with zstd."""
+def compress_json(obj: Any, level: int = _LEVEL) -> bytes:
+    """Encode ``obj`` as compact JSON and compress it with zstd (any level decompresses alike)."""
     try:
         raw = jsonfast.dumps(obj)
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"not JSON-serializable: {exc}") from exc
-    return bytes(cramjam.zstd.compress(raw, level=_LEVEL))
+    return bytes(cramjam.zstd.compress(raw, level=level))
 
 
 def decompress_json(blob: bytes) -> Any:

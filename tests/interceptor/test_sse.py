@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import struct
 from typing import Any
 
 from hypothesis import given
@@ -57,3 +58,48 @@ json_values = st.recursive(
 def test_encode_then_parse_round_trips(data: dict[str, Any], name: str | None) -> None:
     event = SSEEvent(data, name)
     assert SSEParser().feed(event.encode()) == [event]
+
+
+KEY = "prompt_token_ids"
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.dictionaries(st.text(max_size=5), json_values, max_size=3),
+            st.none() | st.lists(st.integers(0, 2**32 - 1), max_size=20),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.lists(st.integers(min_value=0, max_value=10**6), max_size=6),
+)
+def test_taking_ids_moves_them_out_of_the_data_and_nothing_else(
+    chunks: list[tuple[dict[str, Any], list[int] | None]], cuts: list[int]
+) -> None:
+    """With ``take_ids`` a chunk's top-level ids arrive packed beside the rest of its data."""
+    datas = [
+        {**d, KEY: ids} if ids is not None else {k: v for k, v in d.items() if k != KEY}
+        for d, ids in chunks
+    ]
+    stream = b"".join(SSEEvent(d).encode() for d in datas) + SSEEvent(DONE).encode()
+    bounds = [0, *sorted(c % (len(stream) + 1) for c in cuts), len(stream)]
+    parser = SSEParser(take_ids=KEY)
+    events = [e for a, b in itertools.pairwise(bounds) for e in parser.feed(stream[a:b])]
+    events += parser.flush()
+    assert events[-1] == SSEEvent(DONE)
+    assert len(events) == len(datas) + 1
+    for event, data in zip(events, datas, strict=False):
+        ids = data.get(KEY)
+        if ids is None:
+            assert event == SSEEvent(data)
+        else:  # orjson writes the lists compactly: they always take the fast path
+            assert event.data == {k: v for k, v in data.items() if k != KEY}
+            assert event.token_ids == struct.pack(f"<{len(ids)}I", *ids)
+
+
+def test_taking_ids_is_only_for_the_named_key_and_leaves_other_events_alone() -> None:
+    stream = b'data: {"a": [1, 2]}\n\ndata: {"prompt_token_ids": [3, 1.5]}\n\n'
+    events = SSEParser(take_ids=KEY).feed(stream)
+    assert events == [SSEEvent({"a": [1, 2]}), SSEEvent({KEY: [3, 1.5]})]
+    assert SSEParser().feed(b'data: {"prompt_token_ids": [3]}\n\n') == [SSEEvent({KEY: [3]})]

@@ -95,6 +95,9 @@ class Capture:
     """Token ids, logprobs and the finish of one call, gathered from the upstream's answer."""
 
     prompt_token_ids: list[int] | None = None
+    # The same ids packed as little-endian uint32 where the stream parser took them out of the
+    # chunk (SSEParser(take_ids=...)); whichever of the two was set last is the prompt.
+    packed_prompt_ids: bytes | None = None
     completion_token_ids: list[int] = field(default_factory=list)
     completion_logprobs: list[float] = field(default_factory=list)
     logprobs_complete: bool = True
@@ -106,6 +109,14 @@ class Capture:
     content: str = ""
     tool_calls: dict[int, JSON] = field(default_factory=dict)
 
+    def set_prompt_token_ids(self, ids: list[int]) -> None:
+        """The prompt's token ids, as a list."""
+        self.prompt_token_ids, self.packed_prompt_ids = list(ids), None
+
+    def set_packed_prompt_ids(self, packed: bytes) -> None:
+        """The prompt's token ids, as packed little-endian uint32."""
+        self.prompt_token_ids, self.packed_prompt_ids = None, packed
+
     def add_response(self, response: JSON) -> None:
         """Gather from a whole (non-streamed) answer."""
         self.add_chunk(response)
@@ -113,7 +124,7 @@ class Capture:
     def add_chunk(self, chunk: JSON) -> None:
         """Gather from one stream chunk (or a whole answer: same fields, ``message``)."""
         if isinstance(chunk.get("prompt_token_ids"), list):
-            self.prompt_token_ids = list(chunk["prompt_token_ids"])
+            self.set_prompt_token_ids(chunk["prompt_token_ids"])
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
@@ -129,7 +140,7 @@ class Capture:
             self.saw_token_ids = True
             self.completion_token_ids += ids
         if isinstance(choice.get("prompt_token_ids"), list):
-            self.prompt_token_ids = list(choice["prompt_token_ids"])
+            self.set_prompt_token_ids(choice["prompt_token_ids"])
         logprobs = choice.get("logprobs")
         if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
             self.completion_logprobs += [float(e.get("logprob", 0.0)) for e in logprobs["content"]]
@@ -159,7 +170,8 @@ class Capture:
     @property
     def has_tokens(self) -> bool:
         """Whether the upstream returned both prompt and completion token ids."""
-        return self.prompt_token_ids is not None and self.saw_token_ids
+        has_prompt = self.prompt_token_ids is not None or self.packed_prompt_ids is not None
+        return has_prompt and self.saw_token_ids
 
     @property
     def logprobs(self) -> list[float] | None:

@@ -28,10 +28,20 @@ from rollstream.producers.node.runtime import make_runtime
 from rollstream.producers.node.session import SessionRunner
 from rollstream.producers.node.settings import NodeSettings
 from rollstream.producers.publisher import CapturePublisher, PublisherSettings
-from rollstream.schemas import AvroRecord, AvroSerializer, PolicyVersion, Task, TopicNames
+from rollstream.schemas import (
+    AvroRecord,
+    AvroSerializer,
+    PolicyVersion,
+    SessionEnded,
+    SessionStarted,
+    Task,
+    TopicNames,
+)
 from rollstream.settings import KafkaSettings, StatePaths
 
 log = logging.getLogger(__name__)
+# Registration precedes a harness's start: an admin port that is not there must not delay it.
+_REGISTRATION_TIMEOUT = aiohttp.ClientTimeout(total=2)
 
 
 @dataclass
@@ -187,7 +197,28 @@ class Node:
 
     async def _emit(self, record: AvroRecord) -> None:
         session = str(getattr(record, "session_id", ""))
+        if isinstance(record, SessionStarted):
+            # Emitted before the harness starts: registered now, its calls are accepted by an
+            # interceptor in strict mode from the first.
+            await self._registration("PUT", session)
         self.publisher.publish(session.encode(), self.serializer.encode(record))
+        if isinstance(record, SessionEnded):
+            await self._registration("DELETE", session)
+
+    async def _registration(self, method: str, session: str) -> None:
+        """Register (PUT) or forget (DELETE) the session on the interceptor's admin port.
+
+        Only an interceptor in strict mode needs it. A failure is logged, never fatal: the
+        harness's calls are then refused there (401), which its session's outcome shows.
+        """
+        assert self._http is not None
+        url = f"{self.settings.interceptor_admin.rstrip('/')}/sessions/{session}"
+        try:
+            async with self._http.request(method, url, timeout=_REGISTRATION_TIMEOUT) as reply:
+                if reply.status >= 400:
+                    log.warning("session %s: %s %s: %s", session, method, url, reply.status)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("session %s: %s %s failed: %s", session, method, url, exc)
 
     async def _calls_of(self, session: str) -> int:
         """How many calls the interceptor recorded for the session, once none is in flight."""
