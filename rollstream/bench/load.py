@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from rollstream.interceptor.sessions import SessionLedger
 from rollstream.producers.synthetic import SyntheticSession
 from rollstream.schemas import AvroRecord, CallRecord, compress_json
 from rollstream.schemas.calls import PromptTokens
@@ -26,8 +27,9 @@ class Encoding(StrEnum):
     #: Prompts delta-encoded against the previous call (the design's encoding); the harness's
     #: request is the synthetic stub of :func:`synthetic_session` (a few bytes).
     DELTA = "delta"
-    #: Delta-encoded prompts plus the harness's request carrying the whole conversation as
-    #: text, as the interceptor records it (``harness_request``).
+    #: Delta-encoded prompts plus the harness's and the upstream request, each carrying the
+    #: whole conversation as text and delta-encoded against the session's previous requests,
+    #: as the interceptor records them (``harness_request``, ``upstream_request``).
     DELTA_WITH_REQUEST = "delta_with_request"
 
 
@@ -50,20 +52,30 @@ def render_text(ids: TokenIds) -> str:
     return out.tobytes().decode("ascii")
 
 
-def conversation_requests(session: SyntheticSession) -> dict[str, bytes]:
-    """Per call id, the compressed Chat request a harness would have sent for it.
+def conversation_requests(session: SyntheticSession) -> dict[str, dict[str, Any]]:
+    """Per call id, the fields the interceptor records for the Chat request a harness sent.
 
     The system message is the first prompt; each earlier call adds its completion (assistant)
-    and the tool result that follows it in the next prompt.
+    and the tool result that follows it in the next prompt. Both requests are delta-encoded
+    through the interceptor's own session ledger, as it writes them.
     """
     calls = session.calls
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": render_text(session.prompts[calls[0].call_id])}
     ]
-    out: dict[str, bytes] = {}
+    ledger = SessionLedger()
+    out: dict[str, dict[str, Any]] = {}
     for k, call in enumerate(calls):
         request = {"model": call.model, "messages": messages, "stream": True}
-        out[call.call_id] = compress_json(request)
+        upstream = request | {"return_token_ids": True, "logprobs": True}
+        harness, harness_base = ledger.encode_request("s", call.call_id, "harness", request)
+        sent, sent_base = ledger.encode_request("s", call.call_id, "upstream", upstream)
+        out[call.call_id] = {
+            "harness_request": compress_json(harness),
+            "harness_request_base": harness_base,
+            "upstream_request": compress_json(sent),
+            "upstream_request_base": sent_base,
+        }
         if k + 1 < len(calls):
             completion = call.completion_token_ids or TokenIds()
             shared = len(session.prompts[call.call_id]) + len(completion)
@@ -89,9 +101,7 @@ def encoded(session: SyntheticSession, encoding: Encoding) -> list[AvroRecord]:
         ]
     requests = conversation_requests(session)
     return [
-        r.model_copy(update={"harness_request": requests[r.call_id]})
-        if isinstance(r, CallRecord)
-        else r
+        r.model_copy(update=requests[r.call_id]) if isinstance(r, CallRecord) else r
         for r in session.records
     ]
 

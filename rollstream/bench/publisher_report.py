@@ -104,18 +104,13 @@ def _request_note(with_request: dict[str, Any] | None, session: dict[str, Any]) 
         return []
     bound = session["bound_bytes"]
     over = with_request["log_bytes"] / bound
-    verdict = (
-        "within the bound as well"
-        if over <= 1
-        else f"{over:.1f} x the bound: the target is MISSED for the records as the interceptor "
-        "writes them today"
-    )
+    verdict = "within the bound as well: met" if over <= 1 else f"{over:.1f} x the bound: MISSED"
     return [
-        f"- With the harness's request in every CallRecord (`harness_request`, as the "
-        f"interceptor records it: the whole conversation as text) the session costs "
-        f"{with_request['log_bytes']:,} bytes on the broker, {verdict}. The request grows with "
-        "the context, so each call carries it all again; delta-encoding the token ids alone "
-        "does not change that. The synthetic text carries the token ids' information, four "
-        "characters a token, and compresses about as well as they do; real text compresses "
-        "better, by a constant factor that does not remove the growth with turns x context.",
+        f"- The records as the interceptor writes them also keep the harness's request and "
+        f"the request sent upstream, each the whole conversation as text, delta-encoded "
+        f"against the session's previous requests (`harness_request_base`, "
+        f"`upstream_request_base`): the session then costs {with_request['log_bytes']:,} bytes "
+        f"on the broker ({over:.2f} x the bound), {verdict}. The synthetic text carries the "
+        "token ids' information, four characters a token, and compresses about as well as "
+        "they do; real text compresses better.",
     ]

@@ -106,11 +106,14 @@ def _interceptor_section(result: dict[str, Any]) -> list[str]:
         lines += [
             f"Profile of rollstream's share ({extra:.2f} ms/call more than plain mitmproxy): its "
             f"pure steps, run in-process on the bytes the backend streamed for this call, take "
-            f"{costs['total']} ms ({steps}; ms). `stream` is mostly parsing the first chunk, "
-            f"which carries the prompt's token ids; `record` packs ids and zstd-compresses the "
-            f"harness's request. The rest is mitmproxy buffering the request body to hand it "
-            f"to the addon (streaming mitmproxy forwards it as it arrives), the hook calls, and "
-            f"the Kafka producer's own work in the same process.",
+            f"{costs['total']} ms ({steps}; ms). `stream` is mostly the first chunk, which "
+            f"carries the prompt's token ids; `record` packs ids and delta-encodes and "
+            f"compresses the requests. Not mitmproxy's buffering of the request: a stub addon "
+            f"that buffers it, asks for the capture fields and passes the stream through costs "
+            f"what plain mitmproxy does (measured in the running proxy, 7.17 against 7.00 "
+            f"ms/call). The rest is our hooks running inside the proxy (each of the ~20 later "
+            f"stream reads costs about 45 µs there against 13 µs in a tight loop) and the Kafka "
+            f"producer's work in the same process (0.5 to 0.9 ms/call).",
             "",
         ]
     return lines

@@ -12,9 +12,9 @@ from rollstream.schemas import (
     CallRecord,
     SessionEnded,
     SessionStarted,
-    decompress_json,
     resolve_prompt,
 )
+from rollstream.schemas.calls import SessionRequests
 from rollstream.schemas.packed import TokenIds
 
 SHAPE = SyntheticShape(turns=4, system_tokens=40, tool_result_tokens=6, completion_tokens=3)
@@ -51,15 +51,18 @@ def test_delta_is_the_synthetic_session_and_naive_carries_full_prompts() -> None
 def test_harness_requests_carry_the_conversation_so_far() -> None:
     session = synthetic_session("s", SHAPE)
     calls = _calls(encoded(session, Encoding.DELTA_WITH_REQUEST))
+    requests = SessionRequests(calls)  # delta-encoded as the interceptor writes them
     for k, call in enumerate(calls):
         assert call.harness_request is not None
-        request = decompress_json(call.harness_request)
+        assert (call.harness_request_base is None) == (k == 0)
+        request = requests.harness(call.call_id)
+        assert requests.upstream(call.call_id)["messages"] == request["messages"]
         messages = request["messages"]
         assert [m["role"] for m in messages] == ["system"] + ["assistant", "tool"] * k
         # Every prompt token is in the text, four characters each.
         assert sum(len(m["content"]) for m in messages) == 4 * len(session.prompts[call.call_id])
         assert call.prompt == session.records[k + 1].prompt  # type: ignore[attr-defined]
-    first = decompress_json(calls[0].harness_request or b"")
+    first = requests.harness(calls[0].call_id)
     assert first["messages"][0]["content"] == render_text(session.prompts[calls[0].call_id])
 
 

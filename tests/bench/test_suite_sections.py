@@ -61,7 +61,7 @@ def test_publisher_verdicts() -> None:
     assert "8,000-token prompts on average): met (2,000/s, 0 lost)" in text
     assert "= 256,400 bytes on the broker: met (delta: 256,400 bytes, 2.0 x" in text
     assert "naive: 2,000,000 bytes, 7.8 x the delta encoding's" in text
-    assert "10.0 x the bound: the target is MISSED for the records as the interceptor" in text
+    assert "(10.00 x the bound), 10.0 x the bound: MISSED" in text
 
     text = "\n".join(publisher_section(_publisher_result(1999, 256_401, 200_000)))
     assert "on average): MISSED (1,999/s" in text
