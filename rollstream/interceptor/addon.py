@@ -208,12 +208,11 @@ class RollstreamAddon:
             return
         message = flow.error.msg if flow.error else "connection error"
         cut = upstream_cut(flow)
-        if flow.response is not None and state.stream:
-            if flow.client_conn.state & ConnectionState.CAN_READ:
-                # The harness is still connected: the upstream broke off mid-stream.
-                state.fail("upstream_stream_broken", message, 502, True)
-            else:
-                state.cancel(message)  # the harness went away mid-stream
+        if not flow.client_conn.state & ConnectionState.CAN_READ:
+            state.cancel(message)  # the harness went away, streamed or waiting for an answer
+        elif flow.response is not None and state.stream:
+            # The harness is still connected: the upstream broke off mid-stream.
+            state.fail("upstream_stream_broken", message, 502, True)
         elif cut is not None:  # we gave up on connecting, or closed a silent TLS upstream
             status, message = cut
             state.fail("upstream_timeout", message, status, True)

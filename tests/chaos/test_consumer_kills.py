@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from rollstream.clients import make_admin
 from rollstream.interceptor.proxy import Interceptor
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.producers.publisher import PublisherSettings
-from rollstream.schemas import CallRecord, SessionEnded, SessionStarted, TopicNames
+from rollstream.schemas import CallRecord, CallStatus, SessionEnded, SessionStarted, TopicNames
 from rollstream.schemas.sessions import SessionStatus
 from rollstream.schemas.trajectories import Scored, Trajectory, TrajectoryStatus
 from rollstream.settings import KafkaSettings, StatePaths
@@ -290,15 +290,19 @@ def _check(run: Run, killed_at: datetime, chaos_report: ChaosReport) -> None:
     for session, record in started.items():
         per_task[record.task_id]["first" if session in first else "second"].append(record)
     for session in cut_short:
+        # A harness dies with its node: a call already on its way may still arrive just after.
         late_calls += sum(
             1
             for c in run.events.of(CallRecord)
-            if c.session_id == session and c.timings.started_at > killed_at
+            if c.session_id == session and c.timings.started_at > killed_at + timedelta(seconds=1)
         )
     rerun = {task for task, lives in per_task.items() if lives["second"]}
     again = {task for task in rerun if per_task[task]["first"]}
     failed = [e for e in ended.values() if e.status is not SessionStatus.COMPLETED]
     failed_calls = [c for c in run.events.of(CallRecord) if c.error is not None]
+    # The calls its harness had in flight when the node died: cancelled, and recorded as such.
+    cut_calls = [c for c in failed_calls if c.session_id in cut_short]
+    failed_calls = [c for c in failed_calls if c.session_id not in cut_short]
     load = f"{TASKS} tasks x {SAMPLES} samples ({len(sessions)} sessions)"
     harness_errors = len(failed) + len(failed_calls)
     lost_trajectories = len(sessions - set(by_session))
@@ -328,7 +332,8 @@ def _check(run: Run, killed_at: datetime, chaos_report: ChaosReport) -> None:
         lost=sum(1 for task in per_task.values() if not _complete_run(task, ended)),
         duplicated=node_duplicated,
         errors=f"{harness_errors}; {len(cut_short)} sessions cut short: abandoned trajectories, "
-        f"their harnesses outlived the node ({late_calls} calls after the kill)",
+        f"their harnesses died with the node ({len(cut_calls)} calls cancelled, "
+        f"{late_calls} after the kill)",
     )
 
     # Exactly one trajectory and one score per session, whatever was killed.
@@ -336,6 +341,8 @@ def _check(run: Run, killed_at: datetime, chaos_report: ChaosReport) -> None:
     assert repeats([t.session_id for t in trajectories]) == 0
     assert repeats([s.trajectory.session_id for s in scored]) == 0
     assert not failed and not failed_calls, (failed, failed_calls)
+    assert all(c.status is CallStatus.CANCELLED for c in cut_calls), cut_calls
+    assert late_calls == 0  # no harness outlived its node
     # Every task ran to the end: all its samples completed in one of the node's lives.
     assert set(per_task) == {f"chaos-t{i}" for i in range(TASKS)}
     assert all(_complete_run(task, ended) for task in per_task.values()), per_task

@@ -164,3 +164,25 @@ async def test_a_stream_cut_is_blamed_on_the_side_that_went_away(
     addon.error(flow)
     [record] = records
     assert record.status is status and record.error is not None and record.error.type == kind
+
+
+@pytest.mark.parametrize(
+    ("client", "status", "kind"),
+    [
+        (ConnectionState.OPEN, CallStatus.ERROR, "upstream_unreachable"),
+        (ConnectionState.CLOSED, CallStatus.CANCELLED, "cancelled"),
+    ],
+)
+async def test_a_whole_answer_never_given_is_blamed_on_the_side_that_went_away(
+    client: ConnectionState, status: CallStatus, kind: str
+) -> None:
+    addon, records = _addon(strict=False)
+    flow = _flow("/v1/chat/completions", {"authorization": "Bearer s"}, CHAT)
+    await addon.request(flow)
+    flow.client_conn.state = client  # the harness hung up while waiting, or is still there
+    flow.error = tflow.terr(
+        "Client disconnected." if client is ConnectionState.CLOSED else "refused"
+    )
+    addon.error(flow)
+    [record] = records
+    assert record.status is status and record.error is not None and record.error.type == kind
