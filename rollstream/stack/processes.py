@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -86,7 +87,7 @@ class StackState:
 
 #: The services this process started: kept so that they are not reaped as garbage while they
 #: run (they outlive ``up --detach``, which is the point).
-_children: list[subprocess.Popen[bytes]] = []
+_children: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def spawn(component: Component, logs: Path, env: dict[str, str]) -> Running:
@@ -102,7 +103,7 @@ def spawn(component: Component, logs: Path, env: dict[str, str]) -> Running:
             env=os.environ | env | component.env,
             start_new_session=True,
         )
-    _children.append(proc)
+    _children[proc.pid] = proc
     running = Running(
         component.name,
         proc.pid,
@@ -152,6 +153,16 @@ def log_tail(running: Running, lines: int = 15) -> str:
 
 def terminate(running: Running, timeout: float) -> str:
     """SIGTERM (the services stop cleanly), SIGKILL after ``timeout``; what happened."""
+    try:
+        return _terminate(running, timeout)
+    finally:
+        child = _children.pop(running.pid, None)
+        if child is not None:  # ours: reap it, so no zombie (or warning) is left behind
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=5)
+
+
+def _terminate(running: Running, timeout: float) -> str:
     if not running.alive():
         return "not running"
     os.kill(running.pid, signal.SIGTERM)
