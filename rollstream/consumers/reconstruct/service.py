@@ -23,6 +23,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from rollstream.backend.tokenizer import ChatTokenizer
 from rollstream.clients import make_consumer, make_producer, ordinary_tasks
+from rollstream.consumers.deadletters import dead_letter
 from rollstream.consumers.reconstruct.buffers import (
     PartitionBuffers,
     SessionBuffer,
@@ -33,7 +34,6 @@ from rollstream.consumers.reconstruct.state import encode_state, load_states, st
 from rollstream.consumers.reconstruct.strategies import NEEDS_TOKENIZER, get_strategy
 from rollstream.errors import (
     ConfigurationError,
-    RollstreamError,
     SerializationError,
     UnknownSchemaError,
 )
@@ -176,11 +176,11 @@ class Reconstructor:
             try:
                 record = self._decode(message.value)
             except SerializationError as exc:
-                self._dead_letter(tp, message, exc)
+                self._dead.append(dead_letter(message, exc, self.settings.group_id))
                 buffers.skip(message.offset)
                 return
         except SerializationError as exc:
-            self._dead_letter(tp, message, exc)
+            self._dead.append(dead_letter(message, exc, self.settings.group_id))
             buffers.skip(message.offset)
             return
         buffers.add(message.offset, record, now)
@@ -189,23 +189,6 @@ class Reconstructor:
         if value is None:
             raise SerializationError("a record without a value")
         return self.serializer.decode(value)
-
-    def _dead_letter(self, tp: TopicPartition, message: ConsumerRecord, exc: Exception) -> None:
-        retriable = exc.retriable if isinstance(exc, RollstreamError) else False
-        self._dead.append(
-            DeadLetter(
-                source_topic=tp.topic,
-                partition=tp.partition,
-                offset=message.offset,
-                key=message.key,
-                value=message.value,
-                consumer_group=self.settings.group_id,
-                error_type=type(exc).__name__,
-                error_message=str(exc)[:2000],
-                retriable=retriable,
-                failed_at=utcnow(),
-            )
-        )
 
     async def _emit_ready(self, now: float, touched: set[TopicPartition]) -> None:
         # Under the lock a revocation waits for: what is built here is for partitions we own.

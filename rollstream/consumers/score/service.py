@@ -24,11 +24,11 @@ from aiokafka.errors import IllegalStateError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from rollstream.clients import make_consumer, make_producer, ordinary_tasks
+from rollstream.consumers.deadletters import dead_letter
 from rollstream.consumers.score.evaluators import EVALUATORS, EvalResult, evaluate, spec_for
 from rollstream.consumers.score.settings import ScoreSettings
 from rollstream.errors import (
     ConfigurationError,
-    RollstreamError,
     SerializationError,
     UnknownSchemaError,
 )
@@ -183,7 +183,7 @@ class Scorer:
                             f"a {type(record).__name__} record, not a Trajectory"
                         )
                 except SerializationError as exc:
-                    batch.dead.append(self._dead_letter(tp, message, exc))
+                    batch.dead.append(dead_letter(message, exc, self.settings.group_id))
                     continue
                 batch.trajectories.append(record)
             batch.offsets[tp] = messages[-1].offset + 1
@@ -198,23 +198,6 @@ class Scorer:
             assert self._store is not None
             await self._store.refresh()  # a newer writer: its schema is in the store by now
             return self.serializer.decode(value)
-
-    def _dead_letter(
-        self, tp: TopicPartition, message: ConsumerRecord, exc: Exception
-    ) -> DeadLetter:
-        retriable = exc.retriable if isinstance(exc, RollstreamError) else False
-        return DeadLetter(
-            source_topic=tp.topic,
-            partition=tp.partition,
-            offset=message.offset,
-            key=message.key,
-            value=message.value,
-            consumer_group=self.settings.group_id,
-            error_type=type(exc).__name__,
-            error_message=str(exc)[:2000],
-            retriable=retriable,
-            failed_at=utcnow(),
-        )
 
     async def _score_until(self, batch: _Batch, stop: asyncio.Event) -> list[Scored] | None:
         """The batch's Scored records; None if a rebalance or ``stop`` came first."""
