@@ -24,6 +24,7 @@ class ApiKind(StrEnum):
     ANTHROPIC_MESSAGES = "anthropic_messages"
     COMPLETIONS = "completions"
     UNKNOWN = "unknown"
+    GEMINI = "gemini"  # Google generateContent; after UNKNOWN: Avro enums only grow at the end
 
 
 class CallStatus(StrEnum):

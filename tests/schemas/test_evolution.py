@@ -76,10 +76,11 @@ def test_a_new_enum_symbol_reads_as_the_default_in_old_code() -> None:
             "completions",
             "unknown",
             "gemini",
+            "bedrock",
         ],
     )
-    datum = CallRecordV2(**CALL.model_dump()).to_avro() | {"api": "gemini"}
-    # Our ApiKind does not know "gemini": write the datum directly, as newer code would.
+    datum = CallRecordV2(**CALL.model_dump()).to_avro() | {"api": "bedrock"}
+    # Our ApiKind does not know "bedrock": write the datum directly, as newer code would.
     buf = io.BytesIO()
     buf.write(b"\xc3\x01" + v2.fingerprint)
     fastavro.schemaless_writer(buf, v2.parsed, datum)
