@@ -49,7 +49,7 @@ SHELL_TOOLS: dict[str, Any] = {
         | {k: v for k, v in args.items() if k != "command"}
     ),
     "exec_command": _cmd("cmd"),
-    "run_shell_command": _cmd("command"),
+    "run_shell_command": _cmd("command"),  # Gemini CLI and Qwen Code, its fork
     "bash": _cmd("command"),
     # Codex's older tool takes an argv.
     "shell": lambda args: {"command": ["bash", "-lc", args.get("command", "")]},
@@ -164,8 +164,10 @@ _TOOL_NAME_IN_PROMPT = re.compile(r'"name":\s*"([^"]+)"')
 
 def tools_in_prompt(prompt_text: str) -> list[str]:
     """Tool names in a rendered prompt's tool section (for raw-prompt completions)."""
-    start, end = prompt_text.find("<tools>"), prompt_text.find("</tools>")
-    if start < 0 or end < start:
+    # The last pair: the template's preamble mentions "<tools></tools>" before the list.
+    end = prompt_text.rfind("</tools>")
+    start = prompt_text.rfind("<tools>", 0, end)
+    if start < 0 or end < 0:
         return []
     return _TOOL_NAME_IN_PROMPT.findall(prompt_text[start:end])
 

@@ -21,6 +21,7 @@ from mitmproxy.connection import ConnectionState
 
 from rollstream import jsonfast
 from rollstream.interceptor.adapters import ADAPTER_BY_KIND, COUNT_TOKENS_PATH, Adapter, adapter_for
+from rollstream.interceptor.exact.upstream import CONTEXT_HEADER, ExactUpstream
 from rollstream.interceptor.recording import ANONYMOUS, CallState, build_record
 from rollstream.interceptor.registry import SessionRegistry
 from rollstream.interceptor.sessions import (
@@ -37,7 +38,7 @@ from rollstream.interceptor.translate.chat import CaptureOptions, prepare_chat_r
 from rollstream.interceptor.translate.errors import TranslationError
 from rollstream.interceptor.translate.sse import DONE, SSEEvent, SSEParser
 from rollstream.interceptor.translate.synthesize import chunks_from_answer
-from rollstream.schemas import ApiKind, CallRecord
+from rollstream.schemas import ApiKind, CallRecord, ContextMode
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,7 @@ class RollstreamAddon:
         self.policy_version = settings.policy_version
         self.gate = Gate()
         self.deadlines = UpstreamDeadlines(settings.upstream_timeout_s)
+        self.exact = ExactUpstream(settings)
 
     # -- hooks ---------------------------------------------------------------------------
 
@@ -163,9 +165,11 @@ class RollstreamAddon:
             upstream["stream"] = False
             upstream.pop("stream_options", None)
         state.upstream_request = upstream
-        flow.request.path = "/v1/chat/completions"
+        asked_context = flow.request.headers.pop(CONTEXT_HEADER, None)
+        state.context, completion = self.exact.prepare(state.session, upstream, asked_context)
+        flow.request.path = "/v1/completions" if completion else "/v1/chat/completions"
         flow.request.headers.pop("accept-encoding", None)  # we read the answer
-        flow.request.set_content(jsonfast.dumps(upstream))
+        flow.request.set_content(jsonfast.dumps(completion or upstream))
         flow.request.headers["content-type"] = "application/json"
         self.deadlines.start(flow)
 
@@ -227,6 +231,8 @@ class RollstreamAddon:
         assert flow.response is not None
         try:
             answer = jsonfast.loads(flow.response.get_content(strict=False) or b"")
+            if _exact(state):
+                answer = self.exact.chat_answer(answer)
             state.capture.add_response(answer)
             state.response = answer
             if state.synthesized:
@@ -244,7 +250,10 @@ class RollstreamAddon:
         # The prompt's ids go straight into packed bytes where the harness never sees them: the
         # Chat Completions passthrough drops them unless the harness asked for them, and the
         # other translators read them (Anthropic counts them).
-        takes_ids = state.api is ApiKind.CHAT_COMPLETIONS and not state.asked.token_ids
+        converter = self.exact.stream() if _exact(state) else None
+        takes_ids = (
+            state.api is ApiKind.CHAT_COMPLETIONS and not state.asked.token_ids and not converter
+        )
         parser = SSEParser(take_ids=PROMPT_IDS_KEY if takes_ids else None)
         translator = adapter.stream(state.harness_request, state.asked)
 
@@ -266,12 +275,14 @@ class RollstreamAddon:
                         state.fail("upstream_stream_error", message, 502, True)
                         out += encode(translator.error(502, message))
                         continue
-                    if state.first_token_at is None and _has_output(event.data):
-                        state.first_token_at = datetime.now(UTC)
                     if event.token_ids is not None:
                         state.capture.set_packed_prompt_ids(event.token_ids)
-                    state.capture.add_chunk(event.data)
-                    out += encode(translator.feed(event.data))
+                    chunks = converter.feed(event.data) if converter else (event.data,)
+                    for chunk in chunks:
+                        if state.first_token_at is None and _has_output(chunk):
+                            state.first_token_at = datetime.now(UTC)
+                        state.capture.add_chunk(chunk)
+                        out += encode(translator.feed(chunk))
                 if not data:  # end of the upstream stream
                     state.ended_at = datetime.now(UTC)
                     if state.capture.finish_reason is None and state.error is None:
@@ -316,6 +327,8 @@ class RollstreamAddon:
         self.calls_recorded += 1
         self.calls_failed += state.error is not None
         self.publish(record)
+        if state.context is not None:
+            self.exact.remember(state)
 
     def _reject(
         self,
@@ -391,6 +404,10 @@ class RollstreamAddon:
             flow.response = _json_response(502, adapter.error(502, message))
             return
         flow.response = _json_response(200, {"input_tokens": count})
+
+
+def _exact(state: CallState) -> bool:
+    return state.context is not None and state.context.mode is ContextMode.EXACT
 
 
 def _replay(adapter: Adapter, state: CallState, answer: dict[str, Any]) -> bytes:

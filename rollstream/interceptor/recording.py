@@ -15,6 +15,7 @@ from rollstream.schemas import (
     CallRecord,
     CallStatus,
     CallTimings,
+    ContextInfo,
     Logprobs,
     TokenIds,
     compress_json,
@@ -50,6 +51,7 @@ class CallState:
     status: CallStatus = CallStatus.OK
     error: CallError | None = None
     recorded: bool = False
+    context: ContextInfo | None = None  # set when exact context was asked for
 
     def fail(self, kind: str, message: str, http_status: int | None, retriable: bool) -> None:
         """Mark the call failed (the first failure wins)."""
@@ -81,7 +83,7 @@ def build_record(
         prompt = ledger.encode(state.session, state.call_id, prompt_ids, completion)
         if capture.logprobs is not None:
             logprobs = Logprobs.from_list(capture.logprobs)
-    response = state.response if state.response is not None else _response_from(capture)
+    response = chat_answer(state)
     # Both requests carry the whole conversation again on every call: kept as their difference
     # from a recent call of the session, so a session costs O(its tokens), not O(turns x context).
     harness, harness_base = ledger.encode_request(
@@ -116,7 +118,13 @@ def build_record(
         ),
         status=state.status,
         error=state.error,
+        context=state.context,
     )
+
+
+def chat_answer(state: CallState) -> dict[str, Any] | None:
+    """The call's Chat Completions answer: the whole one, or the one assembled from its stream."""
+    return state.response if state.response is not None else _response_from(state.capture)
 
 
 def _response_from(capture: Capture) -> dict[str, Any] | None:

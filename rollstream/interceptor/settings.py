@@ -69,6 +69,21 @@ class InterceptorSettings(BaseSettings):
         description="passthrough: stream upstream chunks as they come; synthesize: ask the"
         " upstream without streaming and replay its answer as a stream.",
     )
+    context: Literal["ordinary", "exact"] = Field(
+        default="ordinary",
+        description="exact: when a call continues the session's previous conversation"
+        " append-only, send its prompt to /v1/completions as token ids (the previous prompt,"
+        " the tokens the model sampled, then the new messages rendered by the chat template),"
+        " so the model conditions on its own tokens; other calls fall back to Chat Completions"
+        " and their record says why. A session may choose per call with the header"
+        " x-rollstream-context: exact|ordinary. Needs --tokenizer and a vLLM upstream.",
+    )
+    tokenizer: Path | None = Field(
+        default=None,
+        description="The served model's folder (Hugging Face tokenizer with its chat template),"
+        " for exact context. Checked at start: a template whose turns cannot be continued"
+        " token-wise refuses the mode (calls fall back, recorded as such).",
+    )
     mode: Literal["reverse", "forward"] = Field(
         default="reverse",
         description="reverse: harnesses use this proxy as their base URL; forward: an"

@@ -11,6 +11,8 @@ from rollstream.schemas.calls import (
     CallRecord,
     CallStatus,
     CallTimings,
+    ContextInfo,
+    ContextMode,
     PromptTokens,
 )
 from rollstream.schemas.control import POLICY_VERSION_KEY, PolicyVersion
@@ -41,6 +43,8 @@ __all__ = [
     "CallRecord",
     "CallStatus",
     "CallTimings",
+    "ContextInfo",
+    "ContextMode",
     "DeadLetter",
     "DecodedDatum",
     "EvaluatorSpec",

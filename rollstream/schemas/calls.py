@@ -76,6 +76,26 @@ class CallError(Model):
     retriable: bool = False
 
 
+class ContextMode(StrEnum):
+    """How a call's prompt was built (see :class:`ContextInfo`)."""
+
+    ORDINARY = "ordinary"
+    EXACT = "exact"
+
+
+class ContextInfo(Model):
+    """Exact-context mode's verdict on one call; the record has none when the mode was off.
+
+    ``exact``: the prompt went to ``/v1/completions`` as token ids, the previous prompt and its
+    sampled completion kept; ``ordinary``: the server rendered the Chat request, and ``note``
+    says why (first call of its thread, history edited, no tokenizer...).
+    """
+
+    mode: ContextMode = ContextMode.ORDINARY
+    note: str = ""
+    appended_end_of_turn: bool = False
+
+
 class CallRecord(AvroRecord):
     """One LLM call of a harness session as the interceptor recorded it."""
 
@@ -100,6 +120,7 @@ class CallRecord(AvroRecord):
     error: CallError | None = None
     harness_request_base: RequestBase | None = None
     upstream_request_base: RequestBase | None = None
+    context: ContextInfo | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> CallRecord:

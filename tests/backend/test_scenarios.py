@@ -22,6 +22,7 @@ from rollstream.backend.scenarios import (
     tools_in_prompt,
     turn_text,
 )
+from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
 from rollstream.backend.toolcalls import parse_tool_calls
 from rollstream.errors import ConfigurationError
 
@@ -57,6 +58,36 @@ def test_shell_picks_the_offered_shell_among_other_tools() -> None:
     offered = ["Read", "Edit", "Bash"]
     assert (
         resolve_call(ToolCallSpec(tool="shell", arguments={"command": "x"}), offered)[0] == "Bash"
+    )
+
+
+#: The tools Gemini CLI 0.61.0 offers, in its order (captured from its first request).
+GEMINI_CLI_TOOLS = [
+    "update_topic",
+    "list_directory",
+    "read_file",
+    "grep_search",
+    "glob",
+    "replace",
+    "write_file",
+    "web_fetch",
+    "run_shell_command",
+    "list_background_processes",
+    "read_background_output",
+    "google_web_search",
+    "enter_plan_mode",
+    "invoke_agent",
+    "activate_skill",
+]
+
+
+def test_shell_resolves_to_gemini_clis_run_shell_command() -> None:
+    # The interceptor hands the backend Chat Completions tools translated from Gemini's.
+    tools = [{"type": "function", "function": {"name": n}} for n in GEMINI_CLI_TOOLS]
+    call = ToolCallSpec(tool="shell", arguments={"command": "echo polar > hello.txt"})
+    assert resolve_call(call, offered_tools(tools)) == (
+        "run_shell_command",
+        {"command": "echo polar > hello.txt"},
     )
 
 
@@ -165,3 +196,15 @@ def test_shipped_scenarios_load() -> None:
     from rollstream.backend.policies import default_scenarios_path
 
     assert {s.name for s in load_scenarios(Path(default_scenarios_path())).scenarios} >= {"solve"}
+
+
+def test_tools_are_read_from_a_prompt_the_shipped_template_rendered() -> None:
+    # Its preamble says "within <tools></tools> XML tags" before the list itself.
+    tokenizer = ChatTokenizer(default_tokenizer_dir())
+    tools = [
+        {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+        for name in ("bash", "read_file")
+    ]
+    prompt = tokenizer.render([{"role": "user", "content": "hi"}], tools)
+    assert "<tools></tools>" in prompt
+    assert tools_in_prompt(prompt) == ["bash", "read_file"]

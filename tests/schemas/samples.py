@@ -12,6 +12,8 @@ from rollstream.schemas import (
     CallRecord,
     CallStatus,
     CallTimings,
+    ContextInfo,
+    ContextMode,
     DeadLetter,
     EvaluatorSpec,
     Logprobs,
@@ -61,6 +63,7 @@ CALL = CallRecord(
         base_call_id="call-1", list_key="messages", shared_items=4, unchanged=["system", "tools"]
     ),
     upstream_request_base=RequestBase(base_call_id="call-1", unchanged=["model"]),
+    context=ContextInfo(mode=ContextMode.EXACT, appended_end_of_turn=True),
 )
 
 TASK = Task(

@@ -1,0 +1,132 @@
+"""Exact-context mode in the interceptor: which calls go upstream as token ids, and their answers.
+
+The addon asks :meth:`ExactUpstream.prepare` for each Chat request it is about to send. When the
+call asked for exact context (the deployment's ``context`` setting, or the session's
+``x-rollstream-context`` header) and continues a turn the session already had answered, the
+request becomes a ``/v1/completions`` body whose prompt is token ids; otherwise it goes as Chat
+Completions and the record's :class:`~rollstream.schemas.ContextInfo` says why. Answers from
+``/v1/completions`` are turned back into Chat answers here, so everything after (capture,
+records, the Responses, Anthropic and Gemini translators) is the same in both modes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+from rollstream.backend.tokenizer import ChatTokenizer
+from rollstream.errors import ConfigurationError
+from rollstream.interceptor.exact.completions import (
+    CompletionStreamToChat,
+    chat_from_completion,
+    completion_request,
+)
+from rollstream.interceptor.exact.render import TemplateSplitError
+from rollstream.interceptor.exact.sessions import ExactContext
+from rollstream.interceptor.recording import CallState, chat_answer
+from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.schemas import ContextInfo, ContextMode, TokenIds
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+#: A session asks for (or out of) exact context per call with this header; never forwarded.
+CONTEXT_HEADER = "x-rollstream-context"
+Mode = Literal["ordinary", "exact"]
+
+
+def _unsupported(chat: JSON) -> str | None:
+    """Why a Chat request cannot be expressed as a completion of token ids, or None."""
+    if int(chat.get("n") or 1) > 1:
+        return "n > 1 is not continued token-wise"
+    choice = chat.get("tool_choice")
+    if choice not in (None, "auto") and chat.get("tools"):
+        return f"tool_choice {choice!r} needs the server's Chat Completions"
+    for key in ("response_format", "guided_json", "guided_regex", "guided_choice", "logit_bias"):
+        if chat.get(key) is not None:
+            return f"{key} needs the server's Chat Completions"
+    return None
+
+
+class ExactUpstream:
+    """Plans each call's context, converts completions back to Chat, remembers answered turns."""
+
+    def __init__(self, settings: InterceptorSettings) -> None:
+        self.default: Mode = settings.context
+        self.top_logprobs = settings.top_logprobs
+        self.context: ExactContext | None = None
+        self.end_of_turn = ""
+        self.unavailable = "no tokenizer configured (the interceptor's --tokenizer setting)"
+        if settings.backend != "vllm":
+            self.unavailable = f"exact context needs a vLLM upstream, not {settings.backend}"
+        elif settings.tokenizer is not None:
+            try:
+                self.context = ExactContext(ChatTokenizer(settings.tokenizer))
+                self.end_of_turn = self.context.end_of_turn
+            except (TemplateSplitError, ConfigurationError) as exc:
+                self.unavailable = f"exact context refused: {exc}"
+        if self.context is None and self.default == "exact":
+            # Not fatal: every call is still served and recorded, with this reason on it.
+            log.warning("%s; calls are rendered by the server as usual", self.unavailable)
+
+    def mode(self, asked: str | None) -> Mode:
+        """The mode of one call: the session's header if it names one, else the deployment's."""
+        if asked is not None and asked.strip().lower() in ("exact", "ordinary"):
+            return "exact" if asked.strip().lower() == "exact" else "ordinary"
+        return self.default
+
+    def prepare(
+        self, session: str, chat: JSON, asked: str | None
+    ) -> tuple[ContextInfo | None, JSON | None]:
+        """The call's context info and, for a prompt built from tokens, the body to send.
+
+        The info is None when exact context was not asked for; the body is a
+        ``/v1/completions`` request to send instead of ``chat``, or None.
+        """
+        if self.mode(asked) != "exact":
+            return None, None
+        if self.context is None:
+            return ContextInfo(note=self.unavailable), None
+        reason = _unsupported(chat)
+        if reason is not None:
+            return ContextInfo(note=reason), None
+        plan = self.context.plan(session, chat)
+        if plan.prompt_ids is None:
+            return ContextInfo(note=plan.note), None
+        body = completion_request(chat, plan.prompt_ids, str(chat.get("model")), self.top_logprobs)
+        info = ContextInfo(mode=ContextMode.EXACT, appended_end_of_turn=plan.appended_end_of_turn)
+        return info, body
+
+    def chat_answer(self, completion: JSON) -> JSON:
+        """A whole ``/v1/completions`` answer as the Chat answer the rest of the addon expects."""
+        return chat_from_completion(completion, self.end_of_turn)
+
+    def stream(self) -> CompletionStreamToChat:
+        """A converter of one completion stream into Chat chunks."""
+        return CompletionStreamToChat(self.end_of_turn)
+
+    def remember(self, state: CallState) -> None:
+        """Keep a call answered in full, with its tokens, as a turn later calls may continue.
+
+        Ordinary calls count too: the first call of a thread is always rendered by the server.
+        """
+        if state.context is None or self.context is None or state.error is not None:
+            return
+        capture = state.capture
+        if not capture.has_tokens or capture.finish_reason is None:
+            return
+        if state.upstream_request is None:
+            return
+        answer = chat_answer(state)
+        if answer is None:
+            return
+        message = (answer.get("choices") or [{}])[0].get("message")
+        if not isinstance(message, dict):
+            return
+        if capture.packed_prompt_ids is not None:
+            prompt = TokenIds(capture.packed_prompt_ids).to_list()
+        else:
+            prompt = list(capture.prompt_token_ids or [])
+        self.context.remember(
+            state.session, state.upstream_request, message, prompt, capture.completion_token_ids
+        )

@@ -1,0 +1,87 @@
+"""Which calls exact-context mode sends as token ids, and the reasons recorded when it does not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+from rollstream.interceptor.exact.sessions import FIRST_CALL
+from rollstream.interceptor.exact.upstream import ExactUpstream
+from rollstream.interceptor.recording import CallState
+from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.schemas import ApiKind, ContextMode
+
+CHAT: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def _upstream(**overrides: Any) -> ExactUpstream:
+    return ExactUpstream(InterceptorSettings(port=0, admin_port=0, **overrides))
+
+
+def test_the_session_header_overrides_the_deployment() -> None:
+    exact = _upstream(context="exact", tokenizer=default_tokenizer_dir())
+    assert exact.mode(None) == "exact" and exact.mode(" Ordinary ") == "ordinary"
+    assert exact.mode("nonsense") == "exact"
+    assert exact.prepare("s", CHAT, "ordinary") == (None, None)
+    plain = _upstream(tokenizer=default_tokenizer_dir())
+    assert plain.prepare("s", CHAT, None) == (None, None)
+    info, body = plain.prepare("s", CHAT, "exact")
+    assert info is not None and info.note == FIRST_CALL and body is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        ({"n": 2}, "n > 1"),
+        ({"tools": [{"type": "function"}], "tool_choice": "required"}, "tool_choice"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"logit_bias": {"1": 5}}, "logit_bias"),
+    ],
+)
+def test_what_completions_cannot_express_falls_back(extra: dict[str, Any], reason: str) -> None:
+    info, body = _upstream(context="exact", tokenizer=default_tokenizer_dir()).prepare(
+        "s", CHAT | extra, None
+    )
+    assert body is None and info is not None and info.mode is ContextMode.ORDINARY
+    assert reason in info.note
+
+
+def test_no_tokenizer_sglang_or_an_unsplittable_template_refuse_the_mode(tmp_path: Path) -> None:
+    assert "no tokenizer" in _upstream(context="exact").unavailable
+    assert "sglang" in _upstream(context="exact", backend="sglang").unavailable
+    # A template that re-renders earlier turns (here: it numbers every turn from the end).
+    folder = tmp_path / "tok"
+    tokenizer = ChatTokenizer(default_tokenizer_dir())
+    tokenizer._tok.save_pretrained(str(folder))
+    template = (
+        "{% for m in messages %}<|im_start|>{{ m.role }} {{ messages|length - loop.index }}\n"
+        "{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    (folder / "chat_template.jinja").write_text(template)
+    refused = _upstream(context="exact", tokenizer=folder)
+    assert refused.context is None and "refused" in refused.unavailable
+    info, body = refused.prepare("s", CHAT, None)
+    assert body is None and info is not None and "refused" in info.note
+
+
+def test_failed_or_tokenless_calls_are_not_remembered() -> None:
+    exact = _upstream(context="exact", tokenizer=default_tokenizer_dir())
+    state = CallState(ApiKind.CHAT_COMPLETIONS, "s", {})
+    state.context, _ = exact.prepare("s", CHAT, None)
+    state.upstream_request = CHAT
+    exact.remember(state)  # no tokens captured
+    assert exact.context is not None and len(exact.context) == 0
+    state.capture.set_prompt_token_ids([1, 2])
+    state.capture.add_chunk(
+        {"choices": [{"message": {"content": "x"}, "token_ids": [3], "finish_reason": "stop"}]}
+    )
+    state.fail("upstream_http", "boom", 500, True)
+    exact.remember(state)
+    assert len(exact.context) == 0
+    state.error = None
+    exact.remember(state)
+    assert len(exact.context) == 1
