@@ -25,6 +25,7 @@ PACKAGES: dict[str, tuple[str, str]] = {
     "codex": ("@openai/codex@0.171.0", "codex"),
     "qwen-code": ("@qwen-code/qwen-code@0.15.10", "qwen"),
     "pi": ("@mariozechner/pi-coding-agent@0.73.1", "pi"),
+    "gemini-cli": ("@google/gemini-cli@0.61.0", "gemini"),
 }
 _COMPLETE_MARKER = ".complete"
 

@@ -166,6 +166,38 @@ class Pi:
         return HarnessLaunch(argv, _env(ctx, PI_OFFLINE="1"), {".pi/agent/models.json": models})
 
 
+class GeminiCli:
+    """Gemini CLI: Google generateContent, streamed (``alt=sse``); settings in ``~/.gemini``.
+
+    Its usage statistics (Clearcut, ``play.googleapis.com``) can only be switched off in
+    ``settings.json``, not by environment; with them off it makes no call but the model's.
+    """
+
+    name = "gemini-cli"
+    api = ApiKind.GEMINI
+
+    def launch(self, ctx: HarnessContext, executable: Path) -> HarnessLaunch:
+        """``gemini -m MODEL --yolo -p``; the session id is the Gemini API key."""
+        settings = {
+            "security": {
+                "auth": {"selectedType": "gemini-api-key"},
+                # With folder trust on, a headless run in a new workspace exits 55.
+                "folderTrust": {"enabled": False},
+            },
+            "privacy": {"usageStatisticsEnabled": False},
+            "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+        }
+        env = _env(
+            ctx,
+            # The SDK appends /v1beta itself.
+            GOOGLE_GEMINI_BASE_URL=ctx.base_url,
+            GEMINI_API_KEY=ctx.session,
+            GEMINI_TELEMETRY_ENABLED="false",
+        )
+        argv = [str(executable), "-m", ctx.model, "--yolo", "-p", ctx.instruction]
+        return HarnessLaunch(argv, env, {".gemini/settings.json": json.dumps(settings, indent=2)})
+
+
 def _option(ctx: HarnessContext, preset_name: str, key: str) -> str:
     value = ctx.options.get(key, "").strip()
     if not value:
@@ -225,7 +257,7 @@ class Python:
 
 
 PRESETS: dict[str, Preset] = {
-    p.name: p for p in (ClaudeCode(), Codex(), QwenCode(), Pi(), Command(), Python())
+    p.name: p for p in (ClaudeCode(), Codex(), QwenCode(), Pi(), GeminiCli(), Command(), Python())
 }
 
 

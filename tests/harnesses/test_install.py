@@ -23,7 +23,7 @@ FAKE_NPM = """#!/bin/sh
 echo "$@" > "$LOG"
 [ -n "$FAIL" ] && { echo "npm ERR! 404 Not Found" >&2; exit 1; }
 mkdir -p node_modules/.bin
-for exe in claude codex qwen pi; do printf '#!/bin/sh\\n' > node_modules/.bin/$exe; done
+for exe in claude codex qwen pi gemini; do printf '#!/bin/sh\\n' > node_modules/.bin/$exe; done
 """
 
 
@@ -48,6 +48,7 @@ def test_install_is_staged_pinned_and_idempotent(fake_npm: Path, tmp_path: Path)
     assert {spec for spec, _ in PACKAGES.values()} <= set(args)
     assert args[args.index("--cache") + 1] == str(cache / "npm")
     assert executable("codex", cache) == bin_dir / "codex"
+    assert executable("gemini-cli", cache) == bin_dir / "gemini"
     (tmp_path / "npm.log").unlink()
     assert install(cache, npm=str(fake_npm)) == bin_dir
     assert not (tmp_path / "npm.log").exists()  # already there: npm not run again

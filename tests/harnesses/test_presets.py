@@ -70,8 +70,22 @@ def test_pi_gets_a_provider_file_in_home() -> None:
     assert launch.env["PI_OFFLINE"] == "1"
 
 
+def test_gemini_cli_speaks_gemini_with_the_session_as_key_and_no_usage_statistics() -> None:
+    launch = preset("gemini-cli").launch(CTX, EXE)
+    assert preset("gemini-cli").api is ApiKind.GEMINI
+    assert launch.env["GOOGLE_GEMINI_BASE_URL"] == "http://127.0.0.1:8100"  # the SDK adds /v1beta
+    assert launch.env["GEMINI_API_KEY"] == "sess-1"
+    assert launch.argv == [str(EXE), "-m", "served", "--yolo", "-p", "Fix the bug."]
+    settings = json.loads(launch.home_files[".gemini/settings.json"])
+    assert settings["security"]["auth"]["selectedType"] == "gemini-api-key"
+    # A trusted-folder check would stop the headless run; usage statistics phone home.
+    assert settings["security"]["folderTrust"]["enabled"] is False
+    assert settings["privacy"]["usageStatisticsEnabled"] is False
+    assert settings["general"]["enableAutoUpdate"] is False
+
+
 def test_unknown_preset_names_the_known_ones() -> None:
-    with pytest.raises(ConfigurationError, match="claude-code, codex, qwen-code, pi"):
+    with pytest.raises(ConfigurationError, match="claude-code, codex, qwen-code, pi, gemini-cli"):
         preset("cursor")
 
 
