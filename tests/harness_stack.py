@@ -6,6 +6,7 @@ import shutil
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from aiohttp.test_utils import TestServer
@@ -53,9 +54,15 @@ def _write_scenarios(state_dir: Path) -> Path:
 
 @asynccontextmanager
 async def scripted_interceptor(
-    kafka: KafkaSettings, state_dir: Path, policy: PolicyFactory | None = None
+    kafka: KafkaSettings,
+    state_dir: Path,
+    policy: PolicyFactory | None = None,
+    context: Literal["ordinary", "exact"] = "ordinary",
 ) -> AsyncIterator[Interceptor]:
-    """An interceptor (free ports) in front of the scripted backend serving SOLVE_SCENARIOS."""
+    """An interceptor (free ports) in front of the scripted backend serving SOLVE_SCENARIOS.
+
+    ``context="exact"``: in exact-context mode, with the backend's own tokenizer.
+    """
     scenarios = _write_scenarios(state_dir)
     tokenizer = ChatTokenizer(default_tokenizer_dir())
     # The harnesses' system prompts and tool lists are long in this small vocabulary
@@ -72,6 +79,8 @@ async def scripted_interceptor(
             port=0,
             admin_port=0,
             upstream_model=MODEL,
+            context=context,
+            tokenizer=default_tokenizer_dir() if context == "exact" else None,
         ),
         kafka,
         PublisherSettings(),

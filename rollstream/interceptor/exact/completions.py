@@ -43,9 +43,9 @@ def completion_request(chat: JSON, prompt_ids: list[int], model: str, top_logpro
         # declares them special; content is cleaned of the end-of-turn token below.
         "skip_special_tokens": False,
     }
-    max_tokens = chat.get("max_completion_tokens", chat.get("max_tokens"))
-    if max_tokens is not None:
-        body["max_tokens"] = max_tokens
+    # Always sent, null included: /v1/completions defaults to 16 tokens where Chat Completions
+    # defaults to the rest of the context, and null asks vLLM for the latter.
+    body["max_tokens"] = chat.get("max_completion_tokens", chat.get("max_tokens"))
     for key in _SAMPLING:
         if key in chat:
             body[key] = chat[key]

@@ -41,6 +41,9 @@ def test_the_request_keeps_sampling_and_asks_for_ids() -> None:
     )
     assert body["stream_options"] == {"include_usage": True}
     assert "tools" not in body and "messages" not in body
+    # No limit in Chat means the rest of the context; /v1/completions' own default is 16.
+    unlimited = completion_request({"messages": []}, [1], "served", top_logprobs=0)
+    assert "max_tokens" in unlimited and unlimited["max_tokens"] is None
 
 
 calls = st.lists(

@@ -1,0 +1,131 @@
+"""Exact-context mode with the real harnesses: each conversation thread stays one segment.
+
+The reference backend's chat template re-renders a sampled tool call differently from its
+sampled text, so in ordinary mode ``prefix_merge`` breaks a conversation wherever the harness
+sent such a turn back; in exact mode the interceptor keeps the sampled tokens and the thread
+merges whole. Threads are counted independently of the mode, from the recorded Chat requests:
+a call continues a thread when its messages are an earlier call's messages, that call's
+answer, and more.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from rollstream.consumers.reconstruct.calls import resolve_calls
+from rollstream.consumers.reconstruct.checker import check_segments
+from rollstream.consumers.reconstruct.strategies import StrategyContext, get_strategy
+from rollstream.harnesses.install import PACKAGES
+from rollstream.harnesses.presets import PRESETS, HarnessContext
+from rollstream.harnesses.runner import run_harness
+from rollstream.interceptor.exact.render import appended_messages
+from rollstream.interceptor.exact.sessions import FIRST_CALL, NOT_APPENDED
+from rollstream.interceptor.proxy import Interceptor
+from rollstream.schemas import CallRecord, CallStatus, ContextMode, TopicNames
+from rollstream.schemas.calls import SessionRequests
+from rollstream.settings import KafkaSettings
+from tests.harness_stack import MODEL, harnesses_installed, scripted_interceptor
+from tests.harnesses.conftest import AblationReport, AblationRow
+from tests.kafka_reading import read_records
+
+pytestmark = pytest.mark.integration
+
+Mode = Literal["ordinary", "exact"]
+Start = Callable[[Mode], Any]
+
+
+@pytest.fixture(scope="module")
+def harness_bin() -> Path:
+    return harnesses_installed()
+
+
+def count_threads(records: list[CallRecord]) -> int:
+    """Conversation threads among a session's calls, from their Chat requests and answers."""
+    requests = SessionRequests(records)
+    seen: list[tuple[list[dict[str, Any]], dict[str, Any]]] = []
+    threads = 0
+    for record in records:
+        messages = requests.upstream(record.call_id)["messages"]
+        if not any(appended_messages(m, a, messages) is not None for m, a in seen):
+            threads += 1
+        response = record.decoded_response()
+        seen.append((messages, response["choices"][0]["message"]))
+    return threads
+
+
+async def _run(
+    name: str, interceptor: Interceptor, kafka: KafkaSettings, harness_bin: Path, tmp: Path
+) -> list[CallRecord]:
+    session = f"{name}-{uuid.uuid4().hex[:8]}"
+    ctx = HarnessContext(interceptor.url, session, MODEL, "Create hello.txt with polar.")
+    launch = PRESETS[name].launch(ctx, harness_bin / PACKAGES[name][1])
+    workdir = tmp / "work"
+    result = await run_harness(launch, tmp / "home", workdir, tmp / "logs", 240)
+    assert result.exit_code == 0, f"{name} failed:\n{result.stdout_tail}\n{result.stderr_tail}"
+    assert (workdir / "hello.txt").read_text() == "polar\n"
+    assert "Done." in result.stdout_tail
+    records = await read_records(
+        kafka,
+        TopicNames(kafka.topic_prefix).events,
+        CallRecord,
+        3,
+        where=lambda r: r.session_id == session,
+        timeout=30,
+        settle_s=1.0,
+    )
+    return sorted(records, key=lambda r: r.seq)
+
+
+def _segments(records: list[CallRecord]) -> int:
+    calls = resolve_calls(records)
+    rebuilt = get_strategy("prefix_merge")(calls, StrategyContext(calls_reported=len(records)))
+    assert check_segments(rebuilt.segments, {c.call_id: c for c in calls}) == []
+    return len(rebuilt.segments)
+
+
+@pytest.fixture
+async def start(
+    kafka_settings: KafkaSettings, rollstream_topics: TopicNames, tmp_path: Path
+) -> AsyncIterator[Start]:
+    """Run one harness session in a given mode (one interceptor at a time)."""
+
+    async def run(name: str, mode: Mode, harness_bin: Path) -> list[CallRecord]:
+        async with scripted_interceptor(
+            kafka_settings, tmp_path / mode / "state", context=mode
+        ) as interceptor:
+            return await _run(name, interceptor, kafka_settings, harness_bin, tmp_path / mode)
+
+    yield run  # type: ignore[misc]
+
+
+# gemini-cli joins once the interceptor serves the Gemini API.
+@pytest.mark.parametrize("name", [n for n in PACKAGES if n != "gemini-cli"])
+async def test_exact_context_keeps_each_thread_in_one_segment(
+    name: str,
+    harness_bin: Path,
+    start: Any,
+    ablation_report: AblationReport,
+) -> None:
+    exact = await start(name, "exact", harness_bin)
+    ordinary = await start(name, "ordinary", harness_bin)
+    for records in (exact, ordinary):
+        assert all(r.status is CallStatus.OK and r.has_tokens for r in records)
+    threads = count_threads(exact)
+    assert count_threads(ordinary) == threads  # the same conversation, whatever the mode
+    # Every call continuing a thread was sent as tokens; each thread's first call says why not.
+    modes = [r.context.mode if r.context else None for r in exact]
+    assert modes.count(ContextMode.ORDINARY) == threads
+    assert modes.count(ContextMode.EXACT) == len(exact) - threads
+    for record in exact:
+        assert record.context is not None
+        if record.context.mode is ContextMode.ORDINARY:
+            assert record.context.note in (FIRST_CALL, NOT_APPENDED)
+    exact_segments, ordinary_segments = _segments(exact), _segments(ordinary)
+    ablation_report(AblationRow(name, len(exact), threads, exact_segments, ordinary_segments))
+    assert exact_segments == threads
+    assert ordinary_segments > threads
