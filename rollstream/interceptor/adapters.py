@@ -1,6 +1,8 @@
 """One adapter per harness API: its path, its translation to Chat Completions and back, its errors.
 
-The addon looks the adapter up by path and never branches on the API itself.
+The addon looks the adapter up by path and never branches on the API itself. A Gemini path
+names the model and whether the call streams: its adapter carries them (``gemini``), while
+:data:`ADAPTER_BY_KIND`'s Gemini adapter, used for answers, streams and errors, needs neither.
 """
 
 from __future__ import annotations
@@ -9,12 +11,26 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rollstream.interceptor.translate.anthropic import (
+    anthropic_count_tokens_request,
     anthropic_error,
     anthropic_to_chat,
     chat_to_anthropic,
 )
 from rollstream.interceptor.translate.anthropic_stream import AnthropicStreamTranslator
 from rollstream.interceptor.translate.chat import Asked, strip_chunk, strip_response
+from rollstream.interceptor.translate.errors import TranslationError
+from rollstream.interceptor.translate.gemini import (
+    COUNT_TOKENS,
+    GeminiPath,
+    gemini_count_tokens_answer,
+    gemini_count_tokens_request,
+    gemini_error,
+    gemini_harness_request,
+    gemini_path,
+    gemini_to_chat,
+)
+from rollstream.interceptor.translate.gemini_answer import chat_to_gemini
+from rollstream.interceptor.translate.gemini_stream import GeminiStreamTranslator
 from rollstream.interceptor.translate.responses import (
     chat_to_responses,
     responses_error,
@@ -82,6 +98,16 @@ class Adapter:
 
     kind: ApiKind
     path: str
+    gemini: GeminiPath | None = None  # a Gemini call's path: its model, whether it streams
+
+    def harness_request(self, body: JSON) -> JSON:
+        """The harness's request as the call records it, and as :meth:`answer` takes it.
+
+        A Gemini body gains the model its path named (``model``); other bodies are unchanged.
+        """
+        if self.gemini is not None:
+            return gemini_harness_request(body, self.gemini.model)
+        return body
 
     def to_chat(self, body: JSON, upstream_model: str) -> JSON:
         """The harness's request as Chat Completions."""
@@ -89,6 +115,12 @@ class Adapter:
             return anthropic_to_chat(body, upstream_model)
         if self.kind is ApiKind.RESPONSES:
             return responses_to_chat(body, upstream_model)
+        if self.kind is ApiKind.GEMINI:
+            stream = self.gemini is not None and self.gemini.stream
+            if stream and self.gemini is not None and not self.gemini.sse:
+                # Without alt=sse Google streams a JSON array; only SSE is served here.
+                raise TranslationError("streamGenerateContent is served with alt=sse only", "alt")
+            return gemini_to_chat(body, upstream_model, stream=stream)
         return dict(body, model=upstream_model)
 
     def answer(self, response: JSON, request: JSON, asked: Asked) -> JSON:
@@ -97,6 +129,8 @@ class Adapter:
             return chat_to_anthropic(response, request)
         if self.kind is ApiKind.RESPONSES:
             return chat_to_responses(response, request)
+        if self.kind is ApiKind.GEMINI:
+            return chat_to_gemini(response, request)
         return strip_response(response, asked, request.get("model"))
 
     def stream(self, request: JSON, asked: Asked) -> StreamTranslator:
@@ -105,6 +139,8 @@ class Adapter:
             return AnthropicStreamTranslator(request)
         if self.kind is ApiKind.RESPONSES:
             return ResponsesStreamTranslator(request)
+        if self.kind is ApiKind.GEMINI:
+            return GeminiStreamTranslator(request)
         return ChatPassthrough(asked, request.get("model"))
 
     def error(self, status: int, message: str) -> JSON:
@@ -113,7 +149,23 @@ class Adapter:
             return anthropic_error(status, message)
         if self.kind is ApiKind.RESPONSES:
             return responses_error(status, message)
+        if self.kind is ApiKind.GEMINI:
+            return gemini_error(status, message)
         return chat_error(status, message)
+
+    def count_tokens_request(self, body: JSON, upstream_model: str) -> JSON:
+        """A token-counting body (see :func:`count_tokens_adapter`) as a vLLM ``/tokenize`` body."""
+        if self.kind is ApiKind.GEMINI:
+            return gemini_count_tokens_request(body, upstream_model)
+        if self.kind is ApiKind.ANTHROPIC_MESSAGES:
+            return anthropic_count_tokens_request(body, upstream_model)
+        raise TranslationError(f"{self.kind.value} has no token counting")
+
+    def count_tokens_answer(self, count: int) -> JSON:
+        """The upstream tokenizer's ``count`` as the API's token-counting answer."""
+        if self.kind is ApiKind.GEMINI:
+            return gemini_count_tokens_answer(count)
+        return {"input_tokens": count}
 
 
 ADAPTERS = {
@@ -121,13 +173,40 @@ ADAPTERS = {
     "/v1/messages": Adapter(ApiKind.ANTHROPIC_MESSAGES, "/v1/messages"),
     "/v1/responses": Adapter(ApiKind.RESPONSES, "/v1/responses"),
 }
-ADAPTER_BY_KIND = {adapter.kind: adapter for adapter in ADAPTERS.values()}
+GEMINI_PATH = "/v1beta/models/{model}:generateContent"
+ADAPTER_BY_KIND = {adapter.kind: adapter for adapter in ADAPTERS.values()} | {
+    ApiKind.GEMINI: Adapter(ApiKind.GEMINI, GEMINI_PATH)
+}
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 
 
 def adapter_for(path: str) -> Adapter | None:
-    """The adapter of a request path (query string ignored), or None for other paths."""
+    """The adapter of a request path, or None for other paths.
+
+    The query string is ignored except by Gemini paths (``alt=sse``). Gemini's
+    ``countTokens`` is not an LLM call: None, as for Anthropic's ``count_tokens``.
+    """
     bare = path.split("?", 1)[0].rstrip("/")
     if bare.startswith("/chat/completions") or bare.startswith("/responses") or bare == "/messages":
         bare = "/v1" + bare  # harnesses configured with a base URL without /v1
-    return ADAPTERS.get(bare)
+    adapter = ADAPTERS.get(bare)
+    if adapter is None and "/models/" in bare:
+        gemini = gemini_path(path)
+        if gemini is not None and gemini.action != COUNT_TOKENS:
+            return Adapter(ApiKind.GEMINI, bare, gemini)
+    return adapter
+
+
+def count_tokens_adapter(path: str) -> Adapter | None:
+    """The adapter whose API counts tokens at ``path``, or None for other paths.
+
+    Anthropic's ``/v1/messages/count_tokens`` and Gemini's ``models/{model}:countTokens``: not
+    LLM calls, answered from the upstream's ``/tokenize``. A Gemini adapter knows the model.
+    """
+    bare = path.split("?", 1)[0].rstrip("/")
+    if bare == COUNT_TOKENS_PATH:
+        return ADAPTER_BY_KIND[ApiKind.ANTHROPIC_MESSAGES]
+    gemini = gemini_path(path) if "/models/" in bare else None
+    if gemini is not None and gemini.action == COUNT_TOKENS:
+        return Adapter(ApiKind.GEMINI, bare, gemini)
+    return None

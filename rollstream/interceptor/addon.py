@@ -20,7 +20,12 @@ from mitmproxy.addonmanager import Loader
 from mitmproxy.connection import ConnectionState
 
 from rollstream import jsonfast
-from rollstream.interceptor.adapters import ADAPTER_BY_KIND, COUNT_TOKENS_PATH, Adapter, adapter_for
+from rollstream.interceptor.adapters import (
+    ADAPTER_BY_KIND,
+    Adapter,
+    adapter_for,
+    count_tokens_adapter,
+)
 from rollstream.interceptor.exact.upstream import CONTEXT_HEADER, ExactUpstream
 from rollstream.interceptor.recording import ANONYMOUS, CallState, build_record
 from rollstream.interceptor.registry import SessionRegistry
@@ -33,7 +38,6 @@ from rollstream.interceptor.sessions import (
 )
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.interceptor.timeouts import TIMEOUT_HEADER, UpstreamDeadlines, upstream_cut
-from rollstream.interceptor.translate.anthropic import anthropic_count_tokens_request
 from rollstream.interceptor.translate.chat import CaptureOptions, prepare_chat_request
 from rollstream.interceptor.translate.errors import TranslationError
 from rollstream.interceptor.translate.sse import DONE, SSEEvent, SSEParser
@@ -124,8 +128,9 @@ class RollstreamAddon:
             await self.gate.wait()  # held while the trainer swaps weights
         self._rewrite_credentials(flow, session if llm_call else None)
         flow.request.path = path
-        if path.split("?", 1)[0].rstrip("/") == COUNT_TOKENS_PATH:
-            self._count_tokens(flow)
+        counting = count_tokens_adapter(path)
+        if counting is not None:
+            self._count_tokens(flow, counting)
             return
         adapter = adapter_for(path)
         if adapter is None or flow.request.method != "POST":
@@ -142,6 +147,8 @@ class RollstreamAddon:
         except ValueError as exc:
             self._reject(flow, adapter, session, 400, f"malformed JSON body: {exc}")
             return
+        if isinstance(body, dict):
+            body = adapter.harness_request(body)  # Gemini names its model in the path
         state = CallState(
             adapter.kind, session or ANONYMOUS, body if isinstance(body, dict) else {}
         )
@@ -370,27 +377,26 @@ class RollstreamAddon:
         if key is not None:
             flow.request.headers["authorization"] = f"Bearer {key.get_secret_value()}"
 
-    def _count_tokens(self, flow: http.HTTPFlow) -> None:
+    def _count_tokens(self, flow: http.HTTPFlow, adapter: Adapter) -> None:
         try:
             body = json.loads(flow.request.get_text(strict=False) or "")
+            if not isinstance(body, dict):
+                raise TranslationError("the request body must be a JSON object")
+            body = adapter.harness_request(body)
             model = self.settings.upstream_model or str(body.get("model") or "")
-            tokenize = anthropic_count_tokens_request(body, model)
-        except (ValueError, TranslationError, AttributeError) as exc:
-            flow.response = _json_response(
-                400, ADAPTER_BY_KIND[ApiKind.ANTHROPIC_MESSAGES].error(400, str(exc))
-            )
+            tokenize = adapter.count_tokens_request(body, model)
+        except (ValueError, TranslationError) as exc:
+            flow.response = _json_response(400, adapter.error(400, str(exc)))
             return
         flow.metadata["count_tokens"] = True
-        flow.metadata[_STATE] = CallState(
-            ADAPTER_BY_KIND[ApiKind.ANTHROPIC_MESSAGES].kind, ANONYMOUS, body
-        )
+        flow.metadata[_STATE] = CallState(adapter.kind, ANONYMOUS, body)
         flow.metadata[_STATE].recorded = True  # token counting is not an LLM call
         flow.request.path = "/tokenize"
         flow.request.set_content(json.dumps(tokenize).encode())
 
     def _count_tokens_answer(self, flow: http.HTTPFlow) -> None:
         assert flow.response is not None
-        adapter = ADAPTER_BY_KIND[ApiKind.ANTHROPIC_MESSAGES]
+        adapter = ADAPTER_BY_KIND[flow.metadata[_STATE].api]
         if flow.response.status_code >= 400:
             message = _upstream_message(flow.response)
             flow.response = _json_response(
@@ -403,7 +409,7 @@ class RollstreamAddon:
             message = f"the upstream's /tokenize answer has no count: {exc}"
             flow.response = _json_response(502, adapter.error(502, message))
             return
-        flow.response = _json_response(200, {"input_tokens": count})
+        flow.response = _json_response(200, adapter.count_tokens_answer(count))
 
 
 def _exact(state: CallState) -> bool:

@@ -17,7 +17,7 @@ from mitmproxy import http
 from mitmproxy.net import server_spec
 
 from rollstream.errors import ConfigurationError
-from rollstream.interceptor.adapters import COUNT_TOKENS_PATH, adapter_for
+from rollstream.interceptor.adapters import adapter_for, count_tokens_adapter
 from rollstream.interceptor.sessions import credential_headers, session_of
 
 OtherTraffic = Literal["forward", "block"]
@@ -45,11 +45,9 @@ def upstream_target(upstream: str) -> Target:
 
 
 def is_llm_path(path: str) -> bool:
-    """Whether the addon treats a request path as an LLM call (or Anthropic token counting)."""
+    """Whether the addon treats a request path as an LLM call (or token counting)."""
     _, bare = session_of({}, path)  # a /s/{session}/ prefix does not hide the API path
-    if adapter_for(bare) is not None:
-        return True
-    return bare.split("?", 1)[0].rstrip("/") == COUNT_TOKENS_PATH
+    return adapter_for(bare) is not None or count_tokens_adapter(bare) is not None
 
 
 def retarget(path: str, upstream: Target) -> Target | None:

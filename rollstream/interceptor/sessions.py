@@ -1,10 +1,11 @@
 """Which session a call belongs to, and what each session's recent calls tokenized to.
 
-The session id comes from the API key (``Authorization: Bearer``, ``x-api-key``), a
-``x-rollstream-session`` header, or a ``/s/{session}/`` path prefix; the credential never
-goes upstream. What goes upstream instead is a hash of it (``x-rollstream-session-hash``): a
-key for session affinity (a router keeping a session on the replica that caches its prefix),
-which also lets the reference backend's scripted policy tell sessions apart.
+The session id comes from the API key (``Authorization: Bearer``, ``x-api-key``,
+``x-goog-api-key`` or Google's ``key`` query parameter), a ``x-rollstream-session`` header, or a
+``/s/{session}/`` path prefix; the credential never goes upstream. What goes upstream instead
+is a hash of it (``x-rollstream-session-hash``): a key for session affinity (a router keeping a
+session on the replica that caches its prefix), which also lets the reference backend's
+scripted policy tell sessions apart.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import hashlib
 from collections import OrderedDict, deque
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote_plus
 
 from rollstream.schemas import PromptTokens, TokenIds, encode_prompt
 from rollstream.schemas.requests import (
@@ -28,7 +30,12 @@ _CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key"
 
 
 def session_of(headers: Mapping[str, str], path: str) -> tuple[str | None, str]:
-    """The session id and the path without a ``/s/{session}`` prefix."""
+    """The session id, and the path without a ``/s/{session}`` prefix or a ``key`` parameter.
+
+    The returned path is what goes upstream and into the record: Google's ``key`` query
+    parameter (a credential) is taken out of it whichever source names the session.
+    """
+    path, key = _without_key(path)
     if path.startswith("/s/"):
         rest = path[3:]
         session, _, tail = rest.partition("/")
@@ -40,9 +47,26 @@ def session_of(headers: Mapping[str, str], path: str) -> tuple[str | None, str]:
     auth = lowered.get("authorization", "")
     if auth.lower().startswith("bearer ") and auth[7:].strip():
         return auth[7:].strip(), path
-    if lowered.get("x-api-key"):
-        return lowered["x-api-key"], path
-    return None, path
+    for header in ("x-api-key", "x-goog-api-key"):
+        if lowered.get(header):
+            return lowered[header], path
+    return key or None, path
+
+
+def _without_key(path: str) -> tuple[str, str | None]:
+    """The path without its ``key`` query parameters, and the first one's value."""
+    bare, mark, query = path.partition("?")
+    if not mark or ("key" not in query and "%" not in query):  # the usual path: no parsing
+        return path, None
+    kept: list[str] = []
+    key: str | None = None
+    for pair in query.split("&"):
+        name, _, value = pair.partition("=")
+        if unquote_plus(name) == "key":
+            key = unquote_plus(value) if key is None else key
+        else:
+            kept.append(pair)  # verbatim: re-encoding could change what the upstream reads
+    return (bare + "?" + "&".join(kept) if kept else bare), key
 
 
 def affinity_key(session: str) -> str:

@@ -103,8 +103,7 @@ async def start(
     yield run  # type: ignore[misc]
 
 
-# gemini-cli joins once the interceptor serves the Gemini API.
-@pytest.mark.parametrize("name", [n for n in PACKAGES if n != "gemini-cli"])
+@pytest.mark.parametrize("name", list(PACKAGES))
 async def test_exact_context_keeps_each_thread_in_one_segment(
     name: str,
     harness_bin: Path,

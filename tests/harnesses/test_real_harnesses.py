@@ -99,8 +99,7 @@ async def _session_records(
     return sorted(records, key=lambda r: r.seq)
 
 
-# The npm harnesses; gemini-cli joins once the interceptor serves the Gemini API.
-@pytest.mark.parametrize("name", [n for n in PACKAGES if n != "gemini-cli"])
+@pytest.mark.parametrize("name", list(PACKAGES))
 async def test_harness_completes_a_tool_task_and_every_call_is_captured(
     name: str, harness_bin: Path, stack: Stack, kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:

@@ -36,8 +36,49 @@ def test_session_sources(
     assert session_of(headers, path) == expected
 
 
+GEMINI_STREAM = "/v1beta/models/gemini-2.5-pro:streamGenerateContent"
+
+
+@pytest.mark.parametrize(
+    ("headers", "path", "expected"),
+    [
+        (
+            {"x-goog-api-key": "sess-g"},
+            GEMINI_STREAM + "?alt=sse",
+            ("sess-g", GEMINI_STREAM + "?alt=sse"),
+        ),
+        ({}, GEMINI_STREAM + "?alt=sse&key=sess-k", ("sess-k", GEMINI_STREAM + "?alt=sse")),
+        ({}, GEMINI_STREAM + "?key=sess-k&alt=sse", ("sess-k", GEMINI_STREAM + "?alt=sse")),
+        ({}, GEMINI_STREAM + "?key=sess%2Fk%20x", ("sess/k x", GEMINI_STREAM)),
+        # The key never goes upstream, whichever source names the session.
+        ({"x-goog-api-key": "sess-g"}, GEMINI_STREAM + "?key=other", ("sess-g", GEMINI_STREAM)),
+        (
+            {"Authorization": "Bearer sess-b"},
+            GEMINI_STREAM + "?key=k&alt=sse",
+            ("sess-b", GEMINI_STREAM + "?alt=sse"),
+        ),
+        ({}, "/s/sess-s" + GEMINI_STREAM + "?key=k", ("sess-s", GEMINI_STREAM)),
+        (
+            {"x-api-key": "sess-a", "x-goog-api-key": "sess-g"},
+            "/v1/messages",
+            ("sess-a", "/v1/messages"),
+        ),
+        ({}, GEMINI_STREAM + "?key=", (None, GEMINI_STREAM)),
+        # Other parameters stay verbatim, however they are encoded.
+        ({}, "/v1/x?monkey=1&a=%2F&key=k&keys=2", ("k", "/v1/x?monkey=1&a=%2F&keys=2")),
+        ({}, "/v1/x?monkey=1", (None, "/v1/x?monkey=1")),
+    ],
+)
+def test_gemini_api_key_header_and_key_parameter(
+    headers: dict[str, str], path: str, expected: tuple[str | None, str]
+) -> None:
+    assert session_of(headers, path) == expected
+
+
 def test_every_credential_header_is_stripped() -> None:
-    assert {"authorization", "x-api-key", "x-rollstream-session"} <= set(credential_headers())
+    assert {"authorization", "x-api-key", "x-goog-api-key", "x-rollstream-session"} <= set(
+        credential_headers()
+    )
 
 
 @pytest.mark.parametrize(
@@ -49,6 +90,10 @@ def test_every_credential_header_is_stripped() -> None:
         ("/v1/messages?beta=true", ApiKind.ANTHROPIC_MESSAGES),
         ("/v1/responses", ApiKind.RESPONSES),
         ("/responses", ApiKind.RESPONSES),
+        ("/v1beta/models/gemini-2.5-pro:generateContent", ApiKind.GEMINI),
+        ("/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse", ApiKind.GEMINI),
+        ("/v1/models/gemini-2.5-pro:generateContent", ApiKind.GEMINI),
+        ("/models/gemini-2.5-pro:streamGenerateContent?alt=sse", ApiKind.GEMINI),
     ],
 )
 def test_adapter_by_path(path: str, kind: ApiKind) -> None:
@@ -56,7 +101,17 @@ def test_adapter_by_path(path: str, kind: ApiKind) -> None:
     assert adapter is not None and adapter.kind is kind
 
 
-@pytest.mark.parametrize("path", ["/", "/v1/models", "/health", "/v1/messages/count_tokens"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "/v1/models",
+        "/health",
+        "/v1/messages/count_tokens",
+        "/v1beta/models",
+        "/v1beta/models/gemini-2.5-pro:countTokens",
+    ],
+)
 def test_other_paths_are_not_calls(path: str) -> None:
     assert adapter_for(path) is None
 

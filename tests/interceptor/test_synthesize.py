@@ -182,6 +182,7 @@ def test_the_replayed_stream_is_well_formed_sse(kind: ApiKind) -> None:
         ApiKind.CHAT_COMPLETIONS: {"model": "m", "messages": [], "stream": True},
         ApiKind.ANTHROPIC_MESSAGES: ANTHROPIC_REQUEST,
         ApiKind.RESPONSES: RESPONSES_REQUEST,
+        ApiKind.GEMINI: {"model": "gemini-2.5-pro", "contents": []},
     }[kind]
     translator = adapter.stream(request, Asked())
     events = [e for c in chunks_from_answer(WHOLE) for e in translator.feed(c)]

@@ -79,8 +79,7 @@ async def _events(settings: KafkaSettings, until: int, task_id: str) -> list[Avr
     )
 
 
-# gemini-cli joins once the interceptor serves the Gemini API.
-@pytest.mark.parametrize("harness", [n for n in PACKAGES if n != "gemini-cli"])
+@pytest.mark.parametrize("harness", list(PACKAGES))
 async def test_a_task_with_samples_ends_with_their_sessions_and_every_call_counted(
     harness: str, stack: Node, kafka_settings: KafkaSettings
 ) -> None:
