@@ -5,7 +5,9 @@ from __future__ import annotations
 import shutil
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from rollstream.backend.tokenizer import default_tokenizer_dir
 from rollstream.broker.config import free_port
 from rollstream.errors import ConfigurationError
 from rollstream.stack.settings import StackSettings
@@ -61,6 +63,20 @@ def vllm_argv(model: str, served_name: str, host: str, port: int, tool_parser: s
         "--served-model-name",
         served_name,
     ]
+
+
+def _context_options(settings: StackSettings) -> list[str]:
+    """The interceptor's exact-context options: the mode, and the served model's tokenizer."""
+    if settings.context == "ordinary":
+        return []
+    options = ["--context", settings.context]
+    if settings.upstream is None and settings.vllm is None:
+        options += ["--tokenizer", str(default_tokenizer_dir())]
+    elif settings.vllm is not None and Path(settings.vllm).expanduser().is_dir():
+        options += ["--tokenizer", str(Path(settings.vllm).expanduser())]
+    # Otherwise ROLLSTREAM_INTERCEPTOR_TOKENIZER (inherited) names it, or calls fall back and
+    # their records say so.
+    return options
 
 
 def plan(settings: StackSettings) -> list[Component]:
@@ -120,6 +136,7 @@ def plan(settings: StackSettings) -> list[Component]:
                 # one served policy answers.
                 "--upstream-model",
                 settings.model,
+                *_context_options(settings),
             ),
             health=f"{admin}/health",
             endpoint=f"{interceptor}/v1 (admin {admin})",

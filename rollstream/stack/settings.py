@@ -47,6 +47,11 @@ class StackSettings(BaseSettings):
     admin_port: int = Field(default=8101, ge=0, le=65535, description="0: any free port.")
     node_port: int = Field(default=8200, ge=0, le=65535, description="0: any free port.")
     strategy: str = Field(default="prefix_merge", description="The reconstructor's strategy.")
+    context: Literal["ordinary", "exact"] = Field(
+        default="ordinary",
+        description="The interceptor's context mode (docs/exact-context.md). exact needs the "
+        "served model's tokenizer: the reference backend's, or the --vllm model's folder.",
+    )
     node: bool = Field(default=True, description="Start a rollout node.")
     start_timeout_s: float = Field(
         default=180.0, gt=0, description="How long each service may take to become healthy."

@@ -5,9 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from rollstream.backend.tokenizer import default_tokenizer_dir
 from rollstream.cli import cli
 from rollstream.errors import ConfigurationError
 from rollstream.stack.components import Component, plan
@@ -41,6 +43,31 @@ def test_the_interceptor_points_at_the_backend_and_the_node_at_the_interceptor()
     assert node[node.index("--interceptor-admin") + 1] == "http://127.0.0.1:8601"
     assert by_name["interceptor"].health == "http://127.0.0.1:8601/health"
     assert by_name["reconstructor"].marker and by_name["scorer"].marker
+
+
+def test_exact_context_passes_the_served_model_s_tokenizer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interceptor_args(**overrides: Any) -> list[str]:
+        settings = StackSettings(backend_port=0, interceptor_port=0, node_port=0, **overrides)
+        by_name = {c.name: c for c in plan(settings)}
+        return _command_of(by_name["interceptor"].argv)
+
+    assert "--context" not in interceptor_args()
+    exact = interceptor_args(context="exact")
+    assert exact[exact.index("--context") + 1] == "exact"
+    assert exact[exact.index("--tokenizer") + 1] == str(default_tokenizer_dir())
+    # A remote upstream: the tokenizer comes from the environment (or calls fall back).
+    remote = interceptor_args(context="exact", upstream="http://gpu:8000")
+    assert "--context" in remote and "--tokenizer" not in remote
+    fake = tmp_path / "vllm"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    model = tmp_path / "Qwen3-8B"
+    model.mkdir()
+    local = interceptor_args(context="exact", vllm=str(model))
+    assert local[local.index("--tokenizer") + 1] == str(model)
 
 
 def test_a_given_upstream_starts_no_backend_and_vllm_needs_vllm(
