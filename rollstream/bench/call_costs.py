@@ -15,9 +15,9 @@ import aiohttp
 
 from rollstream import jsonfast
 from rollstream.interceptor.adapters import ADAPTER_BY_KIND
-from rollstream.interceptor.addon import PROMPT_IDS_KEY
 from rollstream.interceptor.recording import CallState, build_record
 from rollstream.interceptor.sessions import SessionLedger
+from rollstream.interceptor.streaming import PROMPT_IDS_KEY
 from rollstream.interceptor.translate.chat import CaptureOptions, prepare_chat_request
 from rollstream.interceptor.translate.sse import SSEParser
 from rollstream.schemas import ApiKind, AvroSerializer

@@ -7,12 +7,10 @@ included; other paths are forwarded without a record.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
 from typing import Any
 
 from mitmproxy import http
@@ -27,6 +25,7 @@ from rollstream.interceptor.adapters import (
     count_tokens_adapter,
 )
 from rollstream.interceptor.exact.upstream import CONTEXT_HEADER, ExactUpstream
+from rollstream.interceptor.gate import Gate
 from rollstream.interceptor.recording import ANONYMOUS, CallState, build_record
 from rollstream.interceptor.registry import SessionRegistry
 from rollstream.interceptor.sessions import (
@@ -37,50 +36,17 @@ from rollstream.interceptor.sessions import (
     session_of,
 )
 from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.interceptor.streaming import stream_function
 from rollstream.interceptor.timeouts import TIMEOUT_HEADER, UpstreamDeadlines, upstream_cut
 from rollstream.interceptor.translate.chat import CaptureOptions, prepare_chat_request
 from rollstream.interceptor.translate.errors import TranslationError
-from rollstream.interceptor.translate.sse import DONE, SSEEvent, SSEParser
 from rollstream.interceptor.translate.synthesize import chunks_from_answer
-from rollstream.schemas import ApiKind, CallRecord, ContextMode
+from rollstream.schemas import CallRecord, ContextMode
 
 log = logging.getLogger(__name__)
 
 _STATE = "rollstream"
-PROMPT_IDS_KEY = "prompt_token_ids"  # vLLM's, on a stream's first chunk
 Publish = Callable[[CallRecord], None]
-
-
-class Gate:
-    """Holds new calls while paused; a pause ends by resume() or after its timeout."""
-
-    def __init__(self) -> None:
-        self._open = asyncio.Event()
-        self._open.set()
-        self._timer: asyncio.TimerHandle | None = None
-
-    @property
-    def paused(self) -> bool:
-        """Whether new calls are being held."""
-        return not self._open.is_set()
-
-    def pause(self, timeout_s: float) -> None:
-        """Hold new calls for at most ``timeout_s`` seconds."""
-        self._open.clear()
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = asyncio.get_running_loop().call_later(timeout_s, self.resume)
-
-    def resume(self) -> None:
-        """Let held and new calls through."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._open.set()
-
-    async def wait(self) -> None:
-        """Return once calls may go upstream."""
-        await self._open.wait()
 
 
 class RollstreamAddon:
@@ -254,58 +220,8 @@ class RollstreamAddon:
     def _stream_function(
         self, state: CallState, adapter: Adapter
     ) -> Callable[[bytes], Iterable[bytes]]:
-        # The prompt's ids go straight into packed bytes where the harness never sees them: the
-        # Chat Completions passthrough drops them unless the harness asked for them, and the
-        # other translators read them (Anthropic counts them).
         converter = self.exact.stream() if _exact(state) else None
-        takes_ids = (
-            state.api is ApiKind.CHAT_COMPLETIONS and not state.asked.token_ids and not converter
-        )
-        parser = SSEParser(take_ids=PROMPT_IDS_KEY if takes_ids else None)
-        translator = adapter.stream(state.harness_request, state.asked)
-
-        def encode(events: list[SSEEvent]) -> list[bytes]:
-            return [e.encode() for e in events]
-
-        def stream(data: bytes) -> Iterable[bytes]:
-            out: list[bytes] = []
-            try:
-                events = parser.feed(data) if data else parser.flush()
-                for event in events:
-                    if event.data == DONE:
-                        out += encode(translator.finish())
-                        continue
-                    if not isinstance(event.data, dict):
-                        continue
-                    if "error" in event.data and not event.data.get("choices"):
-                        message = str(event.data["error"])
-                        state.fail("upstream_stream_error", message, 502, True)
-                        out += encode(translator.error(502, message))
-                        continue
-                    if event.token_ids is not None:
-                        state.capture.set_packed_prompt_ids(event.token_ids)
-                    chunks = converter.feed(event.data) if converter else (event.data,)
-                    for chunk in chunks:
-                        if state.first_token_at is None and _has_output(chunk):
-                            state.first_token_at = datetime.now(UTC)
-                        state.capture.add_chunk(chunk)
-                        out += encode(translator.feed(chunk))
-                if not data:  # end of the upstream stream
-                    state.ended_at = datetime.now(UTC)
-                    if state.capture.finish_reason is None and state.error is None:
-                        state.fail(
-                            "upstream_stream_broken", "stream ended without a finish", 502, True
-                        )
-                        out += encode(translator.error(502, "upstream stream ended early"))
-                    out += encode(translator.finish())
-            except Exception as exc:  # never let a translation bug break the harness's stream
-                log.exception("stream translation failed")
-                state.fail("translation_error", str(exc), 500, False)
-                out += encode(translator.error(500, "rollstream could not translate the stream"))
-            # One write per upstream read: mitmproxy frames and sends each item separately.
-            return [b"".join(out)] if out else []
-
-        return stream
+        return stream_function(state, adapter.stream(state.harness_request, state.asked), converter)
 
     def record_unfinished(self, message: str) -> int:
         """Record every call still in flight as failed (the proxy is stopping); how many.
@@ -437,14 +353,6 @@ def _headers_dict(headers: http.Headers) -> dict[str, str]:
 
 def _native(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogateescape")  # as mitmproxy's Headers give str
-
-
-def _has_output(chunk: dict[str, Any]) -> bool:
-    for choice in chunk.get("choices") or []:
-        delta = choice.get("delta") or {}
-        if delta.get("content") or delta.get("tool_calls") or choice.get("token_ids"):
-            return True
-    return False
 
 
 def _upstream_message(response: http.Response) -> str:

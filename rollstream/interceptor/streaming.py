@@ -1,0 +1,88 @@
+"""A streamed answer, read by read: upstream SSE in, the harness's events out, tokens captured.
+
+mitmproxy calls the function :func:`stream_function` returns once per upstream read (and once
+with ``b""`` at the end); each call parses the complete events, converts exact-context completion
+chunks to Chat chunks, captures token ids and logprobs, and returns the translated bytes as one
+write. This is the interceptor's hottest path: it runs for every read of every streamed call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from rollstream.interceptor.adapters import StreamTranslator
+from rollstream.interceptor.exact.completions import CompletionStreamToChat
+from rollstream.interceptor.recording import CallState
+from rollstream.interceptor.translate.sse import DONE, SSEEvent, SSEParser
+from rollstream.schemas import ApiKind
+
+log = logging.getLogger(__name__)
+
+PROMPT_IDS_KEY = "prompt_token_ids"  # vLLM's, on a stream's first chunk
+
+
+def stream_function(
+    state: CallState,
+    translator: StreamTranslator,
+    converter: CompletionStreamToChat | None = None,
+) -> Callable[[bytes], Iterable[bytes]]:
+    """The per-read function of one streamed call (``converter``: exact context's answers)."""
+    # The prompt's ids go straight into packed bytes where the harness never sees them: the
+    # Chat Completions passthrough drops them unless the harness asked for them, and the
+    # other translators read them (Anthropic counts them).
+    takes_ids = (
+        state.api is ApiKind.CHAT_COMPLETIONS and not state.asked.token_ids and not converter
+    )
+    parser = SSEParser(take_ids=PROMPT_IDS_KEY if takes_ids else None)
+
+    def encode(events: list[SSEEvent]) -> list[bytes]:
+        return [e.encode() for e in events]
+
+    def stream(data: bytes) -> Iterable[bytes]:
+        out: list[bytes] = []
+        try:
+            events = parser.feed(data) if data else parser.flush()
+            for event in events:
+                if event.data == DONE:
+                    out += encode(translator.finish())
+                    continue
+                if not isinstance(event.data, dict):
+                    continue
+                if "error" in event.data and not event.data.get("choices"):
+                    message = str(event.data["error"])
+                    state.fail("upstream_stream_error", message, 502, True)
+                    out += encode(translator.error(502, message))
+                    continue
+                if event.token_ids is not None:
+                    state.capture.set_packed_prompt_ids(event.token_ids)
+                chunks = converter.feed(event.data) if converter else (event.data,)
+                for chunk in chunks:
+                    if state.first_token_at is None and _has_output(chunk):
+                        state.first_token_at = datetime.now(UTC)
+                    state.capture.add_chunk(chunk)
+                    out += encode(translator.feed(chunk))
+            if not data:  # end of the upstream stream
+                state.ended_at = datetime.now(UTC)
+                if state.capture.finish_reason is None and state.error is None:
+                    state.fail("upstream_stream_broken", "stream ended without a finish", 502, True)
+                    out += encode(translator.error(502, "upstream stream ended early"))
+                out += encode(translator.finish())
+        except Exception as exc:  # never let a translation bug break the harness's stream
+            log.exception("stream translation failed")
+            state.fail("translation_error", str(exc), 500, False)
+            out += encode(translator.error(500, "rollstream could not translate the stream"))
+        # One write per upstream read: mitmproxy frames and sends each item separately.
+        return [b"".join(out)] if out else []
+
+    return stream
+
+
+def _has_output(chunk: dict[str, Any]) -> bool:
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta") or {}
+        if delta.get("content") or delta.get("tool_calls") or choice.get("token_ids"):
+            return True
+    return False
