@@ -18,55 +18,13 @@ from rollstream.interceptor.translate.gemini_stream import GeminiStreamTranslato
 from rollstream.interceptor.translate.sse import SSEEvent, SSEParser
 from rollstream.interceptor.translate.synthesize import chunks_from_answer
 from rollstream.schemas import ApiKind
+from tests.interceptor.vllm_chunks import CAPTURE_FIELDS, UPSTREAM, call_delta, chunk, usage_chunk
 
 JSON = dict[str, Any]
-UPSTREAM = "Qwen/Qwen3-8B"
 REQUEST: JSON = {
     "model": "gemini-2.5-pro",
     "contents": [{"role": "user", "parts": [{"text": "read a.py and grep ü"}]}],
 }
-CAPTURE_FIELDS = ("token_ids", "prompt_token_ids", "logprobs")
-
-
-def chunk(delta: JSON, token_ids: list[int], finish_reason: str | None = None, **top: Any) -> JSON:
-    """A vLLM stream chunk carrying the capture fields the proxy asks for."""
-    choice: JSON = {
-        "index": 0,
-        "delta": delta,
-        "logprobs": {"content": [{"token": f"token_id:{t}", "logprob": -0.5} for t in token_ids]},
-        "finish_reason": finish_reason,
-        "token_ids": token_ids,
-    }
-    return {
-        "id": "chatcmpl-s1",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": UPSTREAM,
-        "choices": [choice],
-        **top,
-    }
-
-
-def call_delta(index: int, arguments: str, call_id: str | None = None, name: str = "") -> JSON:
-    call: JSON = {"index": index, "function": {"arguments": arguments}}
-    if call_id is not None:
-        call |= {"id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
-        if arguments:
-            call["function"]["arguments"] = arguments
-    return {"tool_calls": [call]}
-
-
-def usage_chunk(prompt: int, completion: int) -> JSON:
-    return {
-        "id": "chatcmpl-s1",
-        "object": "chat.completion.chunk",
-        "choices": [],
-        "usage": {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        },
-    }
 
 
 def run(chunks: list[JSON], request: JSON = REQUEST) -> list[SSEEvent]:
