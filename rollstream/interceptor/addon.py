@@ -46,6 +46,7 @@ from rollstream.schemas import CallRecord, ContextMode
 log = logging.getLogger(__name__)
 
 _STATE = "rollstream"
+_CONTEXT_HEADER_BYTES = CONTEXT_HEADER.encode()
 Publish = Callable[[CallRecord], None]
 
 
@@ -92,7 +93,7 @@ class RollstreamAddon:
             return
         if llm_call:
             await self.gate.wait()  # held while the trainer swaps weights
-        self._rewrite_credentials(flow, session if llm_call else None)
+        asked_context = self._rewrite_credentials(flow, session if llm_call else None)
         flow.request.path = path
         counting = count_tokens_adapter(path)
         if counting is not None:
@@ -138,8 +139,9 @@ class RollstreamAddon:
             upstream["stream"] = False
             upstream.pop("stream_options", None)
         state.upstream_request = upstream
-        asked_context = flow.request.headers.pop(CONTEXT_HEADER, None)
         state.context, completion = self.exact.prepare(state.session, upstream, asked_context)
+        if completion is not None:  # known already, should the upstream not echo them
+            state.capture.set_prompt_token_ids(completion["prompt"])
         flow.request.path = "/v1/completions" if completion else "/v1/chat/completions"
         flow.request.headers.pop("accept-encoding", None)  # we read the answer
         flow.request.set_content(jsonfast.dumps(completion or upstream))
@@ -213,7 +215,7 @@ class RollstreamAddon:
             else:
                 translated = adapter.answer(answer, state.harness_request, state.asked)
                 flow.response = _json_response(200, translated)
-        except (ValueError, TranslationError) as exc:
+        except Exception as exc:  # an answer of another shape: the call fails, recorded
             state.fail("bad_upstream_answer", str(exc), 502, True)
             flow.response = _json_response(502, adapter.error(502, str(exc)))
 
@@ -250,8 +252,10 @@ class RollstreamAddon:
         self.calls_recorded += 1
         self.calls_failed += state.error is not None
         self.publish(record)
-        if state.context is not None:
+        try:
             self.exact.remember(state)
+        except Exception:  # the next call then falls back to the server's rendering
+            log.exception("exact context could not keep call %s", state.call_id)
 
     def _reject(
         self,
@@ -281,17 +285,22 @@ class RollstreamAddon:
         message = f"unknown session{who}: not registered with the interceptor"
         self._reject(flow, adapter, None, 401, message, kind="unknown_session")
 
-    def _rewrite_credentials(self, flow: http.HTTPFlow, session: str | None) -> None:
+    def _rewrite_credentials(self, flow: http.HTTPFlow, session: str | None) -> str | None:
+        """Take the session's credential and our own headers out; the context header's value."""
         # One pass over the headers: popping an absent one costs a scan and a KeyError.
         present = {name.lower() for name, _ in flow.request.headers.fields}
         for header in credential_headers():
             if header.encode() in present:
                 flow.request.headers.pop(header, None)
+        context = None
+        if _CONTEXT_HEADER_BYTES in present:
+            context = flow.request.headers.pop(CONTEXT_HEADER, None)
         if session is not None:
             flow.request.headers[AFFINITY_HEADER] = affinity_key(session)
         key = self.settings.upstream_api_key
         if key is not None:
             flow.request.headers["authorization"] = f"Bearer {key.get_secret_value()}"
+        return context
 
     def _count_tokens(self, flow: http.HTTPFlow, adapter: Adapter) -> None:
         try:

@@ -106,6 +106,7 @@ class AdminApp:
         session = request.match_info["session"]
         try:
             self.addon.sessions.forget(session)
+            self.addon.exact.forget(session)
         except RegistryError as exc:
             return web.json_response({"error": str(exc)}, status=500)
         return web.json_response({"session": session, "registered": False})

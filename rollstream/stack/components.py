@@ -69,6 +69,13 @@ def _context_options(settings: StackSettings) -> list[str]:
     """The interceptor's exact-context options: the mode, and the served model's tokenizer."""
     if settings.context == "ordinary":
         return []
+    if settings.vllm is not None and settings.tool_parser != "hermes":
+        # The interceptor parses completions' tool calls as hermes does; another parser's
+        # format would reach the harness as text.
+        raise ConfigurationError(
+            f"--context exact parses tool calls as vLLM's hermes parser; the stack serves with"
+            f" --tool-parser {settings.tool_parser}: use hermes or --context ordinary"
+        )
     options = ["--context", settings.context]
     if settings.upstream is None and settings.vllm is None:
         options += ["--tokenizer", str(default_tokenizer_dir())]

@@ -281,6 +281,14 @@ def test_calls_without_ids_get_ids_from_their_place_and_results_match_by_name() 
     assert longer[: len(out)] == out
 
 
+def test_a_result_with_an_id_its_call_lacked_matches_by_name() -> None:
+    # Gemini CLI names calls that came without an id ("NAME_<ms>_<n>") in its results.
+    history = [user(text("go")), model(call("read", {})), user(result("read", {}, "read_17_0"))]
+    out = messages(history)
+    assert out[1]["tool_calls"][0]["id"] == "call_1_0"
+    assert out[2]["tool_call_id"] == "call_1_0"
+
+
 def test_a_result_answering_no_call_gets_an_id_from_its_place() -> None:
     out = messages([user(text("go")), model(text("hm")), user(result("read", {"output": "A"}))])
     assert out[2] == {"role": "tool", "tool_call_id": "call_2_0", "content": "A"}

@@ -151,7 +151,11 @@ def test_thought_text_and_parallel_calls_in_order() -> None:
             tool_call("chatcmpl-tool-2", "grep", {"pattern": "ü", "n": [1, 2]}),
         ],
     }
-    out = chat_to_gemini(chat_response(message, "tool_calls"), ORIGINAL)
+    thinking = {"generationConfig": {"thinkingConfig": {"includeThoughts": True}}}
+    # Thoughts only when asked for (Google's default leaves them out).
+    plain = chat_to_gemini(chat_response(message, "tool_calls"), ORIGINAL)
+    assert not any(p.get("thought") for p in plain["candidates"][0]["content"]["parts"])
+    out = chat_to_gemini(chat_response(message, "tool_calls"), ORIGINAL | thinking)
     [candidate] = out["candidates"]
     assert candidate["content"]["parts"] == [
         {"text": "Two files.", "thought": True},

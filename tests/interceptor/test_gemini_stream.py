@@ -24,6 +24,8 @@ JSON = dict[str, Any]
 REQUEST: JSON = {
     "model": "gemini-2.5-pro",
     "contents": [{"role": "user", "parts": [{"text": "read a.py and grep ü"}]}],
+    # As Gemini CLI asks; without it thoughts are left out (test_thoughts_only_when_asked).
+    "generationConfig": {"thinkingConfig": {"includeThoughts": True}},
 }
 
 
@@ -134,6 +136,17 @@ def test_thoughts_come_as_thought_parts() -> None:
     parts, last = accumulate(run(chunks))
     assert parts == [{"text": "Hmm, a.py.", "thought": True}, {"text": "Done"}]
     assert last["candidates"][0]["finishReason"] == "STOP"
+
+
+def test_thoughts_only_when_asked() -> None:
+    chunks = [
+        chunk({"role": "assistant", "reasoning_content": "Hmm."}, [1]),
+        chunk({"content": "Done"}, [2], "stop"),
+    ]
+    for config in ({}, {"generationConfig": {"thinkingConfig": {"includeThoughts": False}}}):
+        request = {"model": "gemini-2.5-pro", "contents": []} | config
+        parts, _ = accumulate(run(chunks, request))
+        assert parts == [{"text": "Done"}]
 
 
 def test_length_and_counts_from_capture_fields_without_usage() -> None:

@@ -68,6 +68,8 @@ def test_exact_context_passes_the_served_model_s_tokenizer(
     model.mkdir()
     local = interceptor_args(context="exact", vllm=str(model))
     assert local[local.index("--tokenizer") + 1] == str(model)
+    with pytest.raises(ConfigurationError, match="hermes"):
+        interceptor_args(context="exact", vllm=str(model), tool_parser="qwen3_coder")
 
 
 def test_a_given_upstream_starts_no_backend_and_vllm_needs_vllm(

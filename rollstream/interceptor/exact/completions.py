@@ -28,6 +28,11 @@ _SAMPLING = (
     "frequency_penalty",
     "repetition_penalty",
     "n",
+    # vLLM's sampling extensions, the same on both endpoints.
+    "min_tokens",
+    "ignore_eos",
+    "stop_token_ids",
+    "include_stop_str_in_output",
 )
 
 
@@ -45,7 +50,7 @@ def completion_request(chat: JSON, prompt_ids: list[int], model: str, top_logpro
     }
     # Always sent, null included: /v1/completions defaults to 16 tokens where Chat Completions
     # defaults to the rest of the context, and null asks vLLM for the latter.
-    body["max_tokens"] = chat.get("max_completion_tokens", chat.get("max_tokens"))
+    body["max_tokens"] = chat.get("max_completion_tokens") or chat.get("max_tokens")
     for key in _SAMPLING:
         if key in chat:
             body[key] = chat[key]

@@ -8,7 +8,9 @@ server as usual, and the record says why.
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,17 +30,21 @@ FIRST_CALL = "first call of its thread"
 NOT_APPENDED = "history edited, another thread, or nothing appended"
 TOOLS_CHANGED = "the tools changed"
 NO_TOKENS = "the previous call returned no token ids"
+UNKNOWN_TURN = "an answered turn in between is unknown (failed, or not kept)"
 
 
 @dataclass(frozen=True)
 class Turn:
-    """An answered call: its conversation, tools and answer, and the tokens on both sides."""
+    """An answered call: its conversation, tools and answer, and the tokens on both sides.
+
+    The ids are packed (4 bytes a token): a session keeps a few whole contexts.
+    """
 
     messages: list[Message]
     tools: list[Any] | None
     answer: Message
-    prompt_ids: list[int]
-    completion_ids: list[int]
+    prompt_ids: array[int]
+    completion_ids: array[int]
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,11 @@ class ExactContext:
             if not turn.prompt_ids or not turn.completion_ids:
                 reason = NO_TOKENS
                 continue
+            if any(m.get("role") == "assistant" for m in new):
+                # A later answer was never remembered: rendering it would put the template's
+                # tokens where the model sampled its own.
+                reason = UNKNOWN_TURN
+                continue
             text = continuation_text(self.tokenizer, turn.messages, turn.answer, new, tools)
             ids, continuation = continue_prompt(
                 self.tokenizer, turn.prompt_ids, turn.completion_ids, text
@@ -96,8 +107,8 @@ class ExactContext:
         session: str,
         request: Message,
         answer: Message,
-        prompt_ids: list[int],
-        completion_ids: list[int],
+        prompt_ids: Sequence[int],
+        completion_ids: Sequence[int],
     ) -> None:
         """Keep an answered call as a turn later calls may continue."""
         turns = self._sessions.get(session)
@@ -111,9 +122,17 @@ class ExactContext:
         for kept in list(turns):
             if appended_messages(kept.messages, kept.answer, messages) is not None:
                 turns.remove(kept)
+        tools = request.get("tools") or None
         turns.append(
-            Turn(messages, request.get("tools") or None, answer, prompt_ids, completion_ids)
+            Turn(messages, tools, answer, array("I", prompt_ids), array("I", completion_ids))
         )
+
+    def forget(self, session: str) -> None:
+        """Drop a session's turns (it ended)."""
+        self._sessions.pop(session, None)
+
+    def __contains__(self, session: object) -> bool:
+        return session in self._sessions
 
     def __len__(self) -> int:
         return len(self._sessions)

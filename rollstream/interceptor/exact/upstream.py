@@ -24,6 +24,7 @@ from rollstream.interceptor.exact.completions import (
 from rollstream.interceptor.exact.render import TemplateSplitError
 from rollstream.interceptor.exact.sessions import ExactContext
 from rollstream.interceptor.recording import CallState, chat_answer
+from rollstream.interceptor.sessions import affinity_key
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.schemas import ContextInfo, ContextMode, TokenIds
 
@@ -42,10 +43,27 @@ def _unsupported(chat: JSON) -> str | None:
     choice = chat.get("tool_choice")
     if choice not in (None, "auto") and chat.get("tools"):
         return f"tool_choice {choice!r} needs the server's Chat Completions"
-    for key in ("response_format", "guided_json", "guided_regex", "guided_choice", "logit_bias"):
+    for key in _CHAT_ONLY:
         if chat.get(key) is not None:
             return f"{key} needs the server's Chat Completions"
     return None
+
+
+#: Chat fields that change how the server renders the prompt or constrains the answer: a call
+#: carrying one is left to the server.
+_CHAT_ONLY = (
+    "response_format",
+    "structured_outputs",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "logit_bias",
+    "chat_template",
+    "chat_template_kwargs",
+    "reasoning_effort",
+    "continue_final_message",
+)
 
 
 class ExactUpstream:
@@ -90,10 +108,15 @@ class ExactUpstream:
         reason = _unsupported(chat)
         if reason is not None:
             return ContextInfo(note=reason), None
-        plan = self.context.plan(session, chat)
+        try:
+            plan = self.context.plan(session, chat)
+        except Exception as exc:  # a template error on this conversation: the server renders it
+            log.warning("exact context failed for a call of session hash %s", _hash(session))
+            return ContextInfo(note=f"exact context failed: {type(exc).__name__}: {exc}"), None
         if plan.prompt_ids is None:
             return ContextInfo(note=plan.note), None
-        body = completion_request(chat, plan.prompt_ids, str(chat.get("model")), self.top_logprobs)
+        top = max(self.top_logprobs, int(chat.get("top_logprobs") or 0))
+        body = completion_request(chat, plan.prompt_ids, str(chat.get("model")), top)
         info = ContextInfo(mode=ContextMode.EXACT, appended_end_of_turn=plan.appended_end_of_turn)
         return info, body
 
@@ -108,10 +131,13 @@ class ExactUpstream:
     def remember(self, state: CallState) -> None:
         """Keep a call answered in full, with its tokens, as a turn later calls may continue.
 
-        Ordinary calls count too: the first call of a thread is always rendered by the server.
+        Ordinary calls count too: the first call of a thread is always rendered by the server,
+        and a session choosing per call may send one without the header in between.
         """
-        if state.context is None or self.context is None or state.error is not None:
+        if self.context is None or state.error is not None:
             return
+        if state.context is None and state.session not in self.context:
+            return  # a session that never asked for exact context: nothing kept for it
         capture = state.capture
         if not capture.has_tokens or capture.finish_reason is None:
             return
@@ -130,3 +156,12 @@ class ExactUpstream:
         self.context.remember(
             state.session, state.upstream_request, message, prompt, capture.completion_token_ids
         )
+
+    def forget(self, session: str) -> None:
+        """Drop what is kept for a session (it ended)."""
+        if self.context is not None:
+            self.context.forget(session)
+
+
+def _hash(session: str) -> str:
+    return affinity_key(session)  # logs name sessions by hash: the id is a credential

@@ -304,13 +304,18 @@ def _answered_id(
 ) -> str:
     """The id of the call a functionResponse answers, and that call marked answered.
 
-    Its own id when it has one; else the earliest unanswered call of the same name in the
-    preceding model turn; else an id derived from its place.
+    The call with its id when there is one; else (no id, or an id no call has, as when the
+    client named a call that came without one) the earliest unanswered call of the same name
+    in the preceding model turn; else an id derived from its place.
     """
     given = result.get("id")
-    has_id = isinstance(given, str) and given
+    if isinstance(given, str) and given:
+        for k, (call_id, _) in enumerate(pending):
+            if call_id == given:
+                del pending[k]
+                return call_id
     for k, (call_id, name) in enumerate(pending):
-        if (call_id == given) if has_id else (name == result["name"]):
+        if name == result["name"]:
             del pending[k]
             return call_id
     return _call_id(given, content_index, part_index)

@@ -18,6 +18,16 @@ JSON = dict[str, Any]
 _FINISH_REASONS = {"length": "MAX_TOKENS", "content_filter": "SAFETY"}
 
 
+def include_thoughts(request: JSON) -> bool:
+    """Whether the harness asked for thought parts (``thinkingConfig.includeThoughts``).
+
+    Google's default is no: the model may still reason, the answer just leaves it out.
+    """
+    config = request.get("generationConfig")
+    thinking = config.get("thinkingConfig") if isinstance(config, dict) else None
+    return isinstance(thinking, dict) and thinking.get("includeThoughts") is True
+
+
 def chat_to_gemini(response: JSON, request: JSON) -> JSON:
     """A whole Chat Completions answer as a ``GenerateContentResponse``.
 
@@ -31,7 +41,7 @@ def chat_to_gemini(response: JSON, request: JSON) -> JSON:
     message = choice.get("message") or {}
     parts: list[JSON] = []
     reasoning = message.get("reasoning_content") or message.get("reasoning")
-    if isinstance(reasoning, str) and reasoning:
+    if isinstance(reasoning, str) and reasoning and include_thoughts(request):
         parts.append({"text": reasoning, "thought": True})
     if isinstance(message.get("content"), str) and message["content"]:
         parts.append({"text": message["content"]})

@@ -17,6 +17,7 @@ from rollstream.interceptor.translate.gemini import gemini_error
 from rollstream.interceptor.translate.gemini_answer import (
     function_call_part,
     gemini_finish_reason,
+    include_thoughts,
     response_id,
     usage_metadata,
 )
@@ -46,6 +47,7 @@ class GeminiStreamTranslator:
 
     def __init__(self, request: JSON) -> None:
         self._model = request.get("model")
+        self._thoughts = include_thoughts(request)
         self._id: str | None = None
         self._done = False
         self._calls: dict[int, _Call] = {}  # upstream tool call index -> the call
@@ -119,7 +121,7 @@ class GeminiStreamTranslator:
         delta = choice.get("delta") or {}
         parts: list[JSON] = []
         thought = delta.get("reasoning_content") or delta.get("reasoning")
-        if isinstance(thought, str) and thought:
+        if isinstance(thought, str) and thought and self._thoughts:
             parts.append({"text": thought, "thought": True})
         if isinstance(delta.get("content"), str) and delta["content"]:
             parts.append({"text": delta["content"]})

@@ -13,6 +13,7 @@ from rollstream.interceptor.exact.sessions import (
     FIRST_CALL,
     NOT_APPENDED,
     TOOLS_CHANGED,
+    UNKNOWN_TURN,
     ExactContext,
 )
 from tests.interceptor.exact.test_render import _tokenizer_with_template
@@ -94,3 +95,23 @@ def test_a_template_that_cannot_be_split_refuses_the_mode(tmp_path: Path) -> Non
     )
     with pytest.raises(TemplateSplitError, match="exact context refused"):
         ExactContext(_tokenizer_with_template(tmp_path, counting))
+
+
+def test_an_answered_turn_never_kept_is_not_rendered_by_the_template(
+    tokenizer: ChatTokenizer,
+) -> None:
+    context = ExactContext(tokenizer)
+    first: list[Message] = [{"role": "user", "content": "fix the bug"}]
+    context.remember(
+        "s", {"messages": first}, answer_of("Looking"), [1, 2], sampled(tokenizer, "Looking")
+    )
+    # The second call failed (not kept); the third echoes its answer after the first one's.
+    third: list[Message] = [
+        *first,
+        answer_of("Looking"),
+        {"role": "user", "content": "go on"},
+        answer_of("Found it"),
+        {"role": "user", "content": "fix it"},
+    ]
+    plan = context.plan("s", {"messages": third})
+    assert plan.prompt_ids is None and plan.note == UNKNOWN_TURN

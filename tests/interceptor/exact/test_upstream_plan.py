@@ -39,6 +39,7 @@ def test_the_session_header_overrides_the_deployment() -> None:
         ({"tools": [{"type": "function"}], "tool_choice": "required"}, "tool_choice"),
         ({"response_format": {"type": "json_object"}}, "response_format"),
         ({"logit_bias": {"1": 5}}, "logit_bias"),
+        ({"chat_template_kwargs": {"enable_thinking": False}}, "chat_template_kwargs"),
     ],
 )
 def test_what_completions_cannot_express_falls_back(extra: dict[str, Any], reason: str) -> None:
@@ -66,6 +67,48 @@ def test_no_tokenizer_sglang_or_an_unsplittable_template_refuse_the_mode(tmp_pat
     assert refused.context is None and "refused" in refused.unavailable
     info, body = refused.prepare("s", CHAT, None)
     assert body is None and info is not None and "refused" in info.note
+
+
+def _answered(exact: ExactUpstream, session: str, chat: dict[str, Any], asked: bool) -> None:
+    """A call of ``session`` answered with tokens, exact context asked for or not."""
+    state = CallState(ApiKind.CHAT_COMPLETIONS, session, {})
+    state.context, _ = exact.prepare(session, chat, "exact" if asked else None)
+    state.upstream_request = chat
+    state.capture.set_prompt_token_ids([1, 2])
+    state.capture.add_chunk(
+        {"choices": [{"message": {"content": "x"}, "token_ids": [3, 2], "finish_reason": "stop"}]}
+    )
+    exact.remember(state)
+
+
+def test_a_template_failure_falls_back_and_sessions_are_kept_only_if_they_ask(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    exact = _upstream(tokenizer=default_tokenizer_dir())  # per call, by header
+    assert exact.context is not None
+    _answered(exact, "quiet", CHAT, asked=False)
+    assert "quiet" not in exact.context  # never asked: nothing kept for it
+    _answered(exact, "asks", CHAT, asked=True)
+    # A call without the header in between is still kept: the thread does not lose a turn.
+    follow = CHAT | {"messages": [*CHAT["messages"], {"role": "assistant", "content": "x"}]}
+    follow["messages"].append({"role": "user", "content": "more"})
+    _answered(exact, "asks", follow, asked=False)
+    later = follow | {"messages": [*follow["messages"], {"role": "assistant", "content": "x"}]}
+    later["messages"].append({"role": "user", "content": "again"})
+    info, body = exact.prepare("asks", later | {"top_logprobs": 5}, "exact")
+    assert info is not None and info.mode is ContextMode.EXACT and body is not None
+    assert body["logprobs"] == 5  # the harness's top-k when larger than the setting's
+    exact.forget("asks")
+    assert "asks" not in exact.context
+
+    def broken(*_: object) -> None:
+        raise ValueError("template exploded")
+
+    _answered(exact, "asks", CHAT, asked=True)
+    monkeypatch.setattr(exact.context, "plan", broken)
+    info, body = exact.prepare("asks", follow, "exact")
+    assert body is None and info is not None and info.mode is ContextMode.ORDINARY
+    assert "template exploded" in info.note
 
 
 def test_failed_or_tokenless_calls_are_not_remembered() -> None:
