@@ -139,7 +139,9 @@ class RollstreamAddon:
             upstream["stream"] = False
             upstream.pop("stream_options", None)
         state.upstream_request = upstream
-        state.context, completion = self.exact.prepare(state.session, upstream, asked_context)
+        state.context, completion = await self.exact.prepare_off_loop(
+            state.session, upstream, asked_context
+        )
         if completion is not None:  # known already, should the upstream not echo them
             state.capture.set_prompt_token_ids(completion["prompt"])
         flow.request.path = "/v1/completions" if completion else "/v1/chat/completions"

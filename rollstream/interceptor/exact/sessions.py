@@ -8,6 +8,7 @@ server as usual, and the record says why.
 
 from __future__ import annotations
 
+import contextlib
 from array import array
 from collections import OrderedDict, deque
 from collections.abc import Sequence
@@ -78,9 +79,11 @@ class ExactContext:
         turns = self._sessions.get(session)
         if not turns:
             return Plan(None, FIRST_CALL)
-        self._sessions.move_to_end(session)
+        with contextlib.suppress(KeyError):  # forgotten meanwhile (another thread)
+            self._sessions.move_to_end(session)
         reason = NOT_APPENDED
-        for turn in reversed(turns):  # the most recent thread first
+        # A copy: planning runs in a worker thread while the event loop may remember a turn.
+        for turn in reversed(list(turns)):  # the most recent thread first
             new = appended_messages(turn.messages, turn.answer, messages)
             if new is None:
                 continue

@@ -11,6 +11,7 @@ records, the Responses, Anthropic and Gemini translators) is the same in both mo
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, Literal
 
@@ -119,6 +120,19 @@ class ExactUpstream:
         body = completion_request(chat, plan.prompt_ids, str(chat.get("model")), top)
         info = ContextInfo(mode=ContextMode.EXACT, appended_end_of_turn=plan.appended_end_of_turn)
         return info, body
+
+    async def prepare_off_loop(
+        self, session: str, chat: JSON, asked: str | None
+    ) -> tuple[ContextInfo | None, JSON | None]:
+        """:meth:`prepare`, planning in a worker thread when a plan is to be made.
+
+        Rendering a long conversation through the chat template takes milliseconds (17 ms at
+        28k tokens here), which the event loop would otherwise stand still for, with every
+        other stream behind it.
+        """
+        if self.context is None or self.mode(asked) != "exact":
+            return self.prepare(session, chat, asked)
+        return await asyncio.to_thread(self.prepare, session, chat, asked)
 
     def chat_answer(self, completion: JSON) -> JSON:
         """A whole ``/v1/completions`` answer as the Chat answer the rest of the addon expects."""
