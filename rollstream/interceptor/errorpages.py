@@ -1,9 +1,10 @@
 """JSON error bodies for the errors mitmproxy itself answers (upstream unreachable, timeouts).
 
 mitmproxy writes those as HTML from ``make_error_response`` before any addon hook can step in,
-so an SDK would see an unparseable 502. The replacement body is valid in both of the formats
-harnesses parse: Anthropic's (``type: error`` with ``error.type`` and ``error.message``) and
-OpenAI's (``error.message``, ``error.type``, ``error.code``).
+so an SDK would see an unparseable 502. The replacement body is valid in all the formats
+harnesses parse: Anthropic's (``type: error`` with ``error.type`` and ``error.message``),
+OpenAI's (``error.message``, ``error.type``, ``error.code``) and Google's (``error.code``,
+``error.message``, ``error.status``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import json
 from mitmproxy import http, version
 from mitmproxy.net.http import http1
 from mitmproxy.proxy.layers.http import _http1
+
+from rollstream.interceptor.translate.gemini import gemini_status
 
 _ERROR_TYPES = {502: "api_error", 503: "overloaded_error", 504: "api_error"}
 
@@ -24,7 +27,7 @@ mitmproxy answers every failed connect with a 502; one we gave up on is a gatewa
 
 
 def json_error_body(status: int, message: str) -> bytes:
-    """An error body both Anthropic and OpenAI clients parse."""
+    """An error body Anthropic, OpenAI and Gemini clients all parse."""
     kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
     return json.dumps(
         {
@@ -34,6 +37,7 @@ def json_error_body(status: int, message: str) -> bytes:
                 "message": f"rollstream: {message}",
                 "code": status,
                 "param": None,
+                "status": gemini_status(status),
             },
         }
     ).encode()

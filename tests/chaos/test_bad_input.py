@@ -1,7 +1,7 @@
 """A bad-input corpus against one interceptor process, three times: errors, records, flat memory.
 
-Each LLM-call case runs in each API (Chat Completions, Responses, Anthropic Messages): the
-harness must get that API's error body, the call must be recorded with the error, and the
+Each LLM-call case runs in each API (Chat Completions, Responses, Anthropic Messages, Gemini):
+the harness must get that API's error body, the call must be recorded with the error, and the
 process must stay up. Requests to other paths are forwarded unrecorded (not LLM calls). The
 process's resident memory must not grow round after round (see STEADY_GROWTH_LIMIT_KIB).
 
@@ -36,13 +36,23 @@ from tests.kafka_reading import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
-Api = Literal["chat", "responses", "anthropic"]
-APIS: tuple[Api, ...] = ("chat", "responses", "anthropic")
+Api = Literal["chat", "responses", "anthropic", "gemini"]
+APIS: tuple[Api, ...] = ("chat", "responses", "anthropic", "gemini")
 PATHS: dict[Api, str] = {
     "chat": "/v1/chat/completions",
     "responses": "/v1/responses",
     "anthropic": "/v1/messages",
 }
+
+
+def _path(api: Api, model: str, stream: bool) -> str:
+    """The call's path: Gemini names the model and whether it streams there."""
+    if api == "gemini":
+        action = "streamGenerateContent?alt=sse" if stream else "generateContent"
+        return f"/v1beta/models/{model}:{action}"
+    return PATHS[api]
+
+
 MODEL = "rollstream-tiny"
 ROUNDS = 3
 HUGE = 50 * 1024 * 1024
@@ -98,6 +108,12 @@ class Outcome:
 
 def _body(api: Api, model: str, stream: bool, max_tokens: int = 4) -> dict[str, Any]:
     messages = [{"role": "user", "content": "hi"}]
+    if api == "gemini":  # model and streaming are in the path
+        config = {"maxOutputTokens": max_tokens}
+        return {
+            "contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+            "generationConfig": config,
+        }
     if api == "responses":
         return {"model": model, "input": "hi", "max_output_tokens": max_tokens, "stream": stream}
     return {"model": model, "messages": messages, "max_tokens": max_tokens, "stream": stream}
@@ -106,6 +122,8 @@ def _body(api: Api, model: str, stream: bool, max_tokens: int = 4) -> dict[str, 
 def _headers(api: Api, session: str) -> dict[str, str]:
     if api == "anthropic":
         return {"x-api-key": session, "anthropic-version": "2023-06-01"}
+    if api == "gemini":
+        return {"x-goog-api-key": session}
     return {"authorization": f"Bearer {session}"}
 
 
@@ -127,7 +145,7 @@ def _payload(case: Case, api: Api) -> tuple[bytes, str]:
             return b"model=rollstream-tiny&messages=hi", "application/x-www-form-urlencoded"
         case "wrong field types":
             wrong = _body(api, MODEL, False)
-            wrong["input" if api == "responses" else "messages"] = 42
+            wrong[{"responses": "input", "gemini": "contents"}.get(api, "messages")] = 42
             return json.dumps(wrong).encode(), "application/json"
         case "text/plain JSON body":
             return good, "text/plain"
@@ -141,6 +159,8 @@ def _error_shape_ok(api: Api, body: Any) -> bool:
     if not isinstance(body, dict) or not isinstance(body.get("error"), dict):
         return False
     error = body["error"]
+    if api == "gemini":  # Google's: {"error": {"code", "message", "status"}}
+        return isinstance(error.get("message"), str) and isinstance(error.get("status"), str)
     if not (isinstance(error.get("message"), str) and isinstance(error.get("type"), str)):
         return False
     return body.get("type") == "error" if api == "anthropic" else True
@@ -148,9 +168,12 @@ def _error_shape_ok(api: Api, body: Any) -> bool:
 
 def _terminal(api: Api) -> str:
     """The SSE text that ends a complete stream of the API."""
-    return {"chat": "data: [DONE]", "responses": "response.completed", "anthropic": "message_stop"}[
-        api
-    ]
+    return {
+        "chat": "data: [DONE]",
+        "responses": "response.completed",
+        "anthropic": "message_stop",
+        "gemini": '"finishReason"',  # on the last event
+    }[api]
 
 
 async def _call(
@@ -159,7 +182,8 @@ async def _call(
     data, content_type = _payload(case, api)
     headers = _headers(api, session) | {"content-type": content_type}
     # A stream, not bytes: aiohttp warns about sending a large body in one piece.
-    async with http.post(url + PATHS[api], data=io.BytesIO(data), headers=headers) as response:
+    path = _path(api, case.model, case.stream or case.name == "harness gone mid-stream")
+    async with http.post(url + path, data=io.BytesIO(data), headers=headers) as response:
         if case.name == "harness gone mid-stream":
             await response.content.readline()  # the stream has started
             response.close()  # and the harness goes away
@@ -286,7 +310,7 @@ async def test_the_bad_input_corpus_gets_protocol_errors_records_and_flat_memory
     broken = sum(o.broken for o in outcomes.values())
     seen = ", ".join(f"{n} x {s}" for s, n in sorted(errors.items()))
     chaos_report(
-        fault="bad-input corpus: 17 kinds x 3 APIs (50 MB body, bad JSON/UTF-8, upstream "
+        fault="bad-input corpus: 17 kinds x 4 APIs (50 MB body, bad JSON/UTF-8, upstream "
         "429/500/timeout/reset/cut, hang-ups)",
         load=f"{ROUNDS} rounds, {expected} LLM calls; RSS after each: "
         + "/".join(f"{kib / 1024:.1f}" for kib in rss)
