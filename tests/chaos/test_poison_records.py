@@ -10,7 +10,7 @@ Where each consumer puts what it cannot use (asserted below):
   partition and offset, in the same transaction as their output. The reconstructor ignores a
   well-formed record of another type (counted, not dead-lettered): events may carry more types.
 - trainer client (scored): counts them (``metrics.undecodable``); it has no producer.
-- rollout node (tasks): logs and skips them (its offsets commit past them).
+- rollout node (tasks): dead-letter topic (sent before its offsets commit past them).
 - export and report (any topic): count them as undecodable or "of other types".
 """
 
@@ -224,7 +224,7 @@ async def test_the_trainer_client_counts_poison_scored_records_and_goes_on(
     )
 
 
-async def test_the_node_skips_poison_tasks_and_runs_the_good_ones(
+async def test_the_node_dead_letters_poison_tasks_and_runs_the_good_ones(
     kafka_settings: KafkaSettings,
     rollstream_topics: TopicNames,
     producer_factory: ProducerFactory,
@@ -247,7 +247,8 @@ async def test_the_node_skips_poison_tasks_and_runs_the_good_ones(
     tasks_tp = TopicPartition(names.tasks, 0)
     async with Node(settings, kafka_settings, PublisherSettings(), paths) as node:
         await place(producer, names.tasks, tasks[:1], b"t")
-        await place(producer, names.tasks, list(bad.values()), b"t")
+        placed = await place(producer, names.tasks, list(bad.values()), b"t")
+        offsets = dict(zip(bad, placed, strict=True))
         end = (await place(producer, names.tasks, tasks[1:], b"t"))[-1] + 1
         events = await read_records(kafka_settings, names.events, AvroRecord, 4, settle_s=1.0)
         # Committed past the poison once the last task ended: a restart would not read it.
@@ -260,12 +261,15 @@ async def test_the_node_skips_poison_tasks_and_runs_the_good_ones(
     assert sorted(e.task_id for e in ended) == ["poison-task-0", "poison-task-1"]
     assert all(e.status is SessionStatus.COMPLETED for e in ended)
     assert node.tasks_seen == 2  # the poison ran nothing
+    letters = await dead_letters(kafka_settings, names, len(bad))
+    assert_letters(letters, names.tasks, bad, offsets)
+    assert {letter.consumer_group for letter in letters} == {settings.group}
     chaos_report(
         fault="poison records in tasks (node)",
         load=f"{len(bad)} poison amid 2 tasks",
         lost=2 - len(ended),
         duplicated=0,
-        errors="0; skipped with a log line, committed past (no dead-letter topic)",
+        errors=f"0; {len(letters)} dead-lettered, committed past",
     )
 
 

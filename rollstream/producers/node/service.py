@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
-from aiokafka import AIOKafkaConsumer
-from aiokafka.structs import TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaError
+from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from rollstream.clients import make_consumer, ordinary_tasks
+from rollstream.clients import make_consumer, make_producer, ordinary_tasks
+from rollstream.consumers.deadletters import dead_letter
 from rollstream.control import PolicyFollower
 from rollstream.errors import BrokerError, SerializationError
 from rollstream.producers.node.pool import NodeScheduler
@@ -85,6 +87,7 @@ class Node:
         self.policy = PolicyFollower(kafka, self._on_policy)
         self.tasks_seen = 0
         self._consumer: AIOKafkaConsumer | None = None
+        self._letters: AIOKafkaProducer | None = None  # dead letters, made on first use
         self._http: aiohttp.ClientSession | None = None
         self._intake: asyncio.Task[None] | None = None
         self._pending: dict[TopicPartition, _Pending] = {}
@@ -131,6 +134,8 @@ class Node:
         await self.policy.stop()
         if self._consumer is not None:
             await self._consumer.stop()
+        if self._letters is not None:
+            await self._letters.stop()
         if self._api is not None:
             await self._api.cleanup()
         if self._http is not None:
@@ -155,9 +160,9 @@ class Node:
             batch = await self._consumer.getmany(timeout_ms=500)
             for tp, messages in batch.items():
                 for message in messages:
-                    task = self._decode(message.value)
+                    task = await self._decode(message)
                     pending = self._pending.setdefault(tp, _Pending())
-                    if task is None:  # nothing to run: done at once
+                    if task is None:  # nothing to run (dead-lettered): done at once
                         pending.offsets.append((message.offset, f"@{message.offset}"))
                         pending.done.add(f"@{message.offset}")
                         continue
@@ -169,12 +174,37 @@ class Node:
                     watcher.add_done_callback(self._watchers.discard)
             await self._commit()
 
-    def _decode(self, value: bytes | None) -> Task | None:
+    async def _decode(self, message: ConsumerRecord) -> Task | None:
         try:
-            return self.serializer.decode_as(value or b"", Task)
+            return self.serializer.decode_as(message.value or b"", Task)
         except SerializationError as exc:
-            log.error("skipping a task record that cannot be decoded: %s", exc)
+            log.error(
+                "task record %s[%d]@%d cannot be decoded, dead-lettered: %s",
+                message.topic,
+                message.partition,
+                message.offset,
+                exc,
+            )
+            await self._dead_letter(message, exc)
             return None
+
+    async def _dead_letter(self, message: ConsumerRecord, exc: Exception) -> None:
+        """Write the record to the dead-letter topic; if the broker refuses, the log says so.
+
+        Sent before the offset is committed past it. Poison is rare: the producer is made on
+        first use.
+        """
+        letter = self.serializer.encode(dead_letter(message, exc, self.settings.group))
+        try:
+            if self._letters is None:
+                self._letters = make_producer(self.kafka)
+                with ordinary_tasks():
+                    await self._letters.start()
+            await asyncio.wait_for(
+                self._letters.send_and_wait(self.names.deadletters, letter, key=message.key), 30
+            )
+        except (KafkaError, TimeoutError, OSError) as error:
+            log.error("could not dead-letter %s@%d: %s", message.topic, message.offset, error)
 
     async def _watch(self, tp: TopicPartition, task_id: str) -> None:
         await self.scheduler.join(task_id)
