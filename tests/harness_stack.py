@@ -61,7 +61,8 @@ async def scripted_interceptor(
 ) -> AsyncIterator[Interceptor]:
     """An interceptor (free ports) in front of the scripted backend serving SOLVE_SCENARIOS.
 
-    ``context="exact"``: in exact-context mode, with the backend's own tokenizer.
+    It has the backend's own tokenizer, so sessions may choose exact context;
+    ``context="exact"`` makes it the default.
     """
     scenarios = _write_scenarios(state_dir)
     tokenizer = ChatTokenizer(default_tokenizer_dir())
@@ -80,7 +81,7 @@ async def scripted_interceptor(
             admin_port=0,
             upstream_model=MODEL,
             context=context,
-            tokenizer=default_tokenizer_dir() if context == "exact" else None,
+            tokenizer=default_tokenizer_dir(),
         ),
         kafka,
         PublisherSettings(),

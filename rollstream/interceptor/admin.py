@@ -92,14 +92,23 @@ class AdminApp:
         )
 
     async def register(self, request: web.Request) -> web.Response:
-        """Accept the session's calls (strict mode); the node calls this before a harness runs."""
+        """Accept the session's calls (strict mode); the node calls this before a harness runs.
+
+        An optional body ``{"context": "exact"|"ordinary"}`` sets the session's context mode.
+        """
         session = request.match_info["session"]
+        body = await _json(request)
         try:
+            if body.get("context") is not None:
+                self.addon.exact.choose(session, str(body["context"]))
             self.addon.sessions.register(session)
+        except ValueError as exc:
+            return web.json_response({"error": str(exc)}, status=400)
         except RegistryError as exc:
             status = 500 if isinstance(exc.__cause__, OSError) else 400
             return web.json_response({"error": str(exc)}, status=status)
-        return web.json_response({"session": session, "registered": True})
+        context = self.addon.exact.mode(None, session)
+        return web.json_response({"session": session, "registered": True, "context": context})
 
     async def forget(self, request: web.Request) -> web.Response:
         """Refuse the session's calls from now on (strict mode); the node calls this at its end."""

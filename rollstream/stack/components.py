@@ -66,9 +66,20 @@ def vllm_argv(model: str, served_name: str, host: str, port: int, tool_parser: s
 
 
 def _context_options(settings: StackSettings) -> list[str]:
-    """The interceptor's exact-context options: the mode, and the served model's tokenizer."""
+    """The interceptor's exact-context options: the mode, and the served model's tokenizer.
+
+    The tokenizer goes whenever the stack knows it, so that tasks may choose exact context
+    for their sessions (metadata ``context``) under the default ordinary mode.
+    """
+    options: list[str] = []
+    if settings.upstream is None and settings.vllm is None:
+        options += ["--tokenizer", str(default_tokenizer_dir())]
+    elif settings.vllm is not None and Path(settings.vllm).expanduser().is_dir():
+        options += ["--tokenizer", str(Path(settings.vllm).expanduser())]
+    # Otherwise ROLLSTREAM_INTERCEPTOR_TOKENIZER (inherited) names it, or calls asking for
+    # exact context fall back and their records say so.
     if settings.context == "ordinary":
-        return []
+        return options
     if settings.vllm is not None and settings.tool_parser != "hermes":
         # The interceptor parses completions' tool calls as hermes does; another parser's
         # format would reach the harness as text.
@@ -76,14 +87,7 @@ def _context_options(settings: StackSettings) -> list[str]:
             f"--context exact parses tool calls as vLLM's hermes parser; the stack serves with"
             f" --tool-parser {settings.tool_parser}: use hermes or --context ordinary"
         )
-    options = ["--context", settings.context]
-    if settings.upstream is None and settings.vllm is None:
-        options += ["--tokenizer", str(default_tokenizer_dir())]
-    elif settings.vllm is not None and Path(settings.vllm).expanduser().is_dir():
-        options += ["--tokenizer", str(Path(settings.vllm).expanduser())]
-    # Otherwise ROLLSTREAM_INTERCEPTOR_TOKENIZER (inherited) names it, or calls fall back and
-    # their records say so.
-    return options
+    return [*options, "--context", settings.context]
 
 
 def plan(settings: StackSettings) -> list[Component]:

@@ -53,7 +53,9 @@ def test_exact_context_passes_the_served_model_s_tokenizer(
         by_name = {c.name: c for c in plan(settings)}
         return _command_of(by_name["interceptor"].argv)
 
-    assert "--context" not in interceptor_args()
+    ordinary = interceptor_args()
+    assert "--context" not in ordinary  # but sessions may choose: the tokenizer is there
+    assert ordinary[ordinary.index("--tokenizer") + 1] == str(default_tokenizer_dir())
     exact = interceptor_args(context="exact")
     assert exact[exact.index("--context") + 1] == "exact"
     assert exact[exact.index("--tokenizer") + 1] == str(default_tokenizer_dir())

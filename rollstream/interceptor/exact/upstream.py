@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from typing import Any, Literal
 
 from rollstream.backend.tokenizer import ChatTokenizer
@@ -72,6 +73,7 @@ class ExactUpstream:
 
     def __init__(self, settings: InterceptorSettings) -> None:
         self.default: Mode = settings.context
+        self._chosen: OrderedDict[str, Mode] = OrderedDict()  # per session, by registration
         self.top_logprobs = settings.top_logprobs
         self.context: ExactContext | None = None
         self.end_of_turn = ""
@@ -88,11 +90,29 @@ class ExactUpstream:
             # Not fatal: every call is still served and recorded, with this reason on it.
             log.warning("%s; calls are rendered by the server as usual", self.unavailable)
 
-    def mode(self, asked: str | None) -> Mode:
-        """The mode of one call: the session's header if it names one, else the deployment's."""
-        if asked is not None and asked.strip().lower() in ("exact", "ordinary"):
-            return "exact" if asked.strip().lower() == "exact" else "ordinary"
-        return self.default
+    def mode(self, asked: str | None, session: str | None = None) -> Mode:
+        """The mode of one call.
+
+        Its header if it names one, else the session's registered choice (:meth:`choose`),
+        else the deployment's.
+        """
+        chosen = _mode(asked)
+        if chosen is not None:
+            return chosen
+        return self._chosen.get(session, self.default) if session is not None else self.default
+
+    def choose(self, session: str, asked: str) -> None:
+        """Set a session's mode; ValueError for anything but exact or ordinary.
+
+        The node passes its task's ``context`` metadata when it registers the session.
+        """
+        mode = _mode(asked)
+        if mode is None:
+            raise ValueError(f"context must be exact or ordinary, not {asked!r}")
+        self._chosen[session] = mode
+        self._chosen.move_to_end(session)
+        while len(self._chosen) > _MAX_CHOSEN:  # sessions never forgotten must not pile up
+            self._chosen.popitem(last=False)
 
     def prepare(
         self, session: str, chat: JSON, asked: str | None
@@ -102,7 +122,7 @@ class ExactUpstream:
         The info is None when exact context was not asked for; the body is a
         ``/v1/completions`` request to send instead of ``chat``, or None.
         """
-        if self.mode(asked) != "exact":
+        if self.mode(asked, session) != "exact":
             return None, None
         if self.context is None:
             return ContextInfo(note=self.unavailable), None
@@ -130,7 +150,7 @@ class ExactUpstream:
         28k tokens here), which the event loop would otherwise stand still for, with every
         other stream behind it.
         """
-        if self.context is None or self.mode(asked) != "exact":
+        if self.context is None or self.mode(asked, session) != "exact":
             return self.prepare(session, chat, asked)
         return await asyncio.to_thread(self.prepare, session, chat, asked)
 
@@ -173,8 +193,20 @@ class ExactUpstream:
 
     def forget(self, session: str) -> None:
         """Drop what is kept for a session (it ended)."""
+        self._chosen.pop(session, None)
         if self.context is not None:
             self.context.forget(session)
+
+
+_MAX_CHOSEN = 65536
+
+
+def _mode(asked: str | None) -> Mode | None:
+    """``exact`` or ``ordinary`` (any case, outer spaces ignored), else None."""
+    value = (asked or "").strip().lower()
+    if value == "exact":
+        return "exact"
+    return "ordinary" if value == "ordinary" else None
 
 
 def _hash(session: str) -> str:

@@ -44,6 +44,8 @@ from rollstream.settings import KafkaSettings, StatePaths
 log = logging.getLogger(__name__)
 # Registration precedes a harness's start: an admin port that is not there must not delay it.
 _REGISTRATION_TIMEOUT = aiohttp.ClientTimeout(total=2)
+#: Task metadata naming the interceptor's context mode for the task's sessions (exact|ordinary).
+CONTEXT_METADATA = "context"
 
 
 @dataclass
@@ -229,22 +231,28 @@ class Node:
         session = str(getattr(record, "session_id", ""))
         if isinstance(record, SessionStarted):
             # Emitted before the harness starts: registered now, its calls are accepted by an
-            # interceptor in strict mode from the first.
-            await self._registration("PUT", session)
+            # interceptor in strict mode from the first, in the context mode its task asks.
+            context = record.task.metadata.get(CONTEXT_METADATA) if record.task else None
+            await self._registration("PUT", session, {"context": context} if context else None)
         self.publisher.publish(session.encode(), self.serializer.encode(record))
         if isinstance(record, SessionEnded):
             await self._registration("DELETE", session)
 
-    async def _registration(self, method: str, session: str) -> None:
+    async def _registration(
+        self, method: str, session: str, body: dict[str, str] | None = None
+    ) -> None:
         """Register (PUT) or forget (DELETE) the session on the interceptor's admin port.
 
-        Only an interceptor in strict mode needs it. A failure is logged, never fatal: the
-        harness's calls are then refused there (401), which its session's outcome shows.
+        An interceptor in strict mode needs it, and one told the session's context mode
+        (``body``). A failure is logged, never fatal: the harness's calls are then refused
+        there (401), which its session's outcome shows, or rendered in the default mode.
         """
         assert self._http is not None
         url = f"{self.settings.interceptor_admin.rstrip('/')}/sessions/{session}"
         try:
-            async with self._http.request(method, url, timeout=_REGISTRATION_TIMEOUT) as reply:
+            async with self._http.request(
+                method, url, json=body, timeout=_REGISTRATION_TIMEOUT
+            ) as reply:
                 if reply.status >= 400:
                     log.warning("session %s: %s %s: %s", session, method, url, reply.status)
         except (aiohttp.ClientError, TimeoutError) as exc:

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import anthropic
 import openai
 import pytest
@@ -238,6 +239,25 @@ async def test_a_session_chooses_its_mode_and_fallbacks_are_recorded(
         assert records["out@solve", seq].context is None
     # The header is ours: the upstream request recorded does not carry it, nor its answer.
     assert CONTEXT_HEADER not in json.dumps(records["asks@solve", 1].model_dump(mode="json"))
+
+
+async def test_a_session_registered_with_a_context_mode_gets_it(
+    start: Start, kafka_settings: KafkaSettings
+) -> None:
+    interceptor = await start(tokenizer=default_tokenizer_dir())  # the default: ordinary
+    async with aiohttp.ClientSession(base_url=interceptor.admin_url) as admin:
+        async with admin.put("/sessions/chosen@solve", json={"context": "exact"}) as reply:
+            assert reply.status == 200 and (await reply.json())["context"] == "exact"
+        async with admin.put("/sessions/bad@solve", json={"context": "always"}) as reply:
+            assert reply.status == 400 and "exact or ordinary" in (await reply.json())["error"]
+        await _chat_session(interceptor.url, "chosen@solve", True)
+        async with admin.delete("/sessions/chosen@solve") as reply:
+            assert reply.status == 200
+        async with admin.put("/sessions/chosen@solve") as reply:  # forgotten with the session
+            assert (await reply.json())["context"] == "ordinary"
+    first, second = await _records(kafka_settings, 2)
+    assert first.context is not None and first.context.note == FIRST_CALL
+    assert second.context is not None and second.context.mode is ContextMode.EXACT
 
 
 async def test_an_edited_history_falls_back(start: Start, kafka_settings: KafkaSettings) -> None:

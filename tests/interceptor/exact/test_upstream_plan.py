@@ -128,3 +128,14 @@ def test_failed_or_tokenless_calls_are_not_remembered() -> None:
     state.error = None
     exact.remember(state)
     assert len(exact.context) == 1
+
+
+def test_a_registered_choice_sits_between_the_header_and_the_deployment() -> None:
+    exact = _upstream(tokenizer=default_tokenizer_dir())
+    exact.choose("s", " EXACT ")
+    assert exact.mode(None, "s") == "exact" and exact.mode(None, "other") == "ordinary"
+    assert exact.mode("ordinary", "s") == "ordinary"  # the call's header wins
+    with pytest.raises(ValueError, match="exact or ordinary"):
+        exact.choose("s", "sometimes")
+    exact.forget("s")
+    assert exact.mode(None, "s") == "ordinary"

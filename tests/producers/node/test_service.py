@@ -14,10 +14,17 @@ from click.testing import CliRunner, Result
 from rollstream.cli import cli
 from rollstream.control import publish_policy_version
 from rollstream.harnesses.install import PACKAGES
-from rollstream.producers.node.service import Node
+from rollstream.producers.node.service import CONTEXT_METADATA, Node
 from rollstream.producers.node.settings import NodeSettings
 from rollstream.producers.publisher import PublisherSettings
-from rollstream.schemas import AvroRecord, CallRecord, SessionEnded, SessionStarted, TopicNames
+from rollstream.schemas import (
+    AvroRecord,
+    CallRecord,
+    ContextMode,
+    SessionEnded,
+    SessionStarted,
+    TopicNames,
+)
 from rollstream.schemas.sessions import SessionStatus
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.conftest import JAR_CACHE
@@ -121,6 +128,30 @@ async def test_a_task_with_samples_ends_with_their_sessions_and_every_call_count
         assert started.task is not None and started.task.task_id == task_id
         [diff] = [a for a in ended.artifacts if a.name == "workspace.diff"]
         assert b"+++ b/hello.txt" in diff.content and b"+polar" in diff.content
+
+
+async def test_a_task_chooses_exact_context_for_its_sessions(
+    stack: Node, kafka_settings: KafkaSettings
+) -> None:
+    harnesses_installed()
+    task = {
+        "task_id": "t-exact",
+        "samples": 1,
+        "group_id": "g-exact",
+        "instruction": "Create hello.txt containing polar.",
+        "harness": "pi",
+        "workspace": {"kind": "inline", "files": {"README.md": "a task\n"}},
+        "agent_timeout_s": 180,
+        "metadata": {CONTEXT_METADATA: "exact"},  # the interceptor's default is ordinary
+    }
+    state = await _run_task(stack, task)
+    [view] = state["sessions"]
+    assert view["status"] == "completed", state
+    records = await _events(kafka_settings, 2 + view["call_count"], "t-exact")
+    calls = sorted((r for r in records if isinstance(r, CallRecord)), key=lambda r: r.seq)
+    modes = [c.context.mode if c.context else None for c in calls]
+    # The first call starts the thread; every later one continues it from tokens.
+    assert modes == [ContextMode.ORDINARY] + [ContextMode.EXACT] * (len(calls) - 1), modes
 
 
 async def test_bad_tasks_are_refused_and_a_cancelled_task_ends_cancelled(
