@@ -1,7 +1,7 @@
 """The interceptor stopped (SIGTERM) or killed (SIGKILL) mid-stream and restarted.
 
 Before the fault the broker is unreachable (the interceptor is given a bootstrap address where
-nothing listens), so every call's record waits in the publisher's spool. Streams in all three
+nothing listens), so every call's record waits in the publisher's spool. Streams in all four
 APIs are in flight when the signal comes: each client must see an error its SDK reports (a
 truncated stream), in bounded time. The interceptor then restarts on the same port and state
 directory with the right broker: the spool must drain, every spooled record reaching the events
@@ -22,6 +22,8 @@ import anthropic
 import openai
 import pytest
 from aiohttp.test_utils import TestServer
+from google import genai
+from google.genai import types
 
 from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
 from rollstream.broker.config import free_port
@@ -33,10 +35,15 @@ from tests.chaos.interceptor_proc import InterceptorProcess
 from tests.chaos.upstreams import scripted_backend
 from tests.kafka_reading import read_records
 
-pytestmark = [pytest.mark.integration, pytest.mark.chaos]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.chaos,
+    # google-genai subclasses aiohttp's ClientSession, which aiohttp warns about: theirs.
+    pytest.mark.filterwarnings("ignore:Inheritance class AiohttpClientSession:DeprecationWarning"),
+]
 
 MODEL = "rollstream-tiny"
-APIS = ("chat", "responses", "anthropic")
+APIS = ("chat", "responses", "anthropic", "gemini")
 WHOLE_PER_API = 2
 DRAIN_S = 2.0
 HI: Any = [{"role": "user", "content": "hi"}]
@@ -60,6 +67,11 @@ async def upstream(tokenizer: ChatTokenizer, tmp_path: Path) -> AsyncIterator[st
 
 async def _whole(url: str, api: str, session: str) -> str:
     """One non-streamed call; the answer's text."""
+    if api == "gemini":
+        reply = await _gemini(url, session).aio.models.generate_content(
+            model=MODEL, contents="hi", config=types.GenerateContentConfig(max_output_tokens=3)
+        )
+        return reply.text or ""
     if api == "anthropic":
         claude = anthropic.AsyncAnthropic(base_url=url, api_key=session, max_retries=0)
         message = await claude.messages.create(model=MODEL, max_tokens=3, messages=HI)
@@ -78,6 +90,16 @@ async def _stream(
 ) -> str:
     """One streamed call (about 290 tokens at most); sets ``started`` at its first text."""
     text = ""
+    if api == "gemini":
+        parts = await _gemini(url, session).aio.models.generate_content_stream(
+            model=MODEL,
+            contents="hi",
+            config=types.GenerateContentConfig(max_output_tokens=max_tokens),
+        )
+        async for part in parts:
+            text += part.text or ""
+            started.set()
+        return text
     if api == "anthropic":
         claude = anthropic.AsyncAnthropic(base_url=url, api_key=session, max_retries=0, timeout=30)
         try:
@@ -111,6 +133,11 @@ async def _stream(
                     text += item.delta
                     started.set()
     return text
+
+
+def _gemini(url: str, session: str) -> genai.Client:
+    options = types.HttpOptions(base_url=url, timeout=30_000)  # ms
+    return genai.Client(api_key=session, http_options=options)
 
 
 def _spooled_calls(spool_dir: Path) -> list[str]:
@@ -210,7 +237,7 @@ async def test_in_flight_calls_fail_cleanly_and_the_spool_drains_after_a_restart
     chaos_report(
         fault=f"interceptor {name} mid-stream, restarted on the same port and state dir",
         load=f"{len(whole)} calls spooled (broker unreachable), {len(calls)} streams in flight "
-        "(3 APIs)",
+        f"({len(APIS)} APIs)",
         lost=len(lost),
         duplicated=duplicated,
         errors=", ".join(f"{n} x {e}" for e, n in errors.items())
