@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 import aiohttp
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import TopicPartition
 
 from rollstream.admin import TopicAdmin
 from rollstream.clients import make_admin, make_consumer
@@ -74,14 +77,52 @@ async def group_lags(kafka: KafkaSettings, topics: set[str]) -> list[GroupLag]:
             if not mine:
                 continue
             ends = await consumer.end_offsets(list(mine))
-            per_topic: dict[str, int] = {}
-            for tp, offset in mine.items():
-                per_topic[tp.topic] = per_topic.get(tp.topic, 0) + max(0, ends[tp] - offset)
+            behind = {tp: (offset, ends[tp]) for tp, offset in mine.items() if ends[tp] > offset}
+            counted = await records_between(consumer, behind)
+            per_topic: dict[str, int] = {tp.topic: 0 for tp in mine}
+            for tp, n in counted.items():
+                per_topic[tp.topic] += n
             lags += [GroupLag(group, t, n) for t, n in sorted(per_topic.items())]
         return lags
     finally:
         await consumer.stop()
         await admin.close()
+
+
+async def records_between(
+    consumer: AIOKafkaConsumer,
+    ranges: dict[TopicPartition, tuple[int, int]],
+    timeout_s: float = 3.0,
+    cap: int = 10_000,
+) -> dict[TopicPartition, int]:
+    """The data records in ``[start, end)`` of each partition, read.
+
+    Offsets alone overcount: a transaction's commit marker takes an offset, so a group that
+    consumed everything a transactional writer wrote is one offset short per transaction. A
+    range larger than ``cap``, or not read within the timeout, is counted by its offsets.
+    """
+    counts = {tp: end - start for tp, (start, end) in ranges.items()}
+    small = {tp: r for tp, r in ranges.items() if r[1] - r[0] <= cap}
+    if not small:
+        return counts
+    consumer.assign(list(small))
+    for tp, (start, _) in small.items():
+        consumer.seek(tp, start)
+    seen = dict.fromkeys(small, 0)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    pending = set(small)
+    while pending and loop.time() < deadline:
+        batch = await consumer.getmany(*pending, timeout_ms=200)
+        for tp, messages in batch.items():
+            seen[tp] += sum(1 for m in messages if m.offset < small[tp][1])
+        for tp in list(pending):
+            if await consumer.position(tp) >= small[tp][1]:
+                pending.discard(tp)
+    for tp in small:
+        if tp not in pending:  # read to its end: the exact count
+            counts[tp] = seen[tp]
+    return counts
 
 
 async def stack_status(state: StackState) -> StackStatus:
