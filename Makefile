@@ -30,7 +30,7 @@ venv: $(BIN)/.installed
 jars: venv
 	$(BIN)/rollstream kafka fetch
 
-# The real harnesses (npm, pinned, ~900 MB once into the cache). Without npm their tests skip.
+# The real harnesses (npm, pinned, ~1 GB once into the cache). Without npm their tests skip.
 harnesses: venv
 	@if command -v npm >/dev/null; then $(BIN)/rollstream harness install; \
 	  else echo "npm not found: the real-harness tests will be skipped (install Node.js 20+)"; fi

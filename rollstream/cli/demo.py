@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
+from typing import Literal
 
 import click
 
@@ -20,6 +21,14 @@ from rollstream.settings import StatePaths
 @click.option("--samples", type=int, default=4, show_default=True, help="Samples per task.")
 @click.option("--timeout", type=float, default=240, show_default=True, help="Seconds per stage.")
 @click.option(
+    "--context",
+    type=click.Choice(["ordinary", "exact"]),
+    default="ordinary",
+    show_default=True,
+    help="The interceptor's context mode: exact keeps each conversation one segment "
+    "(docs/exact-context.md).",
+)
+@click.option(
     "--report",
     "report_path",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -29,7 +38,12 @@ from rollstream.settings import StatePaths
 )
 @settings_options(StatePaths, "paths")
 def demo_command(
-    harness: str | None, samples: int, timeout: float, report_path: Path, paths: StatePaths
+    harness: str | None,
+    samples: int,
+    timeout: float,
+    context: Literal["ordinary", "exact"],
+    report_path: Path,
+    paths: StatePaths,
 ) -> None:
     """Bring the local stack up, run a few coding tasks on a real harness, train, report, down.
 
@@ -42,7 +56,7 @@ def demo_command(
     async def main(stop: StopSignal) -> str:
         work = asyncio.create_task(
             demo(
-                DemoOptions(harness, samples, timeout),
+                DemoOptions(harness, samples, timeout, context),
                 paths,
                 report_path,
                 lambda line: click.echo(line, err=True),

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 
@@ -175,6 +175,7 @@ class DemoOptions:
     harness: str | None = None
     samples: int = 4
     timeout_s: float = 240.0
+    context: Literal["ordinary", "exact"] = "ordinary"  # the interceptor's context mode
 
 
 @dataclass
@@ -204,7 +205,10 @@ async def demo(
     kafka = KafkaSettings(topic_prefix=f"rollstream-demo-{run_id}")
     harness = pick_harness(paths, view.harness)
     stack = LocalStack(
-        StackSettings(backend_port=0, interceptor_port=0, admin_port=0, node_port=0), paths
+        StackSettings(
+            backend_port=0, interceptor_port=0, admin_port=0, node_port=0, context=view.context
+        ),
+        paths,
     )
     state = await stack.up(kafka, progress)
     try:

@@ -63,7 +63,7 @@ def executable(name: str, cache_dir: Path) -> Path:
 
 
 def install(cache_dir: Path, npm: str = "npm") -> Path:
-    """Install every pinned harness (about 900 MB) unless already there; return the bin folder.
+    """Install every pinned harness (about 1 GB) unless already there; return the bin folder.
 
     npm installs into a temporary folder renamed into place at the end, so an interrupted
     install is never taken for a complete one. npm's own download cache is kept under
