@@ -76,7 +76,7 @@ class RollstreamAddon:
         self.policy_version = settings.policy_version
         self.gate = Gate()
         self.deadlines = UpstreamDeadlines(settings.upstream_timeout_s)
-        self.exact = ExactUpstream(settings)
+        self.exact = ExactUpstream(settings, self.sessions.context)
 
     # -- hooks ---------------------------------------------------------------------------
 

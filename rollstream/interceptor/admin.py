@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from rollstream.interceptor.registry import RegistryError
+from rollstream.interceptor.registry import CONTEXT_MODES, RegistryError
 
 if TYPE_CHECKING:
     from rollstream.interceptor.addon import RollstreamAddon
@@ -95,20 +95,25 @@ class AdminApp:
         """Accept the session's calls (strict mode); the node calls this before a harness runs.
 
         An optional body ``{"context": "exact"|"ordinary"}`` sets the session's context mode.
+        A context that is neither is a 400, the session still registered (in the default
+        mode): a typo in a task must not lock its harness out in strict mode.
         """
         session = request.match_info["session"]
         body = await _json(request)
+        context = body.get("context")
+        wanted = None if context is None else str(context).strip().lower()
+        refused = wanted is not None and wanted not in CONTEXT_MODES
         try:
-            if body.get("context") is not None:
-                self.addon.exact.choose(session, str(body["context"]))
-            self.addon.sessions.register(session)
-        except ValueError as exc:
-            return web.json_response({"error": str(exc)}, status=400)
+            self.addon.sessions.register(session, None if refused else wanted)
         except RegistryError as exc:
             status = 500 if isinstance(exc.__cause__, OSError) else 400
             return web.json_response({"error": str(exc)}, status=status)
-        context = self.addon.exact.mode(None, session)
-        return web.json_response({"session": session, "registered": True, "context": context})
+        mode = self.addon.exact.mode(None, session)
+        reply = {"session": session, "registered": True, "context": mode}
+        if refused:
+            error = f"context must be one of {', '.join(CONTEXT_MODES)}, not {context!r}"
+            return web.json_response(reply | {"error": error}, status=400)
+        return web.json_response(reply)
 
     async def forget(self, request: web.Request) -> web.Response:
         """Refuse the session's calls from now on (strict mode); the node calls this at its end."""

@@ -158,6 +158,7 @@ class Interceptor:
             await self._admin.cleanup()
         if self.policy is not None:
             await self.policy.stop()
+        self.addon.exact.close()
         await self.publisher.stop()
 
     async def _drain(self) -> None:

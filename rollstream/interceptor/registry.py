@@ -1,9 +1,10 @@
 """The sessions an interceptor in strict mode accepts calls for, kept across restarts.
 
 Whoever launches harnesses registers each session before the harness starts and forgets it
-once it ended (the rollout node does, through the admin port). The set is journalled to a file
-(``+id`` / ``-id`` lines, one fsync each: a session is registered once, not per call) and
-compacted when loaded, so an interceptor restarted mid-run still accepts the sessions running.
+once it ended (the rollout node does, through the admin port), optionally with the session's
+context mode (exact or ordinary). The set is journalled to a file (``+id`` or ``+id<TAB>mode``
+/ ``-id`` lines, one fsync each: a session is registered once, not per call) and compacted when
+loaded, so an interceptor restarted mid-run still accepts the sessions running, in their mode.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ class RegistryError(RollstreamError):
 
 
 class SessionRegistry:
-    """A set of session ids, journalled to ``path`` when one is given."""
+    """Session ids and their context modes, journalled to ``path`` when one is given."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path
-        self._sessions: set[str] = set()
+        self._sessions: dict[str, str | None] = {}
         if path is not None:
             self._load(path)
 
@@ -33,30 +34,37 @@ class SessionRegistry:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def register(self, session: str) -> None:
-        """Accept calls of ``session`` from now on."""
+    def register(self, session: str, context: str | None = None) -> None:
+        """Accept calls of ``session`` from now on, in ``context`` mode if one is given."""
         _check(session)
-        if session not in self._sessions:
-            self._append(f"+{session}\n")
-            self._sessions.add(session)
+        if context is not None and context not in CONTEXT_MODES:
+            raise RegistryError(f"context must be one of {', '.join(CONTEXT_MODES)}")
+        if session not in self._sessions or self._sessions[session] != context:
+            self._append(_line(session, context))
+            self._sessions[session] = context
+
+    def context(self, session: str) -> str | None:
+        """The context mode the session was registered with, if any."""
+        return self._sessions.get(session)
 
     def forget(self, session: str) -> None:
         """Refuse calls of ``session`` from now on."""
         if session in self._sessions:
             self._append(f"-{session}\n")
-            self._sessions.discard(session)
+            del self._sessions[session]
 
     def _load(self, path: Path) -> None:
         if not path.exists():
             return
         for line in path.read_text().splitlines():
             if line.startswith("+"):
-                self._sessions.add(line[1:])
+                session, _, context = line[1:].partition("\t")
+                self._sessions[session] = context or None
             elif line.startswith("-"):
-                self._sessions.discard(line[1:])
+                self._sessions.pop(line[1:], None)
         # Compact: a journal of the live sessions only, replaced atomically.
         tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(f"+{s}\n" for s in sorted(self._sessions)))
+        tmp.write_text("".join(_line(s, c) for s, c in sorted(self._sessions.items())))
         with tmp.open("rb+") as fh:
             os.fsync(fh.fileno())
         tmp.replace(path)
@@ -74,6 +82,16 @@ class SessionRegistry:
             raise RegistryError(f"cannot write the session registry {self.path}: {exc}") from exc
 
 
+#: The context modes a session may be registered with (see the interceptor's ``context``).
+CONTEXT_MODES = ("exact", "ordinary")
+
+
+def _line(session: str, context: str | None) -> str:
+    return f"+{session}\t{context}\n" if context else f"+{session}\n"
+
+
 def _check(session: str) -> None:
-    if not session or session != session.strip() or any(c in session for c in "\r\n"):
-        raise RegistryError("a session id must be non-empty, one line, without outer spaces")
+    if not session or session != session.strip() or any(c in session for c in "\r\n\t"):
+        raise RegistryError(
+            "a session id must be non-empty, one line, without tabs or outer spaces"
+        )

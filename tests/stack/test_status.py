@@ -37,3 +37,26 @@ async def test_a_group_that_read_every_transaction_has_no_lag(
     await reader.commit({tp: (await reader.position(tp))})
     [lag] = [g for g in await group_lags(kafka_settings, {topic}) if g.group == group]
     assert lag.lag == 0  # everything read: the trailing marker is not a record behind
+
+
+async def test_two_groups_on_one_topic_are_each_counted(
+    kafka_settings: KafkaSettings,
+    topic_factory: TopicFactory,
+    producer_factory: ProducerFactory,
+    consumer_factory: ConsumerFactory,
+) -> None:
+    topic = await topic_factory(partitions=1)
+    producer = await producer_factory(transactional_id=f"status-{uuid.uuid4().hex[:8]}")
+    async with producer.transaction():
+        for i in range(4):
+            await producer.send(topic, f"r{i}".encode())
+    tp = TopicPartition(topic, 0)
+    behind = {}
+    for wanted in (1, 3):  # one group reads 1 record, the other 3
+        reader = await consumer_factory(topic)
+        for _ in range(wanted):
+            await reader.getone()
+        await reader.commit({tp: wanted})
+        behind[reader._group_id] = 4 - wanted  # the unique group the factory made up
+    lags = {g.group: g.lag for g in await group_lags(kafka_settings, {topic})}
+    assert {group: lags[group] for group in behind} == behind

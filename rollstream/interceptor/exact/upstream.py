@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 from rollstream.backend.tokenizer import ChatTokenizer
@@ -71,9 +72,15 @@ _CHAT_ONLY = (
 class ExactUpstream:
     """Plans each call's context, converts completions back to Chat, remembers answered turns."""
 
-    def __init__(self, settings: InterceptorSettings) -> None:
+    def __init__(
+        self, settings: InterceptorSettings, chosen: Callable[[str], str | None] | None = None
+    ) -> None:
         self.default: Mode = settings.context
-        self._chosen: OrderedDict[str, Mode] = OrderedDict()  # per session, by registration
+        # The mode a session was registered with (the node passes its task's choice).
+        self.chosen: Callable[[str], str | None] = chosen or (lambda _session: None)
+        # One planner thread: rendering holds the GIL, and more threads would only take turns
+        # with the event loop (and with the default executor's DNS lookups).
+        self._planner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="exact-context")
         self.top_logprobs = settings.top_logprobs
         self.context: ExactContext | None = None
         self.end_of_turn = ""
@@ -93,26 +100,13 @@ class ExactUpstream:
     def mode(self, asked: str | None, session: str | None = None) -> Mode:
         """The mode of one call.
 
-        Its header if it names one, else the session's registered choice (:meth:`choose`),
-        else the deployment's.
-        """
-        chosen = _mode(asked)
-        if chosen is not None:
-            return chosen
-        return self._chosen.get(session, self.default) if session is not None else self.default
-
-    def choose(self, session: str, asked: str) -> None:
-        """Set a session's mode; ValueError for anything but exact or ordinary.
-
-        The node passes its task's ``context`` metadata when it registers the session.
+        Its header if it names one, else the mode the session was registered with, else the
+        deployment's.
         """
         mode = _mode(asked)
-        if mode is None:
-            raise ValueError(f"context must be exact or ordinary, not {asked!r}")
-        self._chosen[session] = mode
-        self._chosen.move_to_end(session)
-        while len(self._chosen) > _MAX_CHOSEN:  # sessions never forgotten must not pile up
-            self._chosen.popitem(last=False)
+        if mode is None and session is not None:
+            mode = _mode(self.chosen(session))
+        return mode or self.default
 
     def prepare(
         self, session: str, chat: JSON, asked: str | None
@@ -152,7 +146,8 @@ class ExactUpstream:
         """
         if self.context is None or self.mode(asked, session) != "exact":
             return self.prepare(session, chat, asked)
-        return await asyncio.to_thread(self.prepare, session, chat, asked)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._planner, self.prepare, session, chat, asked)
 
     def chat_answer(self, completion: JSON) -> JSON:
         """A whole ``/v1/completions`` answer as the Chat answer the rest of the addon expects."""
@@ -191,14 +186,14 @@ class ExactUpstream:
             state.session, state.upstream_request, message, prompt, capture.completion_token_ids
         )
 
+    def close(self) -> None:
+        """Stop the planner thread (a plan under way finishes)."""
+        self._planner.shutdown(wait=False, cancel_futures=True)
+
     def forget(self, session: str) -> None:
         """Drop what is kept for a session (it ended)."""
-        self._chosen.pop(session, None)
         if self.context is not None:
             self.context.forget(session)
-
-
-_MAX_CHOSEN = 65536
 
 
 def _mode(asked: str | None) -> Mode | None:

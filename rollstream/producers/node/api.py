@@ -17,6 +17,8 @@ from pydantic import ValidationError
 from rollstream.clients import make_producer
 from rollstream.errors import RollstreamError
 from rollstream.harnesses.presets import HarnessContext, preset
+from rollstream.interceptor.registry import CONTEXT_MODES
+from rollstream.producers.node.service import CONTEXT_METADATA
 from rollstream.producers.node.session import Session, harness_options
 from rollstream.producers.node.workspace import WorkspaceError, check_workspace
 from rollstream.schemas import Task, utcnow
@@ -44,6 +46,9 @@ def task_from_document(doc: Any) -> Task:
         preset(task.harness).launch(context, Path("/bin/true"))
     except (RollstreamError, WorkspaceError) as exc:
         raise ValueError(str(exc)) from exc
+    mode = task.metadata.get(CONTEXT_METADATA)
+    if mode is not None and mode.strip().lower() not in CONTEXT_MODES:
+        raise ValueError(f"metadata {CONTEXT_METADATA} must be one of {', '.join(CONTEXT_MODES)}")
     return task
 
 

@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 _REGISTRATION_TIMEOUT = aiohttp.ClientTimeout(total=2)
 #: Task metadata naming the interceptor's context mode for the task's sessions (exact|ordinary).
 CONTEXT_METADATA = "context"
+_LETTER_TIMEOUT_S = 10.0
+_LETTER_BACKOFF_S = 60.0
 
 
 @dataclass
@@ -90,6 +92,7 @@ class Node:
         self.tasks_seen = 0
         self._consumer: AIOKafkaConsumer | None = None
         self._letters: AIOKafkaProducer | None = None  # dead letters, made on first use
+        self._letters_retry_at = 0.0  # loop time before which dead letters are not tried
         self._http: aiohttp.ClientSession | None = None
         self._intake: asyncio.Task[None] | None = None
         self._pending: dict[TopicPartition, _Pending] = {}
@@ -196,17 +199,36 @@ class Node:
         Sent before the offset is committed past it. Poison is rare: the producer is made on
         first use.
         """
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._letters_retry_at:
+            # The broker refused a moment ago: the intake must not stall on every poison record.
+            log.error("not dead-lettered (retrying later): %s@%d", message.topic, message.offset)
+            return
         letter = self.serializer.encode(dead_letter(message, exc, self.settings.group))
         try:
-            if self._letters is None:
-                self._letters = make_producer(self.kafka)
-                with ordinary_tasks():
-                    await self._letters.start()
+            producer = await self._letter_producer()
             await asyncio.wait_for(
-                self._letters.send_and_wait(self.names.deadletters, letter, key=message.key), 30
+                producer.send_and_wait(self.names.deadletters, letter, key=message.key),
+                _LETTER_TIMEOUT_S,
             )
         except (KafkaError, TimeoutError, OSError) as error:
+            self._letters_retry_at = loop.time() + _LETTER_BACKOFF_S
             log.error("could not dead-letter %s@%d: %s", message.topic, message.offset, error)
+
+    async def _letter_producer(self) -> AIOKafkaProducer:
+        """The dead-letter producer, started once it could start (a failed start is retried)."""
+        if self._letters is not None:
+            return self._letters
+        producer = make_producer(self.kafka)
+        try:
+            with ordinary_tasks():
+                await asyncio.wait_for(producer.start(), _LETTER_TIMEOUT_S)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+            raise
+        self._letters = producer
+        return producer
 
     async def _watch(self, tp: TopicPartition, task_id: str) -> None:
         await self.scheduler.join(task_id)

@@ -11,6 +11,7 @@ from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
 from rollstream.interceptor.exact.sessions import FIRST_CALL
 from rollstream.interceptor.exact.upstream import ExactUpstream
 from rollstream.interceptor.recording import CallState
+from rollstream.interceptor.registry import RegistryError, SessionRegistry
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.schemas import ApiKind, ContextMode
 
@@ -130,12 +131,23 @@ def test_failed_or_tokenless_calls_are_not_remembered() -> None:
     assert len(exact.context) == 1
 
 
-def test_a_registered_choice_sits_between_the_header_and_the_deployment() -> None:
-    exact = _upstream(tokenizer=default_tokenizer_dir())
-    exact.choose("s", " EXACT ")
+def test_a_registered_choice_sits_between_the_header_and_the_deployment(
+    tmp_path: Path,
+) -> None:
+    registry = SessionRegistry(tmp_path / "sessions.txt")
+    exact = ExactUpstream(
+        InterceptorSettings(port=0, admin_port=0, tokenizer=default_tokenizer_dir()),
+        registry.context,
+    )
+    registry.register("s", "exact")
     assert exact.mode(None, "s") == "exact" and exact.mode(None, "other") == "ordinary"
     assert exact.mode("ordinary", "s") == "ordinary"  # the call's header wins
-    with pytest.raises(ValueError, match="exact or ordinary"):
-        exact.choose("s", "sometimes")
-    exact.forget("s")
+    # An interceptor restarted on the same state keeps the session's mode.
+    assert SessionRegistry(tmp_path / "sessions.txt").context("s") == "exact"
+    with pytest.raises(RegistryError, match="exact, ordinary"):
+        registry.register("t", "sometimes")
+    with pytest.raises(RegistryError, match="tabs"):  # the journal's separator
+        registry.register("a\tb")
+    registry.forget("s")
     assert exact.mode(None, "s") == "ordinary"
+    exact.close()

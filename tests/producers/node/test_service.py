@@ -168,6 +168,7 @@ async def test_bad_tasks_are_refused_and_a_cancelled_task_ends_cancelled(
                 "harness": "pi",
                 "workspace": {"kind": "inline", "files": {"../x": "y"}},
             },
+            {"instruction": "x", "harness": "pi", "metadata": {CONTEXT_METADATA: "sometimes"}},
         ]
         for doc in refused:
             async with http.post("/tasks", json=doc) as response:
