@@ -68,9 +68,13 @@ async def upstream(tokenizer: ChatTokenizer, tmp_path: Path) -> AsyncIterator[st
 async def _whole(url: str, api: str, session: str) -> str:
     """One non-streamed call; the answer's text."""
     if api == "gemini":
-        reply = await _gemini(url, session).aio.models.generate_content(
-            model=MODEL, contents="hi", config=types.GenerateContentConfig(max_output_tokens=3)
-        )
+        client = _gemini(url, session)
+        try:
+            reply = await client.aio.models.generate_content(
+                model=MODEL, contents="hi", config=types.GenerateContentConfig(max_output_tokens=3)
+            )
+        finally:
+            await client.aio.aclose()
         return reply.text or ""
     if api == "anthropic":
         claude = anthropic.AsyncAnthropic(base_url=url, api_key=session, max_retries=0)
@@ -91,14 +95,18 @@ async def _stream(
     """One streamed call (about 290 tokens at most); sets ``started`` at its first text."""
     text = ""
     if api == "gemini":
-        parts = await _gemini(url, session).aio.models.generate_content_stream(
-            model=MODEL,
-            contents="hi",
-            config=types.GenerateContentConfig(max_output_tokens=max_tokens),
-        )
-        async for part in parts:
-            text += part.text or ""
-            started.set()
+        client = _gemini(url, session)
+        try:
+            parts = await client.aio.models.generate_content_stream(
+                model=MODEL,
+                contents="hi",
+                config=types.GenerateContentConfig(max_output_tokens=max_tokens),
+            )
+            async for part in parts:
+                text += part.text or ""
+                started.set()
+        finally:
+            await client.aio.aclose()
         return text
     if api == "anthropic":
         claude = anthropic.AsyncAnthropic(base_url=url, api_key=session, max_retries=0, timeout=30)

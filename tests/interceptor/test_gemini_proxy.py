@@ -128,6 +128,7 @@ async def test_a_tool_task_whole_then_streamed_with_the_sdk(
         text += chunk.text or ""
         if chunk.candidates and chunk.candidates[0].finish_reason:
             finish = chunk.candidates[0].finish_reason
+    await client.aio.aclose()
     assert text == "Done." and finish == types.FinishReason.STOP
 
     one, two = await _records(kafka_settings, 2)
