@@ -17,10 +17,9 @@ from rollstream.interceptor.translate.anthropic import (
     chat_to_anthropic,
 )
 from rollstream.interceptor.translate.errors import TranslationError
+from tests.interceptor.vllm_chunks import CAPTURE_FIELDS, UPSTREAM, chat_response
 
 JSON = dict[str, Any]
-UPSTREAM = "Qwen/Qwen3-8B"
-CAPTURE_FIELDS = ("token_ids", "prompt_token_ids", "logprobs")
 
 
 def request(messages: list[JSON], **extra: Any) -> JSON:
@@ -385,27 +384,6 @@ def test_anthropic_error(status: int, kind: str) -> None:
 
 
 # --- whole answers ----------------------------------------------------------------------
-
-
-def chat_response(message: JSON, finish_reason: str | None = "stop", **choice: Any) -> JSON:
-    """A vLLM answer with the capture fields the proxy asked for."""
-    return {
-        "id": "chatcmpl-abc123",
-        "object": "chat.completion",
-        "model": UPSTREAM,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", **message},
-                "logprobs": {"content": [{"token": "x", "logprob": -0.1}]},
-                "finish_reason": finish_reason,
-                "token_ids": [11, 12, 13],
-                **choice,
-            }
-        ],
-        "usage": {"prompt_tokens": 21, "completion_tokens": 3, "total_tokens": 24},
-        "prompt_token_ids": list(range(21)),
-    }
 
 
 ORIGINAL = request([user("hi")], stop_sequences=["END", "\n\nHuman:"])

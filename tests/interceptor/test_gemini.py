@@ -37,7 +37,6 @@ from tests.interceptor.gemini_samples import (
 )
 
 JSON = dict[str, Any]
-CAPTURE_FIELDS = ("token_ids", "prompt_token_ids", "logprobs")
 FIXTURE = Path(__file__).parent / "data" / "gemini_cli_requests.json"
 
 

@@ -30,9 +30,9 @@ from tests.interceptor.gemini_samples import (
     tool_call,
     user,
 )
+from tests.interceptor.vllm_chunks import CAPTURE_FIELDS, chat_response
 
 JSON = dict[str, Any]
-CAPTURE_FIELDS = ("token_ids", "prompt_token_ids", "logprobs")
 ids = st.text(min_size=1, max_size=24).map("fc-".__add__)
 names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_\-]{0,30}", fullmatch=True)
 texts = st.text(max_size=60)
@@ -99,26 +99,6 @@ def test_gemini_error(status: int, name: str) -> None:
 
 
 # --- whole answers ------------------------------------------------------------------------
-
-
-def chat_response(message: JSON, finish_reason: str | None = "stop") -> JSON:
-    """A vLLM answer with the capture fields the proxy asked for."""
-    return {
-        "id": "chatcmpl-abc123",
-        "object": "chat.completion",
-        "model": UPSTREAM,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", **message},
-                "logprobs": {"content": [{"token": "x", "logprob": -0.1}]},
-                "finish_reason": finish_reason,
-                "token_ids": [11, 12, 13],
-            }
-        ],
-        "usage": {"prompt_tokens": 21, "completion_tokens": 3, "total_tokens": 24},
-        "prompt_token_ids": list(range(21)),
-    }
 
 
 ORIGINAL: JSON = {"model": "gemini-2.5-pro", "contents": [user(text("hi"))]}

@@ -1,4 +1,4 @@
-"""vLLM stream chunks as the proxy receives them, for the stream translators' tests."""
+"""vLLM answers and stream chunks as the proxy receives them, for the translators' tests."""
 
 from __future__ import annotations
 
@@ -57,4 +57,25 @@ def usage_chunk(prompt: int, completion: int) -> JSON:
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
         },
+    }
+
+
+def chat_response(message: JSON, finish_reason: str | None = "stop", **choice: Any) -> JSON:
+    """A whole vLLM answer with the capture fields the proxy asked for."""
+    return {
+        "id": "chatcmpl-abc123",
+        "object": "chat.completion",
+        "model": UPSTREAM,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", **message},
+                "logprobs": {"content": [{"token": "x", "logprob": -0.1}]},
+                "finish_reason": finish_reason,
+                "token_ids": [11, 12, 13],
+                **choice,
+            }
+        ],
+        "usage": {"prompt_tokens": 21, "completion_tokens": 3, "total_tokens": 24},
+        "prompt_token_ids": list(range(21)),
     }
