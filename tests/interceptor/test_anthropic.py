@@ -17,6 +17,7 @@ from rollstream.interceptor.translate.anthropic import (
     chat_to_anthropic,
 )
 from rollstream.interceptor.translate.errors import TranslationError
+from tests.interceptor.strategies import json_values_of, names
 from tests.interceptor.vllm_chunks import CAPTURE_FIELDS, UPSTREAM, chat_response
 
 JSON = dict[str, Any]
@@ -518,13 +519,8 @@ def test_answer_without_choices_raises(response: JSON) -> None:
 # --- properties -------------------------------------------------------------------------
 
 ids = st.text(min_size=1, max_size=24)
-names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_\-]{0,30}", fullmatch=True)
 texts = st.text(max_size=60)
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | texts,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
-    max_leaves=8,
-)
+json_values = json_values_of(texts)
 json_objects = st.dictionaries(texts, json_values, max_size=4)
 calls = st.lists(st.tuples(ids, names, json_objects), min_size=1, max_size=3)
 

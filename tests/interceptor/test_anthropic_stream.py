@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 from typing import Any
 
@@ -11,6 +10,7 @@ from hypothesis import strategies as st
 
 from rollstream.interceptor.translate.anthropic_stream import AnthropicStreamTranslator
 from rollstream.interceptor.translate.sse import SSEEvent, SSEParser
+from tests.interceptor.strategies import json_values_of, names, split
 from tests.interceptor.vllm_chunks import CAPTURE_FIELDS, call_delta, chunk, usage_chunk
 
 JSON = dict[str, Any]
@@ -313,23 +313,11 @@ def test_upstream_error_chunk_becomes_error_event() -> None:
 
 texts = st.text(max_size=40)
 ids = st.text(min_size=1, max_size=24)
-names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_\-]{0,30}", fullmatch=True)
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | texts,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
-    max_leaves=8,
-)
+json_values = json_values_of(texts)
 answers = st.tuples(
     texts,
     st.lists(st.tuples(ids, names, st.dictionaries(texts, json_values, max_size=4)), max_size=3),
 )
-
-
-def split(data: st.DataObject, value: str) -> list[str]:
-    """``value`` cut at random places (every piece non-empty)."""
-    cuts = sorted(data.draw(st.sets(st.integers(1, max(len(value) - 1, 1)), max_size=5)))
-    bounds = [0, *(c for c in cuts if c < len(value)), len(value)]
-    return [value[a:b] for a, b in itertools.pairwise(bounds) if b > a]
 
 
 @given(answers, st.data())

@@ -35,6 +35,7 @@ from tests.interceptor.gemini_samples import (
     tool_call,
     user,
 )
+from tests.interceptor.strategies import json_values_of, names
 
 JSON = dict[str, Any]
 FIXTURE = Path(__file__).parent / "data" / "gemini_cli_requests.json"
@@ -504,13 +505,8 @@ def test_gemini_cli_requests_translate_and_keep_their_prefix() -> None:
 # --- properties ---------------------------------------------------------------------------
 
 ids = st.text(min_size=1, max_size=24).map("fc-".__add__)
-names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_\-]{0,30}", fullmatch=True)
 texts = st.text(max_size=60)
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | texts,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
-    max_leaves=8,
-)
+json_values = json_values_of(texts)
 json_objects = st.dictionaries(texts, json_values, max_size=4)
 # Calls of one turn: an id or none (the harness may omit it), a name (often shared), arguments.
 turn_calls = st.lists(
