@@ -41,9 +41,14 @@ async def read_records[R: AvroRecord](
         assert tps, f"no topic {topic}"
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        async with asyncio.timeout(timeout):
-            while len(records) < until:
-                await poll(300)
+        try:
+            async with asyncio.timeout(timeout):
+                while len(records) < until:
+                    await poll(300)
+        except TimeoutError:
+            raise AssertionError(
+                f"{len(records)} of {until} records in {topic} within {timeout:g} s"
+            ) from None
         if settle_s:
             await poll(int(settle_s * 1000))
         return records
