@@ -37,45 +37,49 @@ def stream_function(
         state.api is ApiKind.CHAT_COMPLETIONS and not state.asked.token_ids and not converter
     )
     parser = SSEParser(take_ids=PROMPT_IDS_KEY if takes_ids else None)
-
-    def encode(events: list[SSEEvent]) -> list[bytes]:
-        return [e.encode() for e in events]
+    capture = state.capture
 
     def stream(data: bytes) -> Iterable[bytes]:
-        out: list[bytes] = []
+        out: list[SSEEvent] = []
         try:
-            events = parser.feed(data) if data else parser.flush()
-            for event in events:
-                if event.data == DONE:
-                    out += encode(translator.finish())
-                    continue
-                if not isinstance(event.data, dict):
-                    continue
-                if "error" in event.data and not event.data.get("choices"):
-                    message = str(event.data["error"])
-                    state.fail("upstream_stream_error", message, 502, True)
-                    out += encode(translator.error(502, message))
-                    continue
-                if event.token_ids is not None:
-                    state.capture.set_packed_prompt_ids(event.token_ids)
-                chunks = converter.feed(event.data) if converter else (event.data,)
-                for chunk in chunks:
-                    if state.first_token_at is None and _has_output(chunk):
-                        state.first_token_at = datetime.now(UTC)
-                    state.capture.add_chunk(chunk)
-                    out += encode(translator.feed(chunk))
+            for event in parser.feed(data) if data else parser.flush():
+                payload = event.data
+                if payload == DONE:
+                    out += translator.finish()
+                elif isinstance(payload, dict):
+                    if "error" in payload and not payload.get("choices"):
+                        message = str(payload["error"])
+                        state.fail("upstream_stream_error", message, 502, True)
+                        out += translator.error(502, message)
+                        continue
+                    if event.token_ids is not None:
+                        capture.set_packed_prompt_ids(event.token_ids)
+                    for chunk in converter.feed(payload) if converter else (payload,):
+                        if state.first_token_at is None and _has_output(chunk):
+                            state.first_token_at = datetime.now(UTC)
+                        capture.add_chunk(chunk)
+                        out += translator.feed(chunk)
             if not data:  # end of the upstream stream
                 state.ended_at = datetime.now(UTC)
-                if state.capture.finish_reason is None and state.error is None:
+                if capture.finish_reason is None and state.error is None:
                     state.fail("upstream_stream_broken", "stream ended without a finish", 502, True)
-                    out += encode(translator.error(502, "upstream stream ended early"))
-                out += encode(translator.finish())
+                    out += translator.error(502, "upstream stream ended early")
+                out += translator.finish()
+            # One write per upstream read: mitmproxy frames and sends each item separately.
+            if len(out) == 1:
+                return [out[0].encode()]
+            return [b"".join([event.encode() for event in out])] if out else []
         except Exception as exc:  # never let a translation bug break the harness's stream
             log.exception("stream translation failed")
             state.fail("translation_error", str(exc), 500, False)
-            out += encode(translator.error(500, "rollstream could not translate the stream"))
-        # One write per upstream read: mitmproxy frames and sends each item separately.
-        return [b"".join(out)] if out else []
+            sent = []
+            for event in out:  # what was translated before the failure goes first
+                try:
+                    sent.append(event.encode())
+                except Exception:
+                    break
+            failed = translator.error(500, "rollstream could not translate the stream")
+            return [b"".join(sent + [event.encode() for event in failed])]
 
     return stream
 
