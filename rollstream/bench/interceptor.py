@@ -18,7 +18,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ import aiohttp
 from rollstream.bench.call_costs import measure_call_costs, upstream_chunks
 from rollstream.bench.common import (
     percentile,
+    process_cpu_ns,
     process_cpu_seconds,
     process_rss_mb,
     spawn_pinned,
@@ -46,7 +47,8 @@ class InterceptorBenchConfig:
     call_concurrency: int = 4
     streams: int = 32
     stream_rounds: int = 4
-    rounds: int = 3
+    rounds: int = 5
+    idle_s: float = 3.0
     stream_tokens: int = 50
     tpot_ms: float = 20.0
     ttft_ms: float = 50.0
@@ -66,6 +68,7 @@ class ModeResult:
     ttft_p50_ms: float
     ttft_p99_ms: float
     proxy_rss_mb: float
+    proxy_idle_cpu_ms_per_s: float = 0.0
 
 
 def _long_prompt(words_count: int) -> str:
@@ -262,16 +265,35 @@ async def _run_mode(
     )
     try:
         await wait_healthy(f"http://127.0.0.1:{port}/health")
-        return await _measure(f"http://127.0.0.1:{port}", proxy.pid, config, mode, words)
+        idle = await _idle_cpu_ms_per_s(proxy.pid, config.idle_s)
+        result = await _measure(f"http://127.0.0.1:{port}", proxy.pid, config, mode, words)
+        return replace(result, proxy_idle_cpu_ms_per_s=idle)
     finally:
         proxy.terminate()
         proxy.wait(timeout=30)
 
 
+async def _idle_cpu_ms_per_s(pid: int, seconds: float) -> float:
+    """The proxy's CPU while no call arrives: its timers and background clients, per second.
+
+    A proxy that wakes up often to look at something costs CPU on every call too.
+    """
+    await asyncio.sleep(min(1.0, seconds))  # start-up done
+    before = process_cpu_ns(pid)
+    await asyncio.sleep(seconds)
+    return round((process_cpu_ns(pid) - before) / seconds / 1e6, 3)
+
+
 def _median_result(results: list[ModeResult]) -> dict[str, Any]:
     """Each figure's median over the rounds (errors summed, RSS the largest)."""
     out: dict[str, Any] = {"mode": results[0].mode, "rounds": len(results)}
-    for name in ("proxy_cpu_ms_per_call", "call_latency_p50_ms", "ttft_p50_ms", "ttft_p99_ms"):
+    for name in (
+        "proxy_cpu_ms_per_call",
+        "call_latency_p50_ms",
+        "ttft_p50_ms",
+        "ttft_p99_ms",
+        "proxy_idle_cpu_ms_per_s",
+    ):
         out[name] = round(statistics.median(getattr(r, name) for r in results), 2)
     out["calls"] = sum(r.calls for r in results)
     out["errors"] = sum(r.errors for r in results)

@@ -22,6 +22,7 @@ async def test_small_run(kafka_settings: KafkaSettings, rollstream_topics: Topic
         tpot_ms=1,
         ttft_ms=1,
         rounds=2,
+        idle_s=0.5,
     )
     lines: list[str] = []
     result = await run_interceptor_bench(
@@ -33,6 +34,10 @@ async def test_small_run(kafka_settings: KafkaSettings, rollstream_topics: Topic
     direct = result["modes"][0]
     assert direct["proxy_cpu_ms_per_call"] == 0.0
     assert result["modes"][2]["proxy_cpu_ms_per_call"] > 0
+    # Idle: nothing measured for the direct path; a proxy's idle CPU is a rate, far below a
+    # core (an interceptor polling in a tight loop would show up here).
+    assert direct["proxy_idle_cpu_ms_per_s"] == 0.0
+    assert all(0 <= m["proxy_idle_cpu_ms_per_s"] < 200 for m in result["modes"][1:])
     assert len(lines) == 1 + 2 * 3  # own per-call work, then each path in each round
     assert all(m["rounds"] == 2 and m["calls"] == 6 for m in result["modes"])
     low, high = result["cpu_ratio_range"]
