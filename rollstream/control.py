@@ -92,6 +92,9 @@ class PolicyWatcher:
             fetch_max_wait_ms=_LONG_POLL_MS,
             consumer_timeout_ms=_LONG_POLL_MS,
             request_timeout_ms=_LONG_POLL_MS + 20_000,
+            # Never paused now: with the broker away it would retry ten times a second, each
+            # retry logging errors and forcing a metadata refresh.
+            retry_backoff_ms=1000,
         )
         try:
             await self._consumer.start()

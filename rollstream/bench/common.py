@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import platform
 import subprocess
@@ -31,17 +30,30 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
-def process_cpu_ns(pid: int) -> int:
-    """CPU time of a process's live threads so far, in nanoseconds (/proc schedstat).
+def thread_cpu_ns(pid: int) -> dict[int, int]:
+    """CPU time of each live thread of a process so far, in nanoseconds (/proc schedstat).
 
     Finer than :func:`process_cpu_seconds` (clock ticks of 10 ms), for small amounts such as
-    an idle process's; threads that have ended are not counted.
+    an idle process's; see :func:`cpu_ns_between`.
     """
-    total = 0
+    times: dict[int, int] = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            total += int((task / "schedstat").read_text().split()[0])
-    return total
+        try:
+            times[int(task.name)] = int((task / "schedstat").read_text().split()[0])
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+    if not times:
+        raise RuntimeError(f"no /proc schedstat for process {pid}")
+    return times
+
+
+def cpu_ns_between(before: dict[int, int], after: dict[int, int]) -> int:
+    """CPU used between two :func:`thread_cpu_ns` snapshots.
+
+    Threads started since count whole; a thread that ended in between is missed (its time
+    cannot be read any more).
+    """
+    return sum(ns - before.get(tid, 0) for tid, ns in after.items())
 
 
 def process_rss_mb(pid: int) -> float:

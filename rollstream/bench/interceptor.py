@@ -26,11 +26,12 @@ import aiohttp
 
 from rollstream.bench.call_costs import measure_call_costs, upstream_chunks
 from rollstream.bench.common import (
+    cpu_ns_between,
     percentile,
-    process_cpu_ns,
     process_cpu_seconds,
     process_rss_mb,
     spawn_pinned,
+    thread_cpu_ns,
     wait_healthy,
 )
 from rollstream.broker.config import free_port
@@ -48,7 +49,7 @@ class InterceptorBenchConfig:
     streams: int = 32
     stream_rounds: int = 4
     rounds: int = 5
-    idle_s: float = 3.0
+    idle_s: float = 5.0
     stream_tokens: int = 50
     tpot_ms: float = 20.0
     ttft_ms: float = 50.0
@@ -265,8 +266,8 @@ async def _run_mode(
     )
     try:
         await wait_healthy(f"http://127.0.0.1:{port}/health")
-        idle = await _idle_cpu_ms_per_s(proxy.pid, config.idle_s)
         result = await _measure(f"http://127.0.0.1:{port}", proxy.pid, config, mode, words)
+        idle = await _idle_cpu_ms_per_s(proxy.pid, config.idle_s)
         return replace(result, proxy_idle_cpu_ms_per_s=idle)
     finally:
         proxy.terminate()
@@ -276,25 +277,23 @@ async def _run_mode(
 async def _idle_cpu_ms_per_s(pid: int, seconds: float) -> float:
     """The proxy's CPU while no call arrives: its timers and background clients, per second.
 
-    A proxy that wakes up often to look at something costs CPU on every call too.
+    Measured after the load, with every client (the Kafka producer starts with the first
+    record) running. A proxy that wakes up often to look at something costs CPU on every
+    call too.
     """
-    await asyncio.sleep(min(1.0, seconds))  # start-up done
-    before = process_cpu_ns(pid)
+    await asyncio.sleep(min(1.0, seconds))  # the last answers and records leave
+    before = thread_cpu_ns(pid)
     await asyncio.sleep(seconds)
-    return round((process_cpu_ns(pid) - before) / seconds / 1e6, 3)
+    return round(cpu_ns_between(before, thread_cpu_ns(pid)) / seconds / 1e6, 3)
 
 
 def _median_result(results: list[ModeResult]) -> dict[str, Any]:
     """Each figure's median over the rounds (errors summed, RSS the largest)."""
     out: dict[str, Any] = {"mode": results[0].mode, "rounds": len(results)}
-    for name in (
-        "proxy_cpu_ms_per_call",
-        "call_latency_p50_ms",
-        "ttft_p50_ms",
-        "ttft_p99_ms",
-        "proxy_idle_cpu_ms_per_s",
-    ):
+    for name in ("proxy_cpu_ms_per_call", "call_latency_p50_ms", "ttft_p50_ms", "ttft_p99_ms"):
         out[name] = round(statistics.median(getattr(r, name) for r in results), 2)
+    idle = statistics.median(r.proxy_idle_cpu_ms_per_s for r in results)
+    out["proxy_idle_cpu_ms_per_s"] = round(idle, 3)
     out["calls"] = sum(r.calls for r in results)
     out["errors"] = sum(r.errors for r in results)
     out["proxy_rss_mb"] = max(r.proxy_rss_mb for r in results)

@@ -113,7 +113,7 @@ def _interceptor_section(result: dict[str, Any]) -> list[str]:
             f"compresses the requests. Inside the proxy the same steps cost about twice to five "
             f"times as much as in this tight loop (each read runs after mitmproxy's own code "
             f"has taken the caches), and the Kafka producer works in the same process. Idle "
-            f"CPU: the proxy's while no call arrives, over {config.get('idle_s', 0)} s before "
+            f"CPU: the proxy's while no call arrives, over {config.get('idle_s', 0)} s after "
             f"each load (timers and background Kafka clients; a proxy that wakes often pays "
             f"for it on every call too).",
             "",

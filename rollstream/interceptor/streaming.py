@@ -16,7 +16,7 @@ from typing import Any
 from rollstream.interceptor.adapters import StreamTranslator
 from rollstream.interceptor.exact.completions import CompletionStreamToChat
 from rollstream.interceptor.recording import CallState
-from rollstream.interceptor.translate.sse import DONE, SSEEvent, SSEParser
+from rollstream.interceptor.translate.sse import DONE, SSEParser
 from rollstream.schemas import ApiKind
 
 log = logging.getLogger(__name__)
@@ -40,17 +40,19 @@ def stream_function(
     capture = state.capture
 
     def stream(data: bytes) -> Iterable[bytes]:
-        out: list[SSEEvent] = []
+        # Encoded as each translator call returns: an event that cannot be encoded stops the
+        # read there, before later chunks are captured or the translator finishes.
+        out: list[bytes] = []
         try:
             for event in parser.feed(data) if data else parser.flush():
                 payload = event.data
                 if payload == DONE:
-                    out += translator.finish()
+                    out += [e.encode() for e in translator.finish()]
                 elif isinstance(payload, dict):
                     if "error" in payload and not payload.get("choices"):
                         message = str(payload["error"])
                         state.fail("upstream_stream_error", message, 502, True)
-                        out += translator.error(502, message)
+                        out += [e.encode() for e in translator.error(502, message)]
                         continue
                     if event.token_ids is not None:
                         capture.set_packed_prompt_ids(event.token_ids)
@@ -58,28 +60,24 @@ def stream_function(
                         if state.first_token_at is None and _has_output(chunk):
                             state.first_token_at = datetime.now(UTC)
                         capture.add_chunk(chunk)
-                        out += translator.feed(chunk)
+                        out += [e.encode() for e in translator.feed(chunk)]
             if not data:  # end of the upstream stream
                 state.ended_at = datetime.now(UTC)
                 if capture.finish_reason is None and state.error is None:
                     state.fail("upstream_stream_broken", "stream ended without a finish", 502, True)
-                    out += translator.error(502, "upstream stream ended early")
-                out += translator.finish()
-            # One write per upstream read: mitmproxy frames and sends each item separately.
-            if len(out) == 1:
-                return [out[0].encode()]
-            return [b"".join([event.encode() for event in out])] if out else []
+                    out += [
+                        e.encode() for e in translator.error(502, "upstream stream ended early")
+                    ]
+                out += [e.encode() for e in translator.finish()]
         except Exception as exc:  # never let a translation bug break the harness's stream
             log.exception("stream translation failed")
             state.fail("translation_error", str(exc), 500, False)
-            sent = []
-            for event in out:  # what was translated before the failure goes first
-                try:
-                    sent.append(event.encode())
-                except Exception:
-                    break
             failed = translator.error(500, "rollstream could not translate the stream")
-            return [b"".join(sent + [event.encode() for event in failed])]
+            out += [e.encode() for e in failed]
+        # One write per upstream read: mitmproxy frames and sends each item separately, and an
+        # empty item would end a chunked answer early.
+        body = b"".join(out)
+        return [body] if body else []
 
     return stream
 

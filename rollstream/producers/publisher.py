@@ -98,6 +98,7 @@ class CapturePublisher:
         self._task: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
+        self._spooled = asyncio.Event()  # publish() overflowed into the spool
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -137,6 +138,7 @@ class CapturePublisher:
             # Keep the order: everything queued goes to the spool before this record.
             self._spool_queue()
             self._spool([(key, value)])
+            self._spooled.set()  # the sending task drains the spool before anything newer
         self.metrics.queue_depth = self._queue.qsize()
 
     # -- the sending task --------------------------------------------------------------------
@@ -166,46 +168,63 @@ class CapturePublisher:
         return bool(self._overflow) or not self.spool.empty()
 
     async def _next_record(self) -> Record | None:
-        """The next queued record, waiting for it; None once stop() was called.
+        """The next queued record, waiting for it; None on stop() or a queue overflow.
 
-        The loop's only pause. It waits on the queue and on stop at once, rather than looking
-        every fraction of a second: an idle interceptor then costs no CPU here.
+        After an overflow the loop drains the spool first. This is the loop's only pause. It
+        waits on the queue, on stop and on an overflow at once, rather than looking every
+        fraction of a second: an idle interceptor then costs no CPU here.
         """
         if not self._queue.empty():
             return self._queue.get_nowait()
         if self._stopping.is_set():
             return None
+        self._spooled.clear()
         getter = asyncio.ensure_future(self._queue.get())
-        stopping = asyncio.ensure_future(self._stopping.wait())
+        others = [asyncio.ensure_future(e.wait()) for e in (self._stopping, self._spooled)]
         try:
-            await asyncio.wait((getter, stopping), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((getter, *others), return_when=asyncio.FIRST_COMPLETED)
         finally:
             # A cancelled get leaves its record queued (asyncio.Queue takes it out only when
             # the getter resumes), so nothing is lost either way.
-            for waiter in (getter, stopping):
+            for waiter in (getter, *others):
                 if not waiter.done():
                     waiter.cancel()
         return getter.result() if getter.done() and not getter.cancelled() else None
 
+    def _add(self, batch: list[Record], record: Record) -> bool:
+        """Add a record taken from the queue to the batch; False when it must wait instead.
+
+        An overflow moves the whole queue to the spool, so a record taken while anything is
+        spooled came after those: it is spooled behind them rather than sent before them.
+        """
+        if self._pending_spool():
+            self._spool([record])
+            return False
+        batch.append(record)
+        return True
+
     async def _next_batch(self) -> list[Record]:
         batch: list[Record] = []
         first = await self._next_record()
-        if first is not None:
-            batch.append(first)
+        if first is None or not self._add(batch, first):
+            return batch
         # Then linger for more: each Kafka request costs the client about a millisecond of
         # CPU whatever its size, and calls tend to end in waves. The harness never waits.
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.linger_ms / 1000
-        while batch and len(batch) < self.settings.batch_records:
+        while len(batch) < self.settings.batch_records:
             if not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+                if not self._add(batch, self._queue.get_nowait()):
+                    break
                 continue
             remaining = deadline - loop.time()
             if remaining <= 0 or self._stopping.is_set():
                 break
             try:
-                batch.append(await asyncio.wait_for(self._queue.get(), remaining))
+                record = await asyncio.wait_for(self._queue.get(), remaining)
             except TimeoutError:
+                break
+            if not self._add(batch, record):
                 break
         self.metrics.queue_depth = self._queue.qsize()
         return batch
