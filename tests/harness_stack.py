@@ -15,10 +15,11 @@ from rollstream.backend.policies.base import Policy
 from rollstream.backend.scenarios import ScenarioFile, load_scenarios
 from rollstream.backend.server import Backend
 from rollstream.backend.settings import BackendSettings
-from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+from rollstream.backend.tokenizer import default_tokenizer_dir
 from rollstream.harnesses.install import install
 from rollstream.interceptor.proxy import Interceptor
 from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.producers.publisher import PublisherSettings
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.conftest import JAR_CACHE

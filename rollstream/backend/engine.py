@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from rollstream.backend.policies.base import Generation, GenerationRequest, Sample
-from rollstream.backend.tokenizer import ChatTokenizer
+from rollstream.models.tokenizer import ChatTokenizer
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,10 @@ from rollstream.backend.openai_api import ApiError, ChatRequest, CompletionReque
 from rollstream.backend.policies import make_policy
 from rollstream.backend.policies.base import GenerationRequest, Policy, PolicyError, Sample
 from rollstream.backend.settings import BackendSettings
-from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
-from rollstream.backend.toolcalls import StreamingToolParser, parse_tool_calls
+from rollstream.backend.tokenizer import default_tokenizer_dir
 from rollstream.backend.weights_api import WeightsApi
+from rollstream.models.hermes import StreamingToolParser, parse_tool_calls
+from rollstream.models.tokenizer import ChatTokenizer
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,8 @@ def report(
     Reads without a consumer group from the beginning (or --since) up to the end seen at
     start; Ctrl+C or SIGTERM stops reading and writes the page of what was read.
     """
-    from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+    from rollstream.backend.tokenizer import default_tokenizer_dir
+    from rollstream.models.tokenizer import ChatTokenizer
     from rollstream.report import read_report_input, render_report
 
     tokenizer = ChatTokenizer(settings.tokenizer or default_tokenizer_dir())

@@ -194,8 +194,9 @@ async def demo(
     progress: Progress,
 ) -> DemoResult:
     """Up, tasks, training, one more session, summary and report; down whatever happens."""
-    from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+    from rollstream.backend.tokenizer import default_tokenizer_dir
     from rollstream.demo.summary import summary_table
+    from rollstream.models.tokenizer import ChatTokenizer
     from rollstream.report import render_report
     from rollstream.stack.local import LocalStack
     from rollstream.stack.settings import StackSettings

@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from rollstream.backend.tokenizer import ChatTokenizer
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import Segment
 
 # Control characters would be invisible (or invalid in HTML); newlines and tabs are kept.

@@ -13,7 +13,8 @@ from rollstream.backend.build_tokenizer import build
 from rollstream.backend.policies.base import Policy
 from rollstream.backend.server import Backend
 from rollstream.backend.settings import BackendSettings
-from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+from rollstream.backend.tokenizer import default_tokenizer_dir
+from rollstream.models.tokenizer import ChatTokenizer
 
 SHELL_TOOL = {
     "type": "function",

@@ -10,7 +10,7 @@ from typing import Any
 import openai
 import pytest
 
-from rollstream.backend.tokenizer import ChatTokenizer
+from rollstream.models.tokenizer import ChatTokenizer
 from tests.backend.conftest import SHELL_TOOL, BackendFactory
 
 TOOLS: Any = [SHELL_TOOL]

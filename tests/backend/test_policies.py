@@ -13,7 +13,7 @@ from rollstream.backend.policies.base import GenerationRequest, Policy
 from rollstream.backend.policies.scripted import ScriptedPolicy
 from rollstream.backend.policies.tiny import TinyPolicy
 from rollstream.backend.scenarios import load_scenarios
-from rollstream.backend.tokenizer import ChatTokenizer
+from rollstream.models.tokenizer import ChatTokenizer
 from tests.backend.conftest import SHELL_TOOL
 
 

@@ -22,9 +22,10 @@ from rollstream.backend.scenarios import (
     tools_in_prompt,
     turn_text,
 )
-from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
-from rollstream.backend.toolcalls import parse_tool_calls
+from rollstream.backend.tokenizer import default_tokenizer_dir
 from rollstream.errors import ConfigurationError
+from rollstream.models.hermes import parse_tool_calls
+from rollstream.models.tokenizer import ChatTokenizer
 
 
 def _file(**extra: object) -> ScenarioFile:

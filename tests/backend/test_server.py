@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from rollstream.backend.tokenizer import ChatTokenizer
+from rollstream.models.tokenizer import ChatTokenizer
 from tests.backend.conftest import SHELL_TOOL, BackendFactory
 
 MODEL = "rollstream-tiny"

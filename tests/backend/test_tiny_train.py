@@ -19,8 +19,8 @@ from rollstream.backend.policies.tiny_train import (
     weights_from_bytes,
     weights_to_bytes,
 )
-from rollstream.backend.tokenizer import ChatTokenizer
 from rollstream.errors import SerializationError
+from rollstream.models.tokenizer import ChatTokenizer
 from tests.backend.conftest import BackendFactory
 
 

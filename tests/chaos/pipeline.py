@@ -22,8 +22,9 @@ from aiokafka import AIOKafkaConsumer
 
 from rollstream.backend.server import Backend
 from rollstream.backend.settings import BackendSettings
-from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+from rollstream.backend.tokenizer import default_tokenizer_dir
 from rollstream.clients import make_consumer, topic_partitions
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import AvroRecord, AvroSerializer
 from rollstream.settings import KafkaSettings
 

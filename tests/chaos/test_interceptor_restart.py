@@ -25,8 +25,9 @@ from aiohttp.test_utils import TestServer
 from google import genai
 from google.genai import types
 
-from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+from rollstream.backend.tokenizer import default_tokenizer_dir
 from rollstream.broker.config import free_port
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.producers.spool import Spool
 from rollstream.schemas import AvroSerializer, CallRecord, CallStatus, TopicNames
 from rollstream.settings import KafkaSettings

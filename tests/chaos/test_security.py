@@ -24,8 +24,9 @@ import anthropic
 import openai
 import pytest
 
-from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+from rollstream.backend.tokenizer import default_tokenizer_dir
 from rollstream.clients import behind, make_consumer, topic_partitions
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.producers.node.service import Node
 from rollstream.producers.node.settings import NodeSettings
 from rollstream.producers.publisher import PublisherSettings

@@ -22,7 +22,7 @@ from aiohttp.test_utils import TestServer
 
 from rollstream.backend.server import Backend
 from rollstream.backend.settings import BackendSettings
-from rollstream.backend.tokenizer import ChatTokenizer
+from rollstream.models.tokenizer import ChatTokenizer
 
 #: What the scripted backend answers a call that offers no tools: about 290 tokens.
 LONG_ANSWER = " ".join(["The quick brown fox jumps over the lazy dog."] * 10)

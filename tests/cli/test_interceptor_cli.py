@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+from rollstream.backend.tokenizer import default_tokenizer_dir
 from rollstream.broker.config import free_port
 from rollstream.cli import cli
 from rollstream.clients import make_consumer, topic_partitions
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import AvroSerializer, CallRecord, TopicNames
 from rollstream.settings import KafkaSettings
 

@@ -18,7 +18,6 @@ import pytest
 from rollstream.backend.policies.base import Generation, GenerationRequest, Policy
 from rollstream.backend.policies.scripted import ScriptedGeneration, ScriptedPolicy
 from rollstream.backend.scenarios import ScenarioFile
-from rollstream.backend.tokenizer import ChatTokenizer
 from rollstream.consumers.reconstruct.calls import resolve_calls
 from rollstream.consumers.reconstruct.checker import check_segments
 from rollstream.consumers.reconstruct.strategies import StrategyContext, get_strategy
@@ -26,6 +25,7 @@ from rollstream.harnesses.install import PACKAGES
 from rollstream.harnesses.presets import PRESETS, HarnessContext
 from rollstream.harnesses.runner import run_harness
 from rollstream.interceptor.proxy import Interceptor
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import CallRecord, CallStatus, TopicNames, resolve_prompt
 from rollstream.schemas.packed import TokenIds
 from rollstream.settings import KafkaSettings

@@ -19,9 +19,10 @@ from google.genai import types
 
 from rollstream.backend.server import Backend
 from rollstream.backend.settings import BackendSettings
-from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+from rollstream.backend.tokenizer import default_tokenizer_dir
 from rollstream.interceptor.proxy import Interceptor
 from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.producers.publisher import PublisherSettings
 from rollstream.schemas import ApiKind, CallRecord, CallStatus, TopicNames
 from rollstream.schemas.calls import SessionRequests

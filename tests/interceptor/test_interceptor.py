@@ -20,11 +20,12 @@ from aiohttp.test_utils import TestServer
 from rollstream.backend.engine import Latency
 from rollstream.backend.server import Backend
 from rollstream.backend.settings import BackendSettings
-from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+from rollstream.backend.tokenizer import default_tokenizer_dir
 from rollstream.interceptor.proxy import Interceptor
 from rollstream.interceptor.sessions import AFFINITY_HEADER, affinity_key
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.interceptor.translate.anthropic import anthropic_to_chat
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.producers.publisher import PublisherSettings
 from rollstream.schemas import (
     CallRecord,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+from rollstream.backend.tokenizer import default_tokenizer_dir
+from rollstream.models.tokenizer import ChatTokenizer
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
-from rollstream.backend.tokenizer import ChatTokenizer
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import Logprobs, LossMask, Scored, Segment, TokenIds, Trajectory
 from tests.schemas.samples import SCORED, TRAJECTORY
 

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from rollstream.backend.tokenizer import ChatTokenizer
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.report import facts_of, render_report
 from rollstream.report.facts import Reportable, trajectory_of
 from rollstream.report.tokens import completion_starts, shown_ranges

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+from rollstream.backend.tokenizer import default_tokenizer_dir
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.report import read_report_input
 from rollstream.report.facts import trajectory_of
 from rollstream.schemas import AvroRecord, AvroSerializer, Scored, TopicNames

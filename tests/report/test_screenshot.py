@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from rollstream.backend.tokenizer import ChatTokenizer
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.report import MASK0_COLOR, MASK1_COLOR, TOKEN_BOX_COLOR, render_report
 from rollstream.report.facts import Reportable
 from tests.report.records import conversation, prompt_only, scored

@@ -9,7 +9,7 @@ from rollstream.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from rollstream.backend.settings import BackendSettings
-    from rollstream.backend.tokenizer import ChatTokenizer
+    from rollstream.models.tokenizer import ChatTokenizer
 
 __all__ = ["Policy", "PolicyError", "make_policy"]
 

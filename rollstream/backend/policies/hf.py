@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from rollstream.backend.policies.base import GenerationRequest, Sample
-from rollstream.backend.tokenizer import ChatTokenizer
 from rollstream.errors import ConfigurationError
+from rollstream.models.tokenizer import ChatTokenizer
 
 
 class HFGeneration:

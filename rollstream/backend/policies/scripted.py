@@ -31,7 +31,7 @@ from rollstream.backend.scenarios import (
     tools_in_prompt,
     turn_text,
 )
-from rollstream.backend.tokenizer import ChatTokenizer
+from rollstream.models.tokenizer import ChatTokenizer
 
 
 @dataclass

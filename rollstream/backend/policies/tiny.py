@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rollstream.backend.policies.base import GenerationRequest, Sample
-from rollstream.backend.tokenizer import ChatTokenizer
+from rollstream.models.tokenizer import ChatTokenizer
 
 _global_rng = np.random.default_rng()
 

@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollstream.backend.tokenizer import ChatTokenizer
 from rollstream.consumers.reconstruct.calls import resolve_calls
 from rollstream.consumers.reconstruct.checker import check_segments
 from rollstream.consumers.reconstruct.strategies import StrategyContext, get_strategy
 from rollstream.errors import ConfigurationError
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import CallRecord
 
 

@@ -13,10 +13,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollstream.backend.tokenizer import ChatTokenizer
 from rollstream.consumers.reconstruct.calls import resolve_calls
 from rollstream.consumers.reconstruct.conversation import conversation
 from rollstream.consumers.reconstruct.strategies import Strategy, StrategyContext
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import (
     AvroRecord,
     CallRecord,

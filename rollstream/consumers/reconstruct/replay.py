@@ -16,12 +16,12 @@ from datetime import datetime
 from aiokafka import AIOKafkaProducer
 
 from rollstream.admin import TopicAdmin
-from rollstream.backend.tokenizer import ChatTokenizer
 from rollstream.clients import behind, make_consumer, make_producer, topic_partitions
 from rollstream.consumers.reconstruct.buffers import PartitionBuffers, build_trajectory
 from rollstream.consumers.reconstruct.events import seek
 from rollstream.consumers.reconstruct.strategies import get_strategy
 from rollstream.errors import ConfigurationError, SerializationError
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import AvroSerializer, TopicNames, TopicSpec, topic_specs
 from rollstream.schemas.trajectories import Trajectory
 from rollstream.settings import KafkaSettings

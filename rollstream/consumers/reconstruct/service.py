@@ -21,7 +21,6 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from rollstream.backend.tokenizer import ChatTokenizer
 from rollstream.clients import make_consumer, make_producer, ordinary_tasks
 from rollstream.consumers.deadletters import dead_letter
 from rollstream.consumers.reconstruct.buffers import (
@@ -37,6 +36,7 @@ from rollstream.errors import (
     SerializationError,
     UnknownSchemaError,
 )
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schema_store import SchemaStore
 from rollstream.schemas import AvroSerializer, DeadLetter, TopicNames, utcnow
 from rollstream.schemas.trajectories import Trajectory, TrajectoryStatus

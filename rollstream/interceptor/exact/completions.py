@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from rollstream.backend.toolcalls import StreamingToolParser, parse_tool_calls
+from rollstream.models.hermes import StreamingToolParser, parse_tool_calls
 
 JSON = dict[str, Any]
 

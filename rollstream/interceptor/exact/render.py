@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rollstream.backend.tokenizer import ChatTokenizer, normalize_messages
 from rollstream.errors import ConfigurationError
+from rollstream.models.tokenizer import ChatTokenizer, normalize_messages
 
 Message = dict[str, Any]
 

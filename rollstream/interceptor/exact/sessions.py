@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rollstream.backend.tokenizer import ChatTokenizer
 from rollstream.interceptor.exact.render import (
     TemplateSplitError,
     appended_messages,
@@ -23,6 +22,7 @@ from rollstream.interceptor.exact.render import (
     continuation_text,
     continue_prompt,
 )
+from rollstream.models.tokenizer import ChatTokenizer
 
 Message = dict[str, Any]
 

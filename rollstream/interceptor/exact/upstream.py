@@ -17,7 +17,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
-from rollstream.backend.tokenizer import ChatTokenizer
 from rollstream.errors import ConfigurationError
 from rollstream.interceptor.exact.completions import (
     CompletionStreamToChat,
@@ -29,6 +28,7 @@ from rollstream.interceptor.exact.sessions import ExactContext
 from rollstream.interceptor.recording import CallState, chat_answer
 from rollstream.interceptor.sessions import affinity_key
 from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import ContextInfo, ContextMode, TokenIds
 
 log = logging.getLogger(__name__)

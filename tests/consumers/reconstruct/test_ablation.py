@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from rollstream.backend.tokenizer import ChatTokenizer
 from rollstream.consumers.reconstruct.ablation import (
     AblationReport,
     StrategyAblation,
@@ -17,6 +16,7 @@ from rollstream.consumers.reconstruct.ablation import (
 )
 from rollstream.consumers.reconstruct.strategies import StrategyContext, StrategyResult
 from rollstream.errors import ConfigurationError
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.producers.synthetic import SyntheticShape, synthetic_session
 from rollstream.schemas import CallRecord
 from tests.consumers.reconstruct.sessions import build_session

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from rollstream.backend.tokenizer import ChatTokenizer
 from rollstream.consumers.reconstruct.calls import resolve_calls
 from rollstream.consumers.reconstruct.checker import check_segments
 from rollstream.consumers.reconstruct.strategies import StrategyContext, retokenize
 from rollstream.errors import ConfigurationError
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import (
     ApiKind,
     CallRecord,

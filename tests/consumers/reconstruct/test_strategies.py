@@ -8,7 +8,6 @@ from collections.abc import Sequence
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from rollstream.backend.tokenizer import ChatTokenizer
 from rollstream.consumers.reconstruct.calls import ResolvedCall
 from rollstream.consumers.reconstruct.checker import check_segments
 from rollstream.consumers.reconstruct.strategies import (
@@ -21,6 +20,7 @@ from rollstream.consumers.reconstruct.strategies import (
     prompt_prefix_merge,
     tree,
 )
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import Segment, TokenIds
 from tests.consumers.reconstruct.sessions import (
     ALL_EVENTS,

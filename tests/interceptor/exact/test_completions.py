@@ -9,12 +9,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollstream.backend.toolcalls import parse_tool_calls
 from rollstream.interceptor.exact.completions import (
     CompletionStreamToChat,
     chat_from_completion,
     completion_request,
 )
+from rollstream.models.hermes import parse_tool_calls
 
 EOT = "<|im_end|>"
 

@@ -20,11 +20,12 @@ from aiohttp.test_utils import TestServer
 
 from rollstream.backend.server import Backend
 from rollstream.backend.settings import BackendSettings
-from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+from rollstream.backend.tokenizer import default_tokenizer_dir
 from rollstream.interceptor.exact.sessions import FIRST_CALL, NOT_APPENDED
 from rollstream.interceptor.exact.upstream import CONTEXT_HEADER
 from rollstream.interceptor.proxy import Interceptor
 from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.producers.publisher import PublisherSettings
 from rollstream.schemas import (
     CallRecord,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+from rollstream.backend.tokenizer import default_tokenizer_dir
 from rollstream.interceptor.exact.render import (
     TemplateSplitError,
     appended_messages,
@@ -20,6 +20,7 @@ from rollstream.interceptor.exact.render import (
     continue_prompt,
     same_answer,
 )
+from rollstream.models.tokenizer import ChatTokenizer
 
 Message = dict[str, Any]
 TOOLS: Any = [{"type": "function", "function": {"name": "shell", "parameters": {}}}]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+from rollstream.backend.tokenizer import default_tokenizer_dir
 from rollstream.interceptor.exact.render import TemplateSplitError
 from rollstream.interceptor.exact.sessions import (
     FIRST_CALL,
@@ -16,6 +16,7 @@ from rollstream.interceptor.exact.sessions import (
     UNKNOWN_TURN,
     ExactContext,
 )
+from rollstream.models.tokenizer import ChatTokenizer
 from tests.interceptor.exact.test_render import _tokenizer_with_template
 
 Message = dict[str, Any]

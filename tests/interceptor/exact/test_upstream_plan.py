@@ -7,12 +7,13 @@ from typing import Any
 
 import pytest
 
-from rollstream.backend.tokenizer import ChatTokenizer, default_tokenizer_dir
+from rollstream.backend.tokenizer import default_tokenizer_dir
 from rollstream.interceptor.exact.sessions import FIRST_CALL
 from rollstream.interceptor.exact.upstream import ExactUpstream
 from rollstream.interceptor.recording import CallState
 from rollstream.interceptor.registry import RegistryError, SessionRegistry
 from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import ApiKind, ContextMode
 
 CHAT: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from rollstream.backend.tokenizer import ChatTokenizer
 from rollstream.consumers.reconstruct.calls import ResolvedCall
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas.calls import CallStatus
 from rollstream.schemas.packed import Logprobs, LossMask, TokenIds
 from rollstream.schemas.trajectories import Segment, TrajectoryStats

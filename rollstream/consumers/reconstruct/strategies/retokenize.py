@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rollstream.backend.tokenizer import ChatTokenizer
 from rollstream.consumers.reconstruct.calls import ResolvedCall
 from rollstream.consumers.reconstruct.strategies.base import (
     StrategyContext,
@@ -14,6 +13,7 @@ from rollstream.consumers.reconstruct.strategies.base import (
 )
 from rollstream.errors import ConfigurationError, RollstreamError
 from rollstream.interceptor.adapters import ADAPTER_BY_KIND
+from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas.blobs import decompress_json
 from rollstream.schemas.calls import SessionRequests
 from rollstream.schemas.packed import Logprobs, LossMask, TokenIds

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollstream.backend.build_tokenizer import SPECIAL_TOKENS, TAG_TOKENS
-from rollstream.backend.tokenizer import ChatTokenizer, normalize_messages
 from rollstream.errors import ConfigurationError
+from rollstream.models.tokenizer import ChatTokenizer, normalize_messages
 from tests.backend.conftest import SHELL_TOOL
 
 CONVERSATION: list[dict[str, Any]] = [

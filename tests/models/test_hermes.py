@@ -8,7 +8,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rollstream.backend.toolcalls import (
+from rollstream.models.hermes import (
     START,
     StreamingToolParser,
     parse_tool_calls,
