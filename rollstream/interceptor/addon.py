@@ -209,7 +209,7 @@ class RollstreamAddon:
         try:
             answer = jsonfast.loads(flow.response.get_content(strict=False) or b"")
             if _exact(state):
-                answer = self.exact.chat_answer(answer)
+                answer = self.exact.chat_answer(answer, state)
             state.capture.add_response(answer)
             state.response = answer
             if state.synthesized:
@@ -224,7 +224,7 @@ class RollstreamAddon:
     def _stream_function(
         self, state: CallState, adapter: Adapter
     ) -> Callable[[bytes], Iterable[bytes]]:
-        converter = self.exact.stream() if _exact(state) else None
+        converter = self.exact.stream(state) if _exact(state) else None
         return stream_function(state, adapter.stream(state.harness_request, state.asked), converter)
 
     def record_unfinished(self, message: str) -> int:

@@ -76,13 +76,21 @@ class InterceptorSettings(BaseSettings):
         " the tokens the model sampled, then the new messages rendered by the chat template),"
         " so the model conditions on its own tokens; other calls fall back to Chat Completions"
         " and their record says why. A session may choose per call with the header"
-        " x-rollstream-context: exact|ordinary. Needs --tokenizer and a vLLM upstream.",
+        " x-rollstream-context: exact|ordinary. Needs --family or --tokenizer and a vLLM"
+        " upstream.",
     )
     tokenizer: Path | None = Field(
         default=None,
-        description="The served model's folder (Hugging Face tokenizer with its chat template),"
-        " for exact context. Checked at start: a template whose turns cannot be continued"
-        " token-wise refuses the mode (calls fall back, recorded as such).",
+        description="The served model's tokenizer folder, for exact context: with --family,"
+        " its vocabulary (default: the family's, from the cache); alone, a Hugging Face folder"
+        " whose own chat template is used (the generic family). Checked at start: a family"
+        " that cannot continue a turn token-wise refuses the mode (calls fall back, recorded).",
+    )
+    family: str | None = Field(
+        default=None,
+        description="The served model's family (qwen3, qwen3-coder, llama-3, gpt-oss, ...;"
+        " `rollstream models list`), whose renderer continues turns in exact context and whose"
+        " parsers read its tool calls and reasoning. Default: generic (--tokenizer's template).",
     )
     mode: Literal["reverse", "forward"] = Field(
         default="reverse",

@@ -15,6 +15,7 @@ from typing import Any
 
 from rollstream.interceptor.adapters import StreamTranslator
 from rollstream.interceptor.exact.completions import CompletionStreamToChat
+from rollstream.interceptor.exact.upstream import note_parse
 from rollstream.interceptor.recording import CallState
 from rollstream.interceptor.translate.sse import DONE, SSEParser
 from rollstream.schemas import ApiKind
@@ -69,6 +70,8 @@ def stream_function(
                         e.encode() for e in translator.error(502, "upstream stream ended early")
                     ]
                 out += [e.encode() for e in translator.finish()]
+                if converter is not None and converter.parsed is not None:
+                    note_parse(state, converter.parsed.parse_error)
         except Exception as exc:  # never let a translation bug break the harness's stream
             log.exception("stream translation failed")
             state.fail("translation_error", str(exc), 500, False)

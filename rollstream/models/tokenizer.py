@@ -29,7 +29,9 @@ def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out["content"] = "".join(
                 part.get("text", "") for part in content if isinstance(part, dict)
             )
-        elif content is None:
+        elif content is None and not (out.get("role") == "assistant" and out.get("tool_calls")):
+            # A tool-call turn keeps None, as vLLM passes it: templates (DeepSeek R1's) test
+            # `content is none` to render the calls.
             out["content"] = ""
         if out.get("tool_calls"):
             calls = []
@@ -85,14 +87,14 @@ class IncrementalDecoder:
 class ChatTokenizer:
     """A Hugging Face tokenizer folder: encoding, decoding and its chat template."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, require_template: bool = True) -> None:
         from transformers import AutoTokenizer
 
         try:
             self._tok: Any = AutoTokenizer.from_pretrained(str(path))
         except Exception as exc:
             raise ConfigurationError(f"cannot load a tokenizer from {path}: {exc}") from exc
-        if not getattr(self._tok, "chat_template", None):
+        if require_template and not getattr(self._tok, "chat_template", None):
             raise ConfigurationError(f"the tokenizer in {path} has no chat template")
         self.path = path
         # The Rust tokenizer behind a fast tokenizer: decoding through it skips the wrapper's
@@ -102,17 +104,45 @@ class ChatTokenizer:
         self._splits: dict[int, tuple[int, int] | None] = {}
 
     @property
+    def hf(self) -> Any:
+        """The Hugging Face tokenizer itself (what the ``renderers`` library takes)."""
+        return self._tok
+
+    @property
     def vocab_size(self) -> int:
         """Number of token ids, added tokens included."""
         return len(self._tok)
 
+    def special_id(self, token: str) -> int | None:
+        """The id of ``token`` when it is one token of the vocabulary, else None."""
+        tid = self._tok.convert_tokens_to_ids(token)
+        if isinstance(tid, int) and tid != self._tok.unk_token_id and tid >= 0:
+            return tid
+        return None
+
+    @cached_property
+    def generation_stop_ids(self) -> frozenset[int]:
+        """The ``eos_token_id`` of the folder's ``generation_config.json`` (one id or a list).
+
+        A model's generation config names every token its server stops on (Llama 3's
+        ``<|eom_id|>``, gpt-oss's ``<|call|>``...), which the tokenizer's one EOS does not.
+        """
+        try:
+            config = json.loads((self.path / "generation_config.json").read_text())
+        except (OSError, ValueError):
+            return frozenset()
+        eos = config.get("eos_token_id") if isinstance(config, dict) else None
+        values = eos if isinstance(eos, list) else [eos]
+        return frozenset(int(v) for v in values if isinstance(v, int))
+
     @cached_property
     def stop_ids(self) -> frozenset[int]:
-        """Token ids that end a generation: EOS and the end-of-turn / end-of-text tokens."""
+        """Token ids that end a generation: EOS, the generation config's, end of turn / text."""
         ids = {self._tok.eos_token_id} if self._tok.eos_token_id is not None else set()
+        ids |= self.generation_stop_ids
         for token in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "</s>"):
-            tid = self._tok.convert_tokens_to_ids(token)
-            if isinstance(tid, int) and tid != self._tok.unk_token_id:
+            tid = self.special_id(token)
+            if tid is not None:
                 ids.add(tid)
         return frozenset(ids)
 

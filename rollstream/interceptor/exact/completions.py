@@ -1,18 +1,18 @@
 """Exact context upstream: a Chat call sent as ``/v1/completions`` with token ids, answered as Chat.
 
 The request keeps the harness's sampling parameters and asks for token ids and logprobs; the
-completion's text is split into content and tool calls by the hermes parser, as vLLM's
-``--tool-call-parser hermes`` splits it for Chat Completions, so the rest of the interceptor
-(records, the Responses and Anthropic translators) sees an ordinary Chat answer with the ids
-the model sampled.
+sampled ids are split into content, reasoning and tool calls by the model family's parsers, as
+vLLM's tool and reasoning parsers split them for Chat Completions, so the rest of the
+interceptor (records, the Responses, Anthropic and Gemini translators) sees an ordinary Chat
+answer with the ids the model sampled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from rollstream.models.hermes import StreamingToolParser, parse_tool_calls
+from rollstream.models.family import Family, ParsedTurn
 
 JSON = dict[str, Any]
 
@@ -59,10 +59,6 @@ def completion_request(chat: JSON, prompt_ids: list[int], model: str, top_logpro
     return body
 
 
-def _strip_end(text: str, end_of_turn: str) -> str:
-    return text[: -len(end_of_turn)] if end_of_turn and text.endswith(end_of_turn) else text
-
-
 def _chat_logprobs(logprobs: JSON | None) -> JSON | None:
     """Completions' ``{tokens, token_logprobs, top_logprobs}`` as Chat's ``{content: [...]}``."""
     if not logprobs:
@@ -77,14 +73,23 @@ def _chat_logprobs(logprobs: JSON | None) -> JSON | None:
     return {"content": content}
 
 
-def chat_from_completion(body: JSON, end_of_turn: str) -> JSON:
-    """A non-streamed completion as a Chat Completions response (tool calls parsed)."""
+def _sampled_ids(family: Family, choice: JSON) -> list[int]:
+    ids = choice.get("token_ids")
+    if isinstance(ids, list):
+        return ids
+    # No ids echoed (a server without return_token_ids): the text is all there is.
+    return family.tokenizer.encode(choice.get("text") or "")
+
+
+def chat_from_completion(
+    body: JSON, family: Family, prompt_ids: Sequence[int] = (), tools: Any = None
+) -> tuple[JSON, ParsedTurn]:
+    """A non-streamed completion as a Chat Completions response, and the family's parse."""
     choice = (body.get("choices") or [{}])[0]
-    parsed = parse_tool_calls(_strip_end(choice.get("text") or "", end_of_turn))
-    message: JSON = {"role": "assistant", "content": parsed.content}
+    parsed = family.parse(_sampled_ids(family, choice), prompt_ids, tools)
+    message = parsed.message()
     finish = choice.get("finish_reason")
     if parsed.tool_calls:
-        message["tool_calls"] = [c.to_openai() for c in parsed.tool_calls]
         finish = "tool_calls" if finish == "stop" else finish
     chat_choice: JSON = {
         "index": 0,
@@ -93,7 +98,7 @@ def chat_from_completion(body: JSON, end_of_turn: str) -> JSON:
         "logprobs": _chat_logprobs(choice.get("logprobs")),
         "token_ids": choice.get("token_ids"),
     }
-    return {
+    chat = {
         "id": str(body.get("id", "")).replace("cmpl-", "chatcmpl-", 1),
         "object": "chat.completion",
         "created": body.get("created", 0),
@@ -102,20 +107,21 @@ def chat_from_completion(body: JSON, end_of_turn: str) -> JSON:
         "usage": body.get("usage"),
         "prompt_token_ids": choice.get("prompt_token_ids", body.get("prompt_token_ids")),
     }
+    return chat, parsed
 
 
 class CompletionStreamToChat:
-    """Completion stream chunks in, Chat Completions chunks out, tool calls parsed as they close.
+    """Completion stream chunks in, Chat Completions chunks out, parsed by the model family.
 
-    The text of each chunk goes through the streaming hermes parser; token ids and logprobs
-    go on the chunk that carried them, so the interceptor accumulates exactly what was sampled.
+    The sampled ids of each chunk go through the family's stream parser (content and reasoning
+    as they grow, tool calls whole at the end); token ids and logprobs go on the chunk that
+    carried them, so the interceptor accumulates exactly what was sampled.
     """
 
-    def __init__(self, end_of_turn: str) -> None:
-        self.end_of_turn = end_of_turn
-        self.parser = StreamingToolParser()
+    def __init__(self, family: Family, prompt_ids: Sequence[int] = (), tools: Any = None) -> None:
+        self.family = family
+        self.parser = family.stream_parser(prompt_ids, tools)
         self._first = True
-        self._held = ""  # a tail that may be the start of the end-of-turn text
 
     def _chunk(self, body: JSON, delta: JSON, choice: JSON, finish: str | None) -> JSON:
         out: JSON = {
@@ -141,18 +147,10 @@ class CompletionStreamToChat:
             self._first = False
         return out
 
-    def _text(self, text: str, final: bool) -> str:
-        """Hold back what could be the end-of-turn token's text until it is known."""
-        text = self._held + text
-        self._held = ""
-        if final:
-            return _strip_end(text, self.end_of_turn)
-        eot = self.end_of_turn
-        for n in range(min(len(eot), len(text)), 0, -1):
-            if text.endswith(eot[:n]):
-                self._held = text[-n:]
-                return text[:-n]
-        return text
+    @property
+    def parsed(self) -> ParsedTurn | None:
+        """The family's parse of the whole completion, once it has ended."""
+        return self.parser.final
 
     def feed(self, body: JSON) -> Iterator[JSON]:
         """The Chat chunks for one completion chunk (none, one, or a usage chunk)."""
@@ -170,15 +168,17 @@ class CompletionStreamToChat:
             return
         choice = choices[0]
         finish = choice.get("finish_reason")
-        text = self._text(choice.get("text") or "", final=finish is not None)
-        parsed = self.parser.feed(text)
+        parsed = self.parser.feed(_sampled_ids(self.family, choice))
         if finish is not None:
             rest = self.parser.finish()
             parsed.content += rest.content
+            parsed.reasoning += rest.reasoning
             parsed.tool_calls += rest.tool_calls
-            if self.parser.calls and finish == "stop":
+            if rest.tool_calls and finish == "stop":
                 finish = "tool_calls"
         delta: JSON = {}
+        if parsed.reasoning:
+            delta["reasoning_content"] = delta["reasoning"] = parsed.reasoning
         if parsed.content:
             delta["content"] = parsed.content
         if parsed.tool_calls:

@@ -15,14 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rollstream.interceptor.exact.render import (
-    TemplateSplitError,
-    appended_messages,
-    check_template,
-    continuation_text,
-    continue_prompt,
-)
-from rollstream.models.tokenizer import ChatTokenizer
+from rollstream.interceptor.exact.render import appended_messages
+from rollstream.models.family import AnsweredTurn, ContinuationError, Family
 
 Message = dict[str, Any]
 
@@ -32,20 +26,6 @@ NOT_APPENDED = "history edited, another thread, or nothing appended"
 TOOLS_CHANGED = "the tools changed"
 NO_TOKENS = "the previous call returned no token ids"
 UNKNOWN_TURN = "an answered turn in between is unknown (failed, or not kept)"
-
-
-@dataclass(frozen=True)
-class Turn:
-    """An answered call: its conversation, tools and answer, and the tokens on both sides.
-
-    The ids are packed (4 bytes a token): a session keeps a few whole contexts.
-    """
-
-    messages: list[Message]
-    tools: list[Any] | None
-    answer: Message
-    prompt_ids: array[int]
-    completion_ids: array[int]
 
 
 @dataclass(frozen=True)
@@ -60,15 +40,16 @@ class Plan:
 class ExactContext:
     """Plans exact-context prompts from each session's recent turns (bounded memory)."""
 
-    def __init__(self, tokenizer: ChatTokenizer, sessions: int = 4096, turns: int = 4) -> None:
-        verdict = check_template(tokenizer)
+    def __init__(self, family: Family, sessions: int = 4096, turns: int = 4) -> None:
+        verdict = family.check()
         if not verdict.ok:
-            raise TemplateSplitError(
-                f"exact context refused for {tokenizer.path}: {verdict.reason}"
+            raise ContinuationError(
+                f"exact context refused for the {family.name} family "
+                f"({family.tokenizer.path}): {verdict.reason}"
             )
-        self.tokenizer = tokenizer
-        self.end_of_turn = tokenizer.token_text(tokenizer.eos_id)
-        self._sessions: OrderedDict[str, deque[Turn]] = OrderedDict()
+        self.family = family
+        # Kept turns hold packed ids (4 bytes a token): a session keeps a few whole contexts.
+        self._sessions: OrderedDict[str, deque[AnsweredTurn]] = OrderedDict()
         self._max_sessions = sessions
         self._turns = turns
 
@@ -98,11 +79,12 @@ class ExactContext:
                 # tokens where the model sampled its own.
                 reason = UNKNOWN_TURN
                 continue
-            text = continuation_text(self.tokenizer, turn.messages, turn.answer, new, tools)
-            ids, continuation = continue_prompt(
-                self.tokenizer, turn.prompt_ids, turn.completion_ids, text
-            )
-            return Plan(ids, "exact", continuation.appended_end_of_turn)
+            try:
+                continuation = self.family.continue_turn(turn, new)
+            except ContinuationError as exc:
+                reason = str(exc)
+                continue
+            return Plan(continuation.prompt_ids, "exact", continuation.appended_end_of_turn)
         return Plan(None, reason)
 
     def remember(
@@ -127,7 +109,9 @@ class ExactContext:
                 turns.remove(kept)
         tools = request.get("tools") or None
         turns.append(
-            Turn(messages, tools, answer, array("I", prompt_ids), array("I", completion_ids))
+            AnsweredTurn(
+                messages, tools, answer, array("I", prompt_ids), array("I", completion_ids)
+            )
         )
 
     def forget(self, session: str) -> None:

@@ -23,12 +23,11 @@ from rollstream.interceptor.exact.completions import (
     chat_from_completion,
     completion_request,
 )
-from rollstream.interceptor.exact.render import TemplateSplitError
 from rollstream.interceptor.exact.sessions import ExactContext
 from rollstream.interceptor.recording import CallState, chat_answer
 from rollstream.interceptor.sessions import affinity_key
 from rollstream.interceptor.settings import InterceptorSettings
-from rollstream.models.tokenizer import ChatTokenizer
+from rollstream.models.families import load_family
 from rollstream.schemas import ContextInfo, ContextMode, TokenIds
 
 log = logging.getLogger(__name__)
@@ -83,15 +82,16 @@ class ExactUpstream:
         self._planner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="exact-context")
         self.top_logprobs = settings.top_logprobs
         self.context: ExactContext | None = None
-        self.end_of_turn = ""
-        self.unavailable = "no tokenizer configured (the interceptor's --tokenizer setting)"
+        self.unavailable = (
+            "no tokenizer or model family configured (the interceptor's --tokenizer / --family)"
+        )
         if settings.backend != "vllm":
             self.unavailable = f"exact context needs a vLLM upstream, not {settings.backend}"
-        elif settings.tokenizer is not None:
+        elif settings.tokenizer is not None or settings.family is not None:
             try:
-                self.context = ExactContext(ChatTokenizer(settings.tokenizer))
-                self.end_of_turn = self.context.end_of_turn
-            except (TemplateSplitError, ConfigurationError) as exc:
+                family = load_family(settings.family, settings.tokenizer)
+                self.context = ExactContext(family)
+            except ConfigurationError as exc:
                 self.unavailable = f"exact context refused: {exc}"
         if self.context is None and self.default == "exact":
             # Not fatal: every call is still served and recorded, with this reason on it.
@@ -149,13 +149,22 @@ class ExactUpstream:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._planner, self.prepare, session, chat, asked)
 
-    def chat_answer(self, completion: JSON) -> JSON:
-        """A whole ``/v1/completions`` answer as the Chat answer the rest of the addon expects."""
-        return chat_from_completion(completion, self.end_of_turn)
+    def chat_answer(self, completion: JSON, state: CallState) -> JSON:
+        """A whole ``/v1/completions`` answer as the Chat answer the rest of the addon expects.
 
-    def stream(self) -> CompletionStreamToChat:
+        A completion the family's parser could not read is noted on the call's context.
+        """
+        assert self.context is not None  # only exact calls come here
+        chat, parsed = chat_from_completion(
+            completion, self.context.family, _prompt_tail(state), _tools(state)
+        )
+        note_parse(state, parsed.parse_error)
+        return chat
+
+    def stream(self, state: CallState) -> CompletionStreamToChat:
         """A converter of one completion stream into Chat chunks."""
-        return CompletionStreamToChat(self.end_of_turn)
+        assert self.context is not None  # only exact calls come here
+        return CompletionStreamToChat(self.context.family, _prompt_tail(state), _tools(state))
 
     def remember(self, state: CallState) -> None:
         """Keep a call answered in full, with its tokens, as a turn later calls may continue.
@@ -194,6 +203,25 @@ class ExactUpstream:
         """Drop what is kept for a session (it ended)."""
         if self.context is not None:
             self.context.forget(session)
+
+
+def note_parse(state: CallState, error: str | None) -> None:
+    """Put a parse failure of the family's parsers on the call's context note."""
+    if error and state.context is not None:
+        note = f"{state.context.note}; {error}" if state.context.note else error
+        state.context = state.context.model_copy(update={"note": note})
+
+
+def _prompt_tail(state: CallState) -> list[int]:
+    """The end of the call's prompt: the parsers look there for reasoning the prompt opened."""
+    capture = state.capture
+    if capture.packed_prompt_ids is not None:
+        return TokenIds(capture.packed_prompt_ids[-256:]).to_list()  # 64 ids, 4 bytes each
+    return list((capture.prompt_token_ids or [])[-64:])
+
+
+def _tools(state: CallState) -> Any:
+    return (state.upstream_request or {}).get("tools")
 
 
 def _mode(asked: str | None) -> Mode | None:

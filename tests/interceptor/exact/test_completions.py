@@ -1,4 +1,4 @@
-"""Completions answers as Chat answers: text split into content and tool calls, ids kept."""
+"""Completions answers as Chat answers: sampled ids split into content and tool calls, ids kept."""
 
 from __future__ import annotations
 
@@ -9,14 +9,17 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rollstream.backend.tokenizer import default_tokenizer_dir
 from rollstream.interceptor.exact.completions import (
     CompletionStreamToChat,
     chat_from_completion,
     completion_request,
 )
 from rollstream.models.hermes import parse_tool_calls
+from rollstream.models.template_family import TemplateFamily
 
 EOT = "<|im_end|>"
+FAMILY = TemplateFamily.load(default_tokenizer_dir())  # the toy model: hermes calls
 
 
 def test_the_request_keeps_sampling_and_asks_for_ids() -> None:
@@ -70,11 +73,11 @@ def test_streamed_and_whole_answers_agree_with_the_parser(
     text: str, tool_calls: list[tuple[str, dict[str, str]]], cuts: list[int]
 ) -> None:
     full = completion_text(text, tool_calls)
-    ids = list(range(len(full)))  # one id per character: what matters is that all arrive
+    ids = FAMILY.tokenizer.encode(full)
     expected = parse_tool_calls(full[: -len(EOT)])
-    whole = chat_from_completion(
+    whole, _ = chat_from_completion(
         {"id": "cmpl-1", "choices": [{"text": full, "finish_reason": "stop", "token_ids": ids}]},
-        EOT,
+        FAMILY,
     )
     message = whole["choices"][0]["message"]
     assert message["content"] == expected.content
@@ -84,9 +87,9 @@ def test_streamed_and_whole_answers_agree_with_the_parser(
     ] == [(n, a) for n, a in tool_calls]
     assert whole["choices"][0]["finish_reason"] == ("tool_calls" if tool_calls else "stop")
 
-    bounds = sorted({min(c, len(full)) for c in cuts} | {0, len(full)})
-    pieces = [full[a:b] for a, b in itertools.pairwise(bounds)]
-    translator = CompletionStreamToChat(EOT)
+    bounds = sorted({min(c, len(ids)) for c in cuts} | {0, len(ids)})
+    pieces = [FAMILY.tokenizer.decode(ids[a:b]) for a, b in itertools.pairwise(bounds)]
+    translator = CompletionStreamToChat(FAMILY)
     chunks: list[dict[str, Any]] = []
     for i, piece in enumerate(pieces):
         last = i == len(pieces) - 1
@@ -130,7 +133,7 @@ def test_logprobs_become_chat_logprobs_and_usage_passes() -> None:
         ],
         "usage": {"prompt_tokens": 3, "completion_tokens": 2},
     }
-    chat = chat_from_completion(body, EOT)
+    chat, _ = chat_from_completion(body, FAMILY)
     [first, second] = chat["choices"][0]["logprobs"]["content"]
     assert first == {
         "token": "h",
@@ -143,6 +146,6 @@ def test_logprobs_become_chat_logprobs_and_usage_passes() -> None:
     )
     assert chat["id"] == "chatcmpl-9"
     usage = list(
-        CompletionStreamToChat(EOT).feed({"id": "cmpl-9", "choices": [], "usage": {"x": 1}})
+        CompletionStreamToChat(FAMILY).feed({"id": "cmpl-9", "choices": [], "usage": {"x": 1}})
     )
     assert usage[0]["usage"] == {"x": 1} and usage[0]["choices"] == []

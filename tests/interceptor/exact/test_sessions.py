@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from rollstream.backend.tokenizer import default_tokenizer_dir
-from rollstream.interceptor.exact.render import TemplateSplitError
 from rollstream.interceptor.exact.sessions import (
     FIRST_CALL,
     NOT_APPENDED,
@@ -16,8 +15,10 @@ from rollstream.interceptor.exact.sessions import (
     UNKNOWN_TURN,
     ExactContext,
 )
+from rollstream.models.family import ContinuationError
+from rollstream.models.template_family import TemplateFamily
 from rollstream.models.tokenizer import ChatTokenizer
-from tests.interceptor.exact.test_render import _tokenizer_with_template
+from tests.models.test_template_family import _tokenizer_with_template
 
 Message = dict[str, Any]
 
@@ -38,7 +39,7 @@ def sampled(tok: ChatTokenizer, text: str) -> list[int]:
 def test_a_thread_is_continued_and_a_side_call_does_not_break_it(
     tokenizer: ChatTokenizer,
 ) -> None:
-    context = ExactContext(tokenizer)
+    context = ExactContext(TemplateFamily(tokenizer))
     main: list[Message] = [{"role": "user", "content": "fix the bug"}]
     assert context.plan("s", {"messages": main}).note == FIRST_CALL
     prompt = tokenizer.encode(tokenizer.render(main))
@@ -59,7 +60,7 @@ def test_a_thread_is_continued_and_a_side_call_does_not_break_it(
 
 
 def test_changed_tools_and_edited_history_fall_back(tokenizer: ChatTokenizer) -> None:
-    context = ExactContext(tokenizer)
+    context = ExactContext(TemplateFamily(tokenizer))
     tools: Any = [{"type": "function", "function": {"name": "shell", "parameters": {}}}]
     first: list[Message] = [{"role": "user", "content": "q"}]
     context.remember(
@@ -75,7 +76,7 @@ def test_changed_tools_and_edited_history_fall_back(tokenizer: ChatTokenizer) ->
 def test_a_thread_that_moved_on_replaces_its_old_turn_and_memory_is_bounded(
     tokenizer: ChatTokenizer,
 ) -> None:
-    context = ExactContext(tokenizer, sessions=2, turns=2)
+    context = ExactContext(TemplateFamily(tokenizer), sessions=2, turns=2)
     first: list[Message] = [{"role": "user", "content": "q"}]
     context.remember("s", {"messages": first}, answer_of("a"), [5], sampled(tokenizer, "a"))
     second = [*first, answer_of("a"), {"role": "user", "content": "b"}]
@@ -94,14 +95,14 @@ def test_a_template_that_cannot_be_split_refuses_the_mode(tmp_path: Path) -> Non
         "{%- for m in messages %}{{- m.role + ': ' + (m.content or '') + '<|im_end|>\\n' }}"
         "{%- endfor %}"
     )
-    with pytest.raises(TemplateSplitError, match="exact context refused"):
-        ExactContext(_tokenizer_with_template(tmp_path, counting))
+    with pytest.raises(ContinuationError, match="exact context refused"):
+        ExactContext(TemplateFamily(_tokenizer_with_template(tmp_path, counting)))
 
 
 def test_an_answered_turn_never_kept_is_not_rendered_by_the_template(
     tokenizer: ChatTokenizer,
 ) -> None:
-    context = ExactContext(tokenizer)
+    context = ExactContext(TemplateFamily(tokenizer))
     first: list[Message] = [{"role": "user", "content": "fix the bug"}]
     context.remember(
         "s", {"messages": first}, answer_of("Looking"), [1, 2], sampled(tokenizer, "Looking")

