@@ -82,6 +82,7 @@ class Interceptor:
                 await asyncio.wait_for(store.publish(), 10)
         except (BrokerError, TimeoutError, OSError, Exception) as exc:  # the broker may be away
             log.warning("schemas not published yet (%s); readers use the shipped ones", exc)
+        await self.addon.exact.check_upstream(self.settings)
         await self.publisher.start()
         if self.policy is not None:
             await self.policy.start()

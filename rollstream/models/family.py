@@ -44,8 +44,7 @@ class ParsedTurn:
         """The Chat Completions ``message`` (reasoning under both names vLLM has used)."""
         out: Message = {"role": "assistant", "content": self.content}
         if self.reasoning:
-            out["reasoning_content"] = self.reasoning
-            out["reasoning"] = self.reasoning
+            out |= reasoning_fields(self.reasoning)
         if self.tool_calls:
             out["tool_calls"] = [call.to_openai() for call in self.tool_calls]
         return out
@@ -228,6 +227,15 @@ class TaggedCalls(ABC):
     @abstractmethod
     def call_started(self, completion_ids: Sequence[int]) -> bool:
         """Whether a tool call has begun in these ids."""
+
+
+def reasoning_fields(text: str) -> dict[str, str]:
+    """A Chat message's reasoning, under both names.
+
+    vLLM wrote and read ``reasoning_content``, and from 0.20 reads only ``reasoning`` for
+    history; a server ignores the name it does not use.
+    """
+    return {"reasoning_content": text, "reasoning": text}
 
 
 def arguments_json(arguments: Any) -> str:

@@ -169,13 +169,19 @@ def test_thinking_becomes_reasoning_content_redacted_dropped() -> None:
         "role": "assistant",
         "content": "Answer.",
         "reasoning_content": "Let me think.\nDone.",
+        "reasoning": "Let me think.\nDone.",  # the name vLLM 0.20+ reads in history
     }
 
 
 def test_assistant_without_text_or_calls_has_empty_content() -> None:
     content = [{"type": "thinking", "thinking": "hm", "signature": ""}]
     message = chat([user("q"), assistant(content)])["messages"][1]
-    assert message == {"role": "assistant", "content": "", "reasoning_content": "hm"}
+    assert message == {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": "hm",
+        "reasoning": "hm",
+    }
 
 
 def test_tool_results_come_first_then_user_text() -> None:

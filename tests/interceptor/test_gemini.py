@@ -224,7 +224,12 @@ def test_thoughts_become_reasoning_and_signatures_are_dropped() -> None:
     )
     assert out == [
         {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": "Hello", "reasoning_content": "Let me think."},
+        {
+            "role": "assistant",
+            "content": "Hello",
+            "reasoning_content": "Let me think.",
+            "reasoning": "Let me think.",
+        },
     ]
 
 

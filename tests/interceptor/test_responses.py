@@ -168,10 +168,16 @@ def test_reasoning_goes_on_the_next_assistant_message() -> None:
             "role": "assistant",
             "content": None,
             "reasoning_content": "think",
+            "reasoning": "think",
             "tool_calls": [tool_call("call_1", "shell", "{}")],
         },
         {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
-        {"role": "assistant", "content": "done", "reasoning_content": "think"},
+        {
+            "role": "assistant",
+            "content": "done",
+            "reasoning_content": "think",
+            "reasoning": "think",
+        },
         {"role": "user", "content": "again"},
     ]
 
@@ -183,7 +189,9 @@ def test_reasoning_without_summary_falls_back_to_its_content() -> None:
         "content": [{"type": "reasoning_text", "text": "r"}],
     }
     got = messages({"input": [reasoning, {"role": "assistant", "content": "a"}]})
-    assert got == [{"role": "assistant", "content": "a", "reasoning_content": "r"}]
+    assert got == [
+        {"role": "assistant", "content": "a", "reasoning_content": "r", "reasoning": "r"}
+    ]
 
 
 def test_reasoning_between_message_and_call_starts_a_new_assistant_message() -> None:

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
+import aiohttp
+
 from rollstream.errors import ConfigurationError
 from rollstream.interceptor.exact.completions import (
     CompletionStreamToChat,
@@ -33,6 +35,12 @@ from rollstream.schemas import ContextInfo, ContextMode, TokenIds
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
+#: What the tokenizers of the interceptor and the upstream must agree on (the family's end of
+#: turn is added): prose, code, unicode, whitespace runs.
+TOKENIZER_PROBE = (
+    "Hello, world! def f(x):\n    return x ** 2  # comment\n\n\t\tüñíçødé 日本語 😀 "
+    '   spaces   and\r\nnewlines 12345 6.02e23 <tag> {"json": [1, 2]}'
+)
 #: A session asks for (or out of) exact context per call with this header; never forwarded.
 CONTEXT_HEADER = "x-rollstream-context"
 Mode = Literal["ordinary", "exact"]
@@ -96,6 +104,54 @@ class ExactUpstream:
         if self.context is None and self.default == "exact":
             # Not fatal: every call is still served and recorded, with this reason on it.
             log.warning("%s; calls are rendered by the server as usual", self.unavailable)
+
+    async def check_upstream(self, settings: InterceptorSettings) -> None:
+        """Refuse exact context when the upstream tokenizes differently from our family.
+
+        Prompts built from the wrong vocabulary are accepted by any server and answered with
+        nonsense, with no error anywhere: one ``/tokenize`` of a fixed text tells. An upstream
+        without ``/tokenize`` (or not up yet) is logged and trusted.
+        """
+        if self.context is None:
+            return
+        family = self.context.family
+        eot = family.tokenizer.token_text(family.end_of_turn_id)
+        text = TOKENIZER_PROBE + eot
+        body: JSON = {"prompt": text, "add_special_tokens": False}
+        if settings.upstream_model:
+            body["model"] = settings.upstream_model
+        headers = {}
+        if settings.upstream_api_key is not None:
+            headers["authorization"] = f"Bearer {settings.upstream_api_key.get_secret_value()}"
+        url = settings.upstream.rstrip("/") + "/tokenize"
+        try:
+            timeout = aiohttp.ClientTimeout(total=5)
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as client,
+                client.post(url, json=body, headers=headers) as response,
+            ):
+                answer = await response.json() if response.status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            log.warning("could not compare tokenizers with the upstream (%s): %s", url, exc)
+            return
+        theirs = (answer or {}).get("tokens")
+        if not isinstance(theirs, list):
+            log.warning("the upstream has no /tokenize: exact context trusts its tokenizer")
+            return
+        ours = family.tokenizer.encode(text)
+        if theirs != ours:
+            at = next(
+                (i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), None
+            )
+            at = min(len(ours), len(theirs)) if at is None else at
+            self.context = None
+            self.unavailable = (
+                f"exact context refused: the interceptor's tokenizer (family {family.name}, "
+                f"{family.tokenizer.path}) and the upstream's ({settings.upstream}) disagree: "
+                f"{len(ours)} and {len(theirs)} ids for the same text, first difference at "
+                f"id {at} ({ours[at : at + 3]} against {theirs[at : at + 3]})"
+            )
+            log.error("%s; calls are rendered by the server as usual", self.unavailable)
 
     def mode(self, asked: str | None, session: str | None = None) -> Mode:
         """The mode of one call.

@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 from rollstream.interceptor.translate.errors import TranslationError
+from rollstream.models.family import reasoning_fields
 
 JSON = dict[str, Any]
 
@@ -292,7 +293,7 @@ def _assistant_message(blocks: list[tuple[str, JSON]]) -> JSON:
     elif message["content"] is None:
         message["content"] = ""  # chat templates expect text when there is no tool call
     if thinking:
-        message["reasoning_content"] = "\n".join(thinking)
+        message |= reasoning_fields("\n".join(thinking))
     return message
 
 

@@ -18,6 +18,7 @@ from urllib.parse import unquote
 
 from rollstream.interceptor.translate.errors import TranslationError
 from rollstream.interceptor.translate.gemini_config import chat_settings, chat_tools
+from rollstream.models.family import reasoning_fields
 
 JSON = dict[str, Any]
 
@@ -243,7 +244,7 @@ def _assistant_message(parts: list[tuple[str, JSON]], index: int) -> tuple[JSON,
     elif message["content"] is None:
         message["content"] = ""  # chat templates expect text when there is no tool call
     if thoughts:
-        message["reasoning_content"] = "".join(thoughts)
+        message |= reasoning_fields("".join(thoughts))
     pending = [(c["id"], c["function"]["name"]) for c in calls]
     return message, pending
 

@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from rollstream.interceptor.translate.errors import TranslationError
+from rollstream.models.family import reasoning_fields
 
 JSON = dict[str, Any]
 
@@ -127,7 +128,7 @@ def _input_messages(items: Any) -> list[JSON]:
 def _assistant(content: str | list[JSON] | None, reasoning: list[str]) -> JSON:
     message: JSON = {"role": "assistant", "content": content}
     if reasoning:
-        message["reasoning_content"] = "\n".join(reasoning)
+        message |= reasoning_fields("\n".join(reasoning))
         reasoning.clear()
     return message
 
