@@ -19,15 +19,14 @@ import pytest
 
 from rollstream.consumers.reconstruct.calls import resolve_calls
 from rollstream.consumers.reconstruct.checker import check_segments
+from rollstream.consumers.reconstruct.fidelity import count_threads
 from rollstream.consumers.reconstruct.strategies import StrategyContext, get_strategy
 from rollstream.harnesses.install import PACKAGES
 from rollstream.harnesses.presets import PRESETS, HarnessContext
 from rollstream.harnesses.runner import run_harness
-from rollstream.interceptor.exact.render import appended_messages
 from rollstream.interceptor.exact.sessions import FIRST_CALL, NOT_APPENDED
 from rollstream.interceptor.proxy import Interceptor
 from rollstream.schemas import CallRecord, CallStatus, ContextMode, TopicNames
-from rollstream.schemas.calls import SessionRequests
 from rollstream.settings import KafkaSettings
 from tests.harness_stack import MODEL, harnesses_installed, scripted_interceptor
 from tests.harnesses.conftest import AblationReport, AblationRow
@@ -42,20 +41,6 @@ Start = Callable[[Mode], Any]
 @pytest.fixture(scope="module")
 def harness_bin() -> Path:
     return harnesses_installed()
-
-
-def count_threads(records: list[CallRecord]) -> int:
-    """Conversation threads among a session's calls, from their Chat requests and answers."""
-    requests = SessionRequests(records)
-    seen: list[tuple[list[dict[str, Any]], dict[str, Any]]] = []
-    threads = 0
-    for record in records:
-        messages = requests.upstream(record.call_id)["messages"]
-        if not any(appended_messages(m, a, messages) is not None for m, a in seen):
-            threads += 1
-        response = record.decoded_response()
-        seen.append((messages, response["choices"][0]["message"]))
-    return threads
 
 
 async def _run(

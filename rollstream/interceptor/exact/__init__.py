@@ -1,1 +1,1 @@
-"""Exact-context mode: prompts built from the session's own sampled tokens (see render.py)."""
+"""Exact-context mode: prompts built from the session's own sampled tokens (see upstream.py)."""

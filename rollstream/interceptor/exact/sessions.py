@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rollstream.interceptor.exact.render import appended_messages
 from rollstream.models.family import AnsweredTurn, ContinuationError, Family
+from rollstream.models.threads import appended_messages
 
 Message = dict[str, Any]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollstream.interceptor.exact.render import appended_messages, same_answer
+from rollstream.models.threads import appended_messages, same_answer
 
 Message = dict[str, Any]
 
