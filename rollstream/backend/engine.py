@@ -48,14 +48,17 @@ async def generate(
     latency: Latency,
     stop: list[str],
     outcome: Outcome,
+    stop_ids: frozenset[int] | None = None,
 ) -> AsyncIterator[Step]:
-    """Yield each sampled token until end-of-turn, a stop string or ``max_tokens``.
+    """Yield each sampled token until a stop token, a stop string or ``max_tokens``.
 
     Every sampled token is yielded, the end-of-turn token and the tokens that completed a stop
     string included: token ids are what was sampled. Text is cut before a stop string; while
     stop strings are set, the last characters a stop string could start with are held back
-    until it is clear they are not one. ``outcome`` holds the finish reason at the end.
+    until it is clear they are not one. ``stop_ids``: the served family's stop tokens (default:
+    the tokenizer's). ``outcome`` holds the finish reason at the end.
     """
+    stops = tokenizer.stop_ids if stop_ids is None else stop_ids
     decoder = tokenizer.incremental_decoder()
     hold = max((len(s) for s in stop), default=1) - 1
     full = ""  # all text decoded so far
@@ -74,7 +77,7 @@ async def generate(
             await asyncio.sleep(latency.tpot_ms / 1000)
         sample = generation.next_token()
         outcome.token_ids.append(sample.token_id)
-        if sample.token_id in tokenizer.stop_ids and not request.ignore_eos:
+        if sample.token_id in stops and not request.ignore_eos:
             full += decoder.flush()
             outcome.finish_reason = "stop"
             outcome.text = full

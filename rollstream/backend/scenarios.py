@@ -212,16 +212,29 @@ def resolve_call(call: ToolCallSpec, offered: list[str]) -> tuple[str, dict[str,
     return call.tool, dict(call.arguments)
 
 
-def turn_text(turn: Turn, offered: list[str], rng: random.Random) -> str:
-    """The text the model samples for a turn, tool calls written as Hermes blocks.
+def turn_calls(turn: Turn, offered: list[str], rng: random.Random) -> list[tuple[str, str]]:
+    """The turn's calls as (tool name, arguments as the model writes the JSON).
 
-    The JSON spacing varies as a sampling model's would: sometimes compact, which the chat
+    The JSON spacing varies as a sampling model's would: sometimes compact, which a chat
     template re-renders differently, so the next prompt need not contain the sampled bytes.
     """
-    parts = [turn.text] if turn.text else []
+    calls = []
     for call in turn.calls:
         name, arguments = resolve_call(call, offered)
         separators = (",", ":") if rng.random() < 0.25 else (", ", ": ")
-        args = json.dumps(arguments, ensure_ascii=False, separators=separators)
+        calls.append((name, json.dumps(arguments, ensure_ascii=False, separators=separators)))
+    return calls
+
+
+def turn_text(turn: Turn, offered: list[str], rng: random.Random) -> str:
+    """The text the model samples for a turn, tool calls written as Hermes blocks."""
+    parts = [turn.text] if turn.text else []
+    for name, args in turn_calls(turn, offered, rng):
         parts.append(f'<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>')
     return "\n".join(parts)
+
+
+def scripted_tools(scenarios: ScenarioFile) -> list[str]:
+    """Every tool name a scenario file's calls may resolve to: the shell tools and named ones."""
+    named = [c.tool for s in scenarios.scenarios for t in s.turns for c in t.calls]
+    return list(dict.fromkeys([*SHELL_TOOLS, *(n for n in named if n != SHELL)]))

@@ -11,14 +11,17 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from rollstream.backend import openai_api as api
-from rollstream.backend.engine import Latency, Outcome, generate
+from rollstream.backend.chat_output import chat_message, send, sse_response, stream_chat
+from rollstream.backend.engine import Latency, Outcome, Step, generate
 from rollstream.backend.openai_api import ApiError, ChatRequest, CompletionRequest
 from rollstream.backend.policies import make_policy
 from rollstream.backend.policies.base import GenerationRequest, Policy, PolicyError, Sample
 from rollstream.backend.settings import BackendSettings
 from rollstream.backend.tokenizer import default_tokenizer_dir
 from rollstream.backend.weights_api import WeightsApi
-from rollstream.models.hermes import StreamingToolParser, parse_tool_calls
+from rollstream.models.families import GENERIC, load_family
+from rollstream.models.family import Family
+from rollstream.models.template_family import TemplateFamily
 from rollstream.models.tokenizer import ChatTokenizer
 
 log = logging.getLogger(__name__)
@@ -74,18 +77,38 @@ def _validate[R: api._Request](model: type[R], body: dict[str, Any]) -> R:
         raise ApiError(400, f"invalid request: {param}: {first['msg']}", param=param) from exc
 
 
+def served_family(settings: BackendSettings) -> Family:
+    """The family the settings name, on their tokenizer folder.
+
+    Without a folder: a named family's vocabulary from the cache, or (generic) the shipped toy
+    tokenizer. An unknown name is a ConfigurationError listing the known ones.
+    """
+    folder = settings.tokenizer
+    if folder is None and settings.family in (None, GENERIC):
+        folder = default_tokenizer_dir()
+    return load_family(settings.family, folder)
+
+
 class Backend:
-    """The served model: tokenizer, policy, latency, and the request handlers."""
+    """The served model: its family (tokenizer, renderer, parsers), policy, latency, handlers.
+
+    ``family`` or ``tokenizer`` (served as the generic family: its own template) replace the
+    one the settings name.
+    """
 
     def __init__(
         self,
         settings: BackendSettings,
         tokenizer: ChatTokenizer | None = None,
         policy: Policy | None = None,
+        family: Family | None = None,
     ) -> None:
         self.settings = settings
-        self.tokenizer = tokenizer or ChatTokenizer(settings.tokenizer or default_tokenizer_dir())
-        self.policy = policy or make_policy(settings, self.tokenizer)
+        if family is None:
+            family = TemplateFamily(tokenizer) if tokenizer else served_family(settings)
+        self.family = family
+        self.tokenizer = family.tokenizer
+        self.policy = policy or make_policy(settings, self.tokenizer, family)
         self.latency = Latency(settings.ttft_ms, settings.prefill_us_per_token, settings.tpot_ms)
 
     def app(self) -> web.Application:
@@ -128,14 +151,13 @@ class Backend:
         """Token ids of a prompt, or of a conversation rendered with the chat template."""
         body = await _json(request)
         if "messages" in body:
-            text = self._render(
+            ids = self._render(
                 body["messages"], body.get("tools"), body.get("add_generation_prompt", True)
             )
         elif isinstance(body.get("prompt"), str):
-            text = body["prompt"]
+            ids = self.tokenizer.encode(body["prompt"])
         else:
             raise ApiError(400, "tokenize needs 'prompt' (a string) or 'messages'")
-        ids = self.tokenizer.encode(text)
         return web.json_response(
             {
                 "count": len(ids),
@@ -165,10 +187,10 @@ class Backend:
                 "model_not_found",
             )
 
-    def _render(self, messages: Any, tools: Any, add_generation_prompt: bool) -> str:
+    def _render(self, messages: Any, tools: Any, add_generation_prompt: bool) -> list[int]:
         try:
-            return self.tokenizer.render(messages, tools, add_generation_prompt)
-        except Exception as exc:  # jinja raises many kinds for malformed conversations
+            return self.family.render_ids(messages, tools, add_generation_prompt)
+        except Exception as exc:  # jinja and renderers raise many kinds for malformed input
             raise ApiError(400, f"cannot render the conversation: {exc}", param="messages") from exc
 
     def _budget(self, prompt_len: int, requested: int | None) -> int:
@@ -199,8 +221,7 @@ class Backend:
         self._check_model(req.model)
         if req.n != 1:
             raise ApiError(400, "only n=1 is supported", param="n")
-        text = self._render(req.messages, req.tools, req.add_generation_prompt)
-        prompt_ids = self.tokenizer.encode(text)
+        prompt_ids = self._render(req.messages, req.tools, req.add_generation_prompt)
         gen_request = GenerationRequest(
             prompt_ids=prompt_ids,
             max_tokens=self._budget(len(prompt_ids), req.max_completion_tokens or req.max_tokens),
@@ -214,24 +235,25 @@ class Backend:
         )
         generation = self._start(gen_request)
         outcome = Outcome()
-        steps = generate(
-            self.tokenizer, generation, gen_request, self.latency, req.stop_strings, outcome
-        )
+        steps = self._generate(generation, gen_request, req.stop_strings, outcome)
+        header = api.Header.new("chatcmpl", self.settings.model)
         if req.stream:
-            return await self._chat_stream(request, req, gen_request, steps, outcome)
+            return await stream_chat(
+                request,
+                header,
+                self.family,
+                req,
+                gen_request,
+                steps,
+                outcome,
+                lambda sample: self._chat_logprob(sample, req),
+            )
         samples = [step.sample async for step in steps if step.sample is not None]
-        message: dict[str, Any] = {"role": "assistant", "content": outcome.text, "tool_calls": []}
-        finish = outcome.finish_reason
-        if req.parse_tools:
-            parsed = parse_tool_calls(outcome.text)
-            message["content"] = parsed.content
-            message["tool_calls"] = [c.to_openai() for c in parsed.tool_calls]
-            if parsed.tool_calls and finish == "stop":
-                finish = "tool_calls"
+        message, finish = chat_message(self.family, req, prompt_ids, outcome)
         logprobs = [self._chat_logprob(s, req) for s in samples] if req.logprobs else None
         return web.json_response(
             api.chat_response(
-                api.Header.new("chatcmpl", self.settings.model),
+                header,
                 message=message,
                 finish_reason=finish,
                 stop_reason=outcome.stop_reason,
@@ -242,82 +264,14 @@ class Backend:
             )
         )
 
+    def _generate(
+        self, generation: Any, gen_request: GenerationRequest, stop: list[str], outcome: Outcome
+    ) -> AsyncIterator[Step]:
+        stops = self.family.stop_ids
+        return generate(self.tokenizer, generation, gen_request, self.latency, stop, outcome, stops)
+
     def _chat_logprob(self, sample: Sample, req: ChatRequest) -> dict[str, Any]:
         return api.chat_logprob_entry(self.tokenizer, sample, req.return_tokens_as_token_ids)
-
-    async def _chat_stream(
-        self,
-        request: web.Request,
-        req: ChatRequest,
-        gen_request: GenerationRequest,
-        steps: AsyncIterator[Any],
-        outcome: Outcome,
-    ) -> web.StreamResponse:
-        response = await _sse_response(request)
-        header = api.Header.new("chatcmpl", self.settings.model)
-        with_ids = req.return_token_ids
-        parser = StreamingToolParser() if req.parse_tools else None
-        await _send(
-            response,
-            api.chat_chunk(
-                header,
-                delta={"role": "assistant", "content": ""},
-                token_ids=[] if with_ids else None,
-                prompt_ids=gen_request.prompt_ids if with_ids else None,
-            ),
-        )
-        async for step in steps:
-            delta: dict[str, Any] = {}
-            if parser is not None:
-                parsed = parser.feed(step.text)
-                if parsed.content:
-                    delta["content"] = parsed.content
-                if parsed.tool_calls:
-                    delta["tool_calls"] = parsed.tool_calls
-            elif step.text:
-                delta["content"] = step.text
-            sample = step.sample
-            await _send(
-                response,
-                api.chat_chunk(
-                    header,
-                    delta=delta,
-                    token_ids=([sample.token_id] if sample else []) if with_ids else None,
-                    logprobs=[self._chat_logprob(sample, req)] if req.logprobs and sample else None,
-                ),
-            )
-        final: dict[str, Any] = {}
-        finish = outcome.finish_reason
-        if parser is not None:
-            rest = parser.finish()
-            if rest.content:
-                final["content"] = rest.content
-            if rest.tool_calls:
-                final["tool_calls"] = rest.tool_calls
-            if parser.calls and finish == "stop":
-                finish = "tool_calls"
-        await _send(
-            response,
-            api.chat_chunk(
-                header,
-                delta=final,
-                token_ids=[] if with_ids else None,
-                finish_reason=finish,
-                stop_reason=outcome.stop_reason,
-            ),
-        )
-        if req.include_usage:
-            await _send(
-                response,
-                api.usage_chunk(
-                    header,
-                    "chat.completion.chunk",
-                    len(gen_request.prompt_ids),
-                    len(outcome.token_ids),
-                ),
-            )
-        await response.write(b"data: [DONE]\n\n")
-        return response
 
     # -- completions -----------------------------------------------------------------------
 
@@ -345,9 +299,7 @@ class Backend:
         )
         generation = self._start(gen_request)
         outcome = Outcome()
-        steps = generate(
-            self.tokenizer, generation, gen_request, self.latency, req.stop_strings, outcome
-        )
+        steps = self._generate(generation, gen_request, req.stop_strings, outcome)
         header = api.Header.new("cmpl", self.settings.model)
         with_logprobs = req.logprobs is not None
         as_ids = req.return_tokens_as_token_ids
@@ -367,7 +319,7 @@ class Backend:
                 header, choice, api.usage(len(prompt_ids), len(outcome.token_ids))
             )
             return web.json_response(body)
-        response = await _sse_response(request)
+        response = await sse_response(request)
         first, offset = True, 0
         async for step in steps:
             samples = [step.sample] if step.sample else []
@@ -383,7 +335,7 @@ class Backend:
             )
             offset += len(step.text)
             first = False
-            await _send(response, api.completion_body(header, choice, None))
+            await send(response, api.completion_body(header, choice, None))
         closing = api.completion_choice(
             text="",
             logprobs=None,
@@ -392,9 +344,9 @@ class Backend:
             prompt_ids=prompt_ids if req.return_token_ids and first else None,
             token_ids=[] if req.return_token_ids else None,
         )
-        await _send(response, api.completion_body(header, closing, None))
+        await send(response, api.completion_body(header, closing, None))
         if req.include_usage:
-            await _send(
+            await send(
                 response,
                 api.usage_chunk(
                     header,
@@ -405,15 +357,3 @@ class Backend:
             )
         await response.write(b"data: [DONE]\n\n")
         return response
-
-
-async def _sse_response(request: web.Request) -> web.StreamResponse:
-    response = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-    )
-    await response.prepare(request)
-    return response
-
-
-async def _send(response: web.StreamResponse, chunk: dict[str, Any]) -> None:
-    await response.write(b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n")

@@ -10,7 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class BackendSettings(BaseSettings):
-    """How ``rollstream backend`` serves: address, tokenizer, policy, latency."""
+    """How ``rollstream backend`` serves: address, model family, tokenizer, policy, latency."""
 
     model_config = SettingsConfigDict(env_prefix="ROLLSTREAM_BACKEND_", frozen=True, extra="ignore")
 
@@ -18,7 +18,16 @@ class BackendSettings(BaseSettings):
     port: int = Field(default=8000, ge=0, le=65535, description="Port (0: any free port).")
     model: str = Field(default="rollstream-tiny", description="The served model name.")
     tokenizer: Path | None = Field(
-        default=None, description="A Hugging Face tokenizer folder. Default: the shipped one."
+        default=None,
+        description="A Hugging Face tokenizer folder. Default: the family's vocabulary from the "
+        "cache, or the shipped toy one without a family.",
+    )
+    family: str | None = Field(
+        default=None,
+        description="The served model family, whose renderer and parsers write prompts and read "
+        "answers: qwen3, qwen3-instruct, qwen3-coder, qwen3.5, llama-3, gpt-oss, deepseek-v3, "
+        "glm-4.5, kimi-k2, or generic (the tokenizer folder's own chat template, hermes tool "
+        "calls). Default: generic.",
     )
     policy: Literal["tiny", "scripted", "hf"] = Field(
         default="tiny",

@@ -24,7 +24,7 @@ async def serve(settings: BackendSettings, stop: StopSignal) -> None:
     port = runner.addresses[0][1]  # the real port when 0 was asked
     click.echo(
         f"serving {settings.model} ({settings.policy} policy, {backend.tokenizer.vocab_size} "
-        f"tokens) on http://{settings.host}:{port}/v1",
+        f"tokens) on http://{settings.host}:{port}/v1 ({backend.family.name} family)",
         err=True,
     )
     try:
@@ -39,7 +39,10 @@ async def serve(settings: BackendSettings, stop: StopSignal) -> None:
 def backend(settings: BackendSettings) -> None:
     """Serve vLLM's OpenAI-compatible subset on the CPU (token ids, logprobs, tool calls).
 
-    With no options: the shipped tokenizer and the tiny policy on 127.0.0.1:8000.
+    With no options: the shipped tokenizer and the tiny policy on 127.0.0.1:8000. With
+    --family (qwen3, qwen3-coder, llama-3, gpt-oss, ...): that model family's renderer, parsers
+    and real vocabulary (from the cache, built the first time), so prompts, tool calls and
+    reasoning are in its native format.
     """
 
     async def main(stop: StopSignal) -> None:

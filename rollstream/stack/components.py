@@ -7,9 +7,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rollstream.backend.settings import BackendSettings
 from rollstream.backend.tokenizer import default_tokenizer_dir
 from rollstream.broker.config import free_port
 from rollstream.errors import ConfigurationError
+from rollstream.models.families import FAMILIES, GENERIC, known_families
 from rollstream.stack.settings import StackSettings
 
 
@@ -65,35 +67,83 @@ def vllm_argv(model: str, served_name: str, host: str, port: int, tool_parser: s
     ]
 
 
-def _context_options(settings: StackSettings) -> list[str]:
-    """The interceptor's exact-context options: the mode, and the served model's tokenizer.
+@dataclass(frozen=True)
+class Served:
+    """The model the stack serves.
+
+    ``family``: None is generic; ``tokenizer``: the folder the reference backend serves (None:
+    its default, the shipped toy tokenizer).
+    """
+
+    family: str | None
+    tokenizer: Path | None
+
+
+def served_model(settings: StackSettings) -> Served:
+    """The family (``--family``, else ROLLSTREAM_BACKEND_FAMILY) and the backend's folder.
+
+    When the stack starts the reference backend, the folder is ROLLSTREAM_BACKEND_TOKENIZER if
+    set, else a named family's vocabulary (built into the cache the first time); the
+    interceptor gets the same folder, so both sides tokenize alike.
+    """
+    # What the backend would read from the environment it inherits.
+    backend = BackendSettings()
+    family = settings.family or backend.family
+    if family is not None and family not in known_families():
+        raise ConfigurationError(
+            f"unknown model family {family!r}; known: {', '.join(known_families())}"
+        )
+    if settings.upstream is not None or settings.vllm is not None:
+        return Served(family, None)  # no reference backend: nothing to build
+    folder = backend.tokenizer
+    if folder is None and family is not None and family != GENERIC:
+        from rollstream.models.vocabularies import vocabulary_dir
+
+        folder = vocabulary_dir(FAMILIES[family].vocabulary)
+    return Served(family, folder)
+
+
+def _context_options(settings: StackSettings, served: Served) -> list[str]:
+    """The interceptor's exact-context options: the mode, the served family and tokenizer.
 
     The tokenizer goes whenever the stack knows it, so that tasks may choose exact context
     for their sessions (metadata ``context``) under the default ordinary mode.
     """
     options: list[str] = []
+    if served.family is not None:
+        options += ["--family", served.family]
     if settings.upstream is None and settings.vllm is None:
-        options += ["--tokenizer", str(default_tokenizer_dir())]
+        options += ["--tokenizer", str(served.tokenizer or default_tokenizer_dir())]
     elif settings.vllm is not None and Path(settings.vllm).expanduser().is_dir():
         options += ["--tokenizer", str(Path(settings.vllm).expanduser())]
-    # Otherwise ROLLSTREAM_INTERCEPTOR_TOKENIZER (inherited) names it, or calls asking for
-    # exact context fall back and their records say so.
+    # Otherwise ROLLSTREAM_INTERCEPTOR_TOKENIZER (inherited) names it, the family's vocabulary
+    # is used, or calls asking for exact context fall back and their records say so.
     if settings.context == "ordinary":
         return options
-    if settings.vllm is not None and settings.tool_parser != "hermes":
-        # The interceptor parses completions' tool calls as hermes does; another parser's
-        # format would reach the harness as text.
+    if settings.vllm is not None and settings.tool_parser != "hermes" and served.family is None:
+        # Without a family the interceptor parses completions' tool calls as hermes does;
+        # another parser's format would reach the harness as text.
         raise ConfigurationError(
-            f"--context exact parses tool calls as vLLM's hermes parser; the stack serves with"
-            f" --tool-parser {settings.tool_parser}: use hermes or --context ordinary"
+            f"--context exact without --family parses tool calls as vLLM's hermes parser; the"
+            f" stack serves with --tool-parser {settings.tool_parser}: use hermes, name the"
+            " model's --family, or --context ordinary"
         )
     return [*options, "--context", settings.context]
+
+
+def _backend_options(served: Served) -> list[str]:
+    """The reference backend's family and folder, as the interceptor gets them."""
+    options = ["--family", served.family] if served.family is not None else []
+    if served.tokenizer is not None:
+        options += ["--tokenizer", str(served.tokenizer)]
+    return options
 
 
 def plan(settings: StackSettings) -> list[Component]:
     """The services in start order (``down`` stops them in reverse)."""
     host = settings.host
     components: list[Component] = []
+    served = served_model(settings)
     upstream = settings.upstream
     if upstream is None:
         port = _port(host, settings.backend_port)
@@ -116,6 +166,7 @@ def plan(settings: StackSettings) -> list[Component]:
                 str(settings.max_model_len),
                 "--scripted-logprobs",
                 settings.scripted_logprobs,
+                *_backend_options(served),
             )
             components.append(
                 Component(
@@ -147,7 +198,7 @@ def plan(settings: StackSettings) -> list[Component]:
                 # one served policy answers.
                 "--upstream-model",
                 settings.model,
-                *_context_options(settings),
+                *_context_options(settings, served),
             ),
             health=f"{admin}/health",
             endpoint=f"{interceptor}/v1 (admin {admin})",

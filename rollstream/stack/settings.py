@@ -35,6 +35,13 @@ class StackSettings(BaseSettings):
         description="The scripted policy's logprobs: its own, or the tiny model's (which the "
         "example trainer updates).",
     )
+    family: str | None = Field(
+        default=None,
+        description="The served model family (qwen3, qwen3-coder, llama-3, gpt-oss, ...; generic:"
+        " the tokenizer folder's own template): the reference backend serves it on its real "
+        "vocabulary, the interceptor renders and parses with it. Default: "
+        "ROLLSTREAM_BACKEND_FAMILY, else generic.",
+    )
     model: str = Field(
         default="rollstream-tiny",
         description="The served model name (vLLM's --served-model-name; what harnesses ask for).",

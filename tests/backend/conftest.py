@@ -14,6 +14,7 @@ from rollstream.backend.policies.base import Policy
 from rollstream.backend.server import Backend
 from rollstream.backend.settings import BackendSettings
 from rollstream.backend.tokenizer import default_tokenizer_dir
+from rollstream.models.family import Family
 from rollstream.models.tokenizer import ChatTokenizer
 
 SHELL_TOOL = {
@@ -40,13 +41,24 @@ BackendFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 
 @pytest.fixture
 async def backend_factory(tokenizer: ChatTokenizer) -> AsyncIterator[BackendFactory]:
-    """Start a backend on a free 127.0.0.1 port: ``client = await backend_factory(policy=...)``."""
+    """Start a backend on a free 127.0.0.1 port: ``client = await backend_factory(policy=...)``.
+
+    ``tok``: a tokenizer served as the generic family; ``family``: a model family instead.
+    """
     clients: list[TestClient[Any, Any]] = []
 
     async def start(
-        tok: ChatTokenizer | None = None, instance: Policy | None = None, **settings: Any
+        tok: ChatTokenizer | None = None,
+        instance: Policy | None = None,
+        family: Family | None = None,
+        **settings: Any,
     ) -> TestClient[Any, Any]:
-        backend = Backend(BackendSettings(**settings), tokenizer=tok or tokenizer, policy=instance)
+        backend = Backend(
+            BackendSettings(**settings),
+            tokenizer=None if family else tok or tokenizer,
+            policy=instance,
+            family=family,
+        )
         client: TestClient[Any, Any] = TestClient(TestServer(backend.app(), host="127.0.0.1"))
         await client.start_server()
         clients.append(client)

@@ -9,6 +9,7 @@ from rollstream.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from rollstream.backend.settings import BackendSettings
+    from rollstream.models.family import Family
     from rollstream.models.tokenizer import ChatTokenizer
 
 __all__ = ["Policy", "PolicyError", "make_policy"]
@@ -21,8 +22,10 @@ def default_scenarios_path() -> str:
     return str(resources.files("rollstream.backend").joinpath("data", "scenarios.yaml"))
 
 
-def make_policy(settings: BackendSettings, tokenizer: ChatTokenizer) -> Policy:
-    """The policy the settings name."""
+def make_policy(
+    settings: BackendSettings, tokenizer: ChatTokenizer, family: Family | None = None
+) -> Policy:
+    """The policy the settings name; the scripted one writes its turns in ``family``'s format."""
     if settings.policy == "tiny":
         from rollstream.backend.policies.tiny import TinyPolicy
 
@@ -39,7 +42,9 @@ def make_policy(settings: BackendSettings, tokenizer: ChatTokenizer) -> Policy:
             from rollstream.backend.policies.tiny import TinyPolicy
 
             scorer = TinyPolicy(tokenizer, seed=settings.seed)
-        return ScriptedPolicy(tokenizer, load_scenarios(path), seed=settings.seed, scorer=scorer)
+        return ScriptedPolicy(
+            tokenizer, load_scenarios(path), seed=settings.seed, scorer=scorer, family=family
+        )
     if settings.policy == "hf":
         from rollstream.backend.policies.hf import HFPolicy
 
