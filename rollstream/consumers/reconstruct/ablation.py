@@ -31,6 +31,7 @@ from rollstream.consumers.reconstruct.calls import resolve_calls
 from rollstream.consumers.reconstruct.checker import check_segments
 from rollstream.consumers.reconstruct.strategies import StrategyContext, get_strategy
 from rollstream.errors import ConfigurationError
+from rollstream.models.family import Family
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import CallRecord
 
@@ -131,7 +132,7 @@ DEFINITIONS = {
 def ablate(
     calls_by_session: Mapping[str, Sequence[CallRecord]],
     strategies: Sequence[str],
-    tokenizer: ChatTokenizer | None = None,
+    tokenizer: Family | ChatTokenizer | None = None,
 ) -> AblationReport:
     """Run ``strategies`` (names or import paths) over every session that has calls.
 

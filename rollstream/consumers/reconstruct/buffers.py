@@ -16,6 +16,7 @@ from typing import Any
 from rollstream.consumers.reconstruct.calls import resolve_calls
 from rollstream.consumers.reconstruct.conversation import conversation
 from rollstream.consumers.reconstruct.strategies import Strategy, StrategyContext
+from rollstream.models.family import Family
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import (
     AvroRecord,
@@ -150,7 +151,7 @@ def build_trajectory(
     status: TrajectoryStatus,
     strategy: Strategy,
     strategy_name: str,
-    tokenizer: ChatTokenizer | None = None,
+    tokenizer: Family | ChatTokenizer | None = None,
 ) -> Trajectory:
     """Resolve a session's calls, run the strategy, and wrap the result with its metadata."""
     calls = resolve_calls(buffer.calls.values())

@@ -21,6 +21,7 @@ from rollstream.consumers.reconstruct.buffers import PartitionBuffers, build_tra
 from rollstream.consumers.reconstruct.events import seek
 from rollstream.consumers.reconstruct.strategies import get_strategy
 from rollstream.errors import ConfigurationError, SerializationError
+from rollstream.models.family import Family
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import AvroSerializer, TopicNames, TopicSpec, topic_specs
 from rollstream.schemas.trajectories import Trajectory
@@ -46,7 +47,7 @@ async def replay(
     *,
     since: datetime | None = None,
     sessions: set[str] | None = None,
-    tokenizer: ChatTokenizer | None = None,
+    tokenizer: Family | ChatTokenizer | None = None,
     progress: Callable[[str], None] = print,
 ) -> ReplayReport:
     """Rebuild the sessions in the retained events; see the module docstring."""

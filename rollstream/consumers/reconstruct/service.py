@@ -36,7 +36,8 @@ from rollstream.errors import (
     SerializationError,
     UnknownSchemaError,
 )
-from rollstream.models.tokenizer import ChatTokenizer
+from rollstream.models.families import load_family
+from rollstream.models.family import Family
 from rollstream.schema_store import SchemaStore
 from rollstream.schemas import AvroSerializer, DeadLetter, TopicNames, utcnow
 from rollstream.schemas.trajectories import Trajectory, TrajectoryStatus
@@ -83,13 +84,18 @@ class Reconstructor:
         self.names = TopicNames(kafka.topic_prefix)
         self.output = self.names.resolve(settings.output)
         self.strategy = get_strategy(settings.strategy)
-        if settings.strategy in NEEDS_TOKENIZER and settings.tokenizer is None:
+        needs = settings.strategy in NEEDS_TOKENIZER
+        if needs and settings.tokenizer is None and settings.family is None:
             # Said at start, not as a dead letter for every session later.
             raise ConfigurationError(
-                f"the {settings.strategy} strategy needs --tokenizer (the served model's folder)"
+                f"the {settings.strategy} strategy needs --family or --tokenizer (the served "
+                "model's family or folder)"
             )
-        tokenizer = ChatTokenizer(settings.tokenizer) if settings.tokenizer else None
-        self.context_tokenizer = tokenizer
+        self.context_tokenizer: Family | None = (
+            load_family(settings.family, settings.tokenizer)
+            if settings.family or settings.tokenizer
+            else None
+        )
         self.serializer = AvroSerializer()
         self.partitions: dict[TopicPartition, PartitionBuffers] = {}
         self.metrics = ReconstructMetrics(by_status={})

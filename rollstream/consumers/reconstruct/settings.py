@@ -43,7 +43,14 @@ class ReconstructSettings(BaseSettings):
         description="A session with no SessionEnded and no record for this long is abandoned.",
     )
     tokenizer: Path | None = Field(
-        default=None, description="Tokenizer folder for the retokenize strategy."
+        default=None,
+        description="Tokenizer folder for the retokenize strategy (with --family: its vocabulary;"
+        " alone: a Hugging Face folder whose own chat template renders).",
+    )
+    family: str | None = Field(
+        default=None,
+        description="The served model's family for the retokenize strategy (qwen3, llama-3, ...;"
+        " `rollstream models list`); its vocabulary comes from the cache unless --tokenizer.",
     )
     max_batch_records: int = Field(
         default=2000, ge=1, description="Records read per poll (bounds one transaction)."

@@ -158,3 +158,22 @@ def test_unrecoverable_conversation_is_a_note(tokenizer: ChatTokenizer) -> None:
     assert any("cannot recover the conversation of call c-1" in n for n in result.stats.notes)
     empty = retokenize([], StrategyContext(tokenizer))
     assert empty.segments == [] and empty.stats.calls == 0
+
+
+def test_a_renderer_family_retokenizes_with_its_own_renderer() -> None:
+    from rollstream.consumers.reconstruct.strategies.retokenize import render_with_mask
+    from rollstream.models.families import load_family
+
+    family = load_family("qwen3")
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "Create hello.txt."},
+        {"role": "assistant", "content": "Done.", "reasoning_content": "One echo."},
+    ]
+    ids, mask, stable = render_with_mask(family, messages, None)
+    assert ids.to_list() == family.render_ids(messages, None, add_generation_prompt=False)
+    assert stable
+    trained = [t for t, m in zip(ids.to_list(), mask.data, strict=True) if m]
+    text = family.tokenizer.decode(trained, skip_special_tokens=False)
+    # The assistant turn as sampled, up to its end of turn; nothing of the user's turn.
+    assert text.endswith("Done.<|im_end|>") and "One echo." in text
+    assert "Create hello.txt." not in text

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from rollstream.consumers.reconstruct.calls import ResolvedCall
+from rollstream.models.family import Family
+from rollstream.models.template_family import TemplateFamily
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas.calls import CallStatus
 from rollstream.schemas.packed import Logprobs, LossMask, TokenIds
@@ -29,12 +31,20 @@ UNSPLICEABLE = "unspliceable"
 class StrategyContext:
     """What a strategy may need beyond the calls.
 
-    ``tokenizer`` is the served model's tokenizer (only ``retokenize`` needs it);
-    ``calls_reported`` is how many calls the interceptor reported for the session.
+    ``tokenizer`` is the served model: its family, or a tokenizer folder with its own template
+    (the generic family); only ``retokenize`` needs it. ``calls_reported`` is how many calls
+    the interceptor reported for the session.
     """
 
-    tokenizer: ChatTokenizer | None = None
+    tokenizer: Family | ChatTokenizer | None = None
     calls_reported: int = 0
+
+    @property
+    def family(self) -> Family | None:
+        """The served model's family (a bare tokenizer is the generic family)."""
+        if self.tokenizer is None or isinstance(self.tokenizer, Family):
+            return self.tokenizer
+        return TemplateFamily(self.tokenizer)
 
 
 class StrategyResult(NamedTuple):

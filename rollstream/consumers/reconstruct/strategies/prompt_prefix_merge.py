@@ -53,7 +53,8 @@ def prompt_prefix_merge(calls: Sequence[ResolvedCall], context: StrategyContext)
     usable, tally = usable_calls(calls, context)
     tally.invariant_relaxed = True
     tally.notes.append(NOTE)
-    stop_ids = context.tokenizer.stop_ids if context.tokenizer is not None else None
+    family = context.family
+    stop_ids = family.stop_ids if family is not None else None
     chains: list[SegmentBuilder] = []
     recency: list[int] = []
     for call in usable:

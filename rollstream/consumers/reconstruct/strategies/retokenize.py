@@ -13,7 +13,7 @@ from rollstream.consumers.reconstruct.strategies.base import (
 )
 from rollstream.errors import ConfigurationError, RollstreamError
 from rollstream.interceptor.adapters import ADAPTER_BY_KIND
-from rollstream.models.tokenizer import ChatTokenizer
+from rollstream.models.family import Family
 from rollstream.schemas.blobs import decompress_json
 from rollstream.schemas.calls import SessionRequests
 from rollstream.schemas.packed import Logprobs, LossMask, TokenIds
@@ -33,7 +33,7 @@ def retokenize(calls: Sequence[ResolvedCall], context: StrategyContext) -> Strat
 
     The harness's request is translated to Chat Completions by the interceptor's adapter for
     its API, the answer's assistant message (the record's normalized response) appended, and
-    the whole rendered with ``context.tokenizer`` (raises ConfigurationError without one).
+    the whole rendered by the served model's family (raises ConfigurationError without one).
     Assistant turns get mask 1, from just after the generation prompt to their last stop
     token (the template's glue after it was never sampled); everything else mask 0; all
     logprobs 0.0. Turn boundaries come from rendering growing prefixes of the conversation.
@@ -41,8 +41,8 @@ def retokenize(calls: Sequence[ResolvedCall], context: StrategyContext) -> Strat
     ``calls_used`` is 1 (the other usable calls appear only as that call's history); a call
     whose conversation cannot be recovered gives no segment and a note.
     """
-    tokenizer = context.tokenizer
-    if tokenizer is None:
+    family = context.family
+    if family is None:
         raise ConfigurationError(
             "the retokenize strategy needs the served model's tokenizer (none was given)"
         )
@@ -58,7 +58,7 @@ def retokenize(calls: Sequence[ResolvedCall], context: StrategyContext) -> Strat
         tally.calls_used = 0
         tally.notes.append(f"cannot recover the conversation of call {call.call_id}: {exc}")
         return StrategyResult([], tally.stats())
-    ids, mask, stable = render_with_mask(tokenizer, messages, tools)
+    ids, mask, stable = render_with_mask(family, messages, tools)
     if not stable:
         tally.notes.append(
             "the chat template is not prefix-stable here: assistant turn boundaries approximate"
@@ -94,24 +94,22 @@ def conversation(call: ResolvedCall) -> tuple[Messages, list[dict[str, Any]] | N
 
 
 def render_with_mask(
-    tokenizer: ChatTokenizer, messages: Messages, tools: list[dict[str, Any]] | None
+    family: Family, messages: Messages, tools: list[dict[str, Any]] | None
 ) -> tuple[TokenIds, LossMask, bool]:
     """Token ids of the rendered conversation, its mask and whether the turn bounds are exact.
 
     Mask 1 covers the assistant turns. The bounds are exact when every rendered prefix of the
-    conversation encodes to a token prefix of the whole; otherwise they are approximate.
+    conversation is a token prefix of the whole; otherwise they are approximate.
     """
-    ids = TokenIds.from_list(
-        tokenizer.encode(tokenizer.render(messages, tools, add_generation_prompt=False))
-    )
+    ids = TokenIds.from_list(family.render_ids(messages, tools, add_generation_prompt=False))
     mask = bytearray(len(ids))
     stable = True
-    stops = tokenizer.stop_ids
+    stops = family.stop_ids
     for i, message in enumerate(messages):
         if message.get("role") != "assistant" or i == 0:
             continue
-        start, ok_start = _offset(tokenizer, ids, tokenizer.render(messages[:i], tools, True))
-        end, ok_end = _offset(tokenizer, ids, tokenizer.render(messages[: i + 1], tools, False))
+        start, ok_start = _offset(ids, family.render_ids(messages[:i], tools, True))
+        end, ok_end = _offset(ids, family.render_ids(messages[: i + 1], tools, False))
         stable = stable and ok_start and ok_end
         turn = ids[start:end].to_list()
         # Stop at the turn's last stop token: what the template adds after it (a newline) was
@@ -121,8 +119,8 @@ def render_with_mask(
     return ids, LossMask(bytes(mask)), stable
 
 
-def _offset(tokenizer: ChatTokenizer, ids: TokenIds, prefix_text: str) -> tuple[int, bool]:
+def _offset(ids: TokenIds, prefix_ids: list[int]) -> tuple[int, bool]:
     """How many of ``ids`` the rendered prefix accounts for, and whether exactly."""
-    prefix = TokenIds.from_list(tokenizer.encode(prefix_text))
+    prefix = TokenIds.from_list(prefix_ids)
     shared = ids.common_prefix_len(prefix)
     return shared, shared == len(prefix)
