@@ -19,6 +19,7 @@ from rollstream.backend.tokenizer import default_tokenizer_dir
 from rollstream.harnesses.install import install
 from rollstream.interceptor.proxy import Interceptor
 from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.models.families import load_family
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.producers.publisher import PublisherSettings
 from rollstream.settings import KafkaSettings, StatePaths
@@ -59,21 +60,25 @@ async def scripted_interceptor(
     state_dir: Path,
     policy: PolicyFactory | None = None,
     context: Literal["ordinary", "exact"] = "ordinary",
+    family: str | None = None,
 ) -> AsyncIterator[Interceptor]:
     """An interceptor (free ports) in front of the scripted backend serving SOLVE_SCENARIOS.
 
-    It has the backend's own tokenizer, so sessions may choose exact context;
-    ``context="exact"`` makes it the default.
+    It has the backend's own tokenizer (and ``family``: the toy model's generic one unless
+    named), so sessions may choose exact context; ``context="exact"`` makes it the default.
     """
     scenarios = _write_scenarios(state_dir)
-    tokenizer = ChatTokenizer(default_tokenizer_dir())
+    served = load_family(family) if family else None
+    folder = served.tokenizer.path if served else default_tokenizer_dir()
+    tokenizer = served.tokenizer if served else ChatTokenizer(folder)
     # The harnesses' system prompts and tool lists are long in this small vocabulary
     # (Claude Code: 64k tokens), so the context is made large enough.
     settings = BackendSettings(
         policy="scripted", scenarios=scenarios, model=MODEL, max_model_len=262144
     )
-    served = policy(tokenizer, load_scenarios(scenarios)) if policy else None
-    server = TestServer(Backend(settings, tokenizer, served).app(), host="127.0.0.1")
+    chosen = policy(tokenizer, load_scenarios(scenarios)) if policy else None
+    backend = Backend(settings, None if served else tokenizer, chosen, family=served)
+    server = TestServer(backend.app(), host="127.0.0.1")
     await server.start_server()
     interceptor = Interceptor(
         InterceptorSettings(
@@ -82,7 +87,8 @@ async def scripted_interceptor(
             admin_port=0,
             upstream_model=MODEL,
             context=context,
-            tokenizer=default_tokenizer_dir(),
+            tokenizer=folder,
+            family=family,
         ),
         kafka,
         PublisherSettings(),

@@ -28,6 +28,8 @@ class FamilySpec:
     thinks: bool = False
     #: Why the vocabulary is a stand-in (no registry ships the real one), or "".
     stand_in: str = ""
+    #: The template takes one system message: leading ones are joined.
+    single_system: bool = False
 
 
 FAMILIES: dict[str, FamilySpec] = {
@@ -36,7 +38,7 @@ FAMILIES: dict[str, FamilySpec] = {
     # Qwen3-Coder's template (XML <function=...> calls, no thinking) as renderers ships it.
     "qwen3-coder": FamilySpec("prime-qwen3", "qwen3"),
     "qwen3.5": FamilySpec("qwen3.5", "qwen3.5", thinks=True),
-    "llama-3": FamilySpec("llama-3", "llama3"),
+    "llama-3": FamilySpec("llama-3", "llama3", single_system=True),
     "gpt-oss": FamilySpec("gpt-oss", "gpt-oss", thinks=True),
     "deepseek-v3": FamilySpec("deepseek-v3", "deepseek-v3"),
     "glm-4.5": FamilySpec(
@@ -83,4 +85,6 @@ def load_family(
         os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(harmony_encodings_dir(cache_dir))
     from rollstream.models.renderer_family import load_renderer_family
 
-    return load_renderer_family(name, spec.renderer, tokenizer, spec.config, spec.thinks)
+    return load_renderer_family(
+        name, spec.renderer, tokenizer, spec.config, spec.thinks, spec.single_system
+    )

@@ -39,21 +39,36 @@ _KEEP_REASONING: dict[str, Any] = {
 }
 
 
-def chat_messages(messages: Sequence[Message]) -> list[Message]:
+def chat_messages(messages: Sequence[Message], single_system: bool = False) -> list[Message]:
     """OpenAI-style Chat messages in the shape the renderers read.
 
     Reasoning echoed back as ``reasoning`` (vLLM 0.20+) is also given as ``reasoning_content``;
-    ``content: None`` (a tool-call turn) is empty text; tool-call arguments stay as sent.
+    ``content: None`` (a tool-call turn) is empty text; text parts are joined with newlines, as
+    vLLM joins them for text-only templates; tool-call arguments stay as sent.
+    ``single_system``: leading system messages become one (Codex sends its instructions and
+    its environment as two; Llama 3's template takes one and reads the next as the user's).
     """
-    out = []
+    out: list[Message] = []
     for message in messages:
         m = dict(message)
         if m.get("reasoning") and not m.get("reasoning_content"):
             m["reasoning_content"] = m["reasoning"]
-        if m.get("content") is None:
+        content = m.get("content")
+        if content is None:
             m["content"] = ""
+        elif isinstance(content, list) and all(
+            isinstance(p, dict) and p.get("type", "text") == "text" for p in content
+        ):
+            m["content"] = "\n".join(str(p.get("text", "")) for p in content)
+        if single_system and m.get("role") == "system" and out and len(out) == _systems(out):
+            out[-1] = {**out[-1], "content": f"{out[-1]['content']}\n\n{m['content']}"}
+            continue
         out.append(m)
     return out
+
+
+def _systems(messages: list[Message]) -> int:
+    return sum(1 for m in messages if m.get("role") == "system")
 
 
 class RendererFamily(Family, TaggedCalls):
@@ -66,9 +81,11 @@ class RendererFamily(Family, TaggedCalls):
         tokenizer: ChatTokenizer,
         config: dict[str, Any] | None = None,
         thinks: bool = False,
+        single_system: bool = False,
     ) -> None:
         from renderers import config_from_name, create_renderer
 
+        self._single_system = single_system
         self.name = name
         self.tokenizer = tokenizer
         base = config_from_name(renderer_name)
@@ -141,7 +158,7 @@ class RendererFamily(Family, TaggedCalls):
     ) -> list[int]:
         """The prompt ids, as the family's renderer renders them."""
         ids: list[int] = self.renderer.render_ids(
-            chat_messages(messages),
+            chat_messages(messages, self._single_system),
             tools=tools or None,
             add_generation_prompt=add_generation_prompt,
         )
@@ -154,7 +171,9 @@ class RendererFamily(Family, TaggedCalls):
         past the prompt, not only the tokens the renderer attributes to the answer's body.
         """
         prompt = self.render_ids(messages, tools, add_generation_prompt=True)
-        rendered = self._writer.render(chat_messages([*messages, answer]), tools=tools or None)
+        rendered = self._writer.render(
+            chat_messages([*messages, answer], self._single_system), tools=tools or None
+        )
         full = [int(t) for t in rendered.token_ids]
         if full[: len(prompt)] == prompt:
             ids = full[len(prompt) :]
@@ -257,8 +276,8 @@ def load_renderer_family(
     folder: Path,
     config: dict[str, Any] | None = None,
     thinks: bool = False,
+    single_system: bool = False,
 ) -> RendererFamily:
     """A renderer family on the tokenizer folder ``folder``."""
-    return RendererFamily(
-        name, renderer_name, ChatTokenizer(folder, require_template=False), config, thinks
-    )
+    tokenizer = ChatTokenizer(folder, require_template=False)
+    return RendererFamily(name, renderer_name, tokenizer, config, thinks, single_system)

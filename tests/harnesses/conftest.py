@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from rollstream.consumers.reconstruct.fidelity import FidelityRow
+
 
 @dataclass(frozen=True)
 class AblationRow:
@@ -34,8 +36,36 @@ def ablation_report() -> AblationReport:
     return _ROWS.append
 
 
+_FIDELITY: list[FidelityRow] = []
+FidelityReport = Callable[[FidelityRow], None]
+
+
+@pytest.fixture
+def fidelity_report() -> FidelityReport:
+    """``fidelity_report(row)`` adds a row to the family fidelity table printed after the run."""
+    return _FIDELITY.append
+
+
+def _print_fidelity(terminalreporter: pytest.TerminalReporter) -> None:
+    terminalreporter.section("model families x harnesses (prefix_merge)")
+    terminalreporter.write_line(
+        "| family | harness | mode | calls | threads | segments | breaks | violations "
+        "| trainable | exact calls | gap calls | gap tokens |"
+    )
+    terminalreporter.write_line("|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
+    for r in _FIDELITY:
+        breaks = ", ".join(f"{k} {v}" for k, v in sorted(r.breaks.items())) or "0"
+        terminalreporter.write_line(
+            f"| {r.family} | {r.harness} | {r.mode} | {r.calls} | {r.threads} | {r.segments} "
+            f"| {breaks} | {r.violations} | {r.trainable_tokens} | {r.exact_calls} "
+            f"| {r.gap_calls} | {r.gap_tokens} |"
+        )
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Print the table after the run, whatever else ran."""
+    """Print the tables after the run, whatever else ran."""
+    if _FIDELITY:
+        _print_fidelity(terminalreporter)
     if not _ROWS:
         return
     terminalreporter.section("exact-context ablation (prefix_merge segments)")

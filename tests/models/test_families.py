@@ -168,3 +168,20 @@ def test_stream_parser_agrees_with_the_whole_parse() -> None:
     assert "".join(p.content for p in pieces) == (whole.content or "")
     calls = [d for p in pieces for d in p.tool_calls if "id" in d]
     assert [c["function"]["name"] for c in calls] == ["bash"]
+
+
+@pytest.mark.parametrize("name", ["qwen3-coder", "llama-3"])
+def test_harness_shaped_messages_render(name: str) -> None:
+    """Pi sends content as text parts, Codex its instructions as two system messages."""
+    f = family(name)
+    messages: list[Message] = [
+        {"role": "system", "content": "You are Codex."},
+        {"role": "system", "content": [{"type": "text", "text": "Sandbox: none."}]},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Create"}, {"type": "text", "text": "hello.txt"}],
+        },
+    ]
+    text = f.tokenizer.decode(f.render_ids(messages, TOOLS), skip_special_tokens=False)
+    assert "You are Codex." in text and "Sandbox: none." in text
+    assert "Create\nhello.txt" in text  # parts joined as vLLM joins them
