@@ -17,7 +17,7 @@ from rollstream.interceptor.translate.gemini import (
     gemini_count_tokens_request,
     gemini_error,
 )
-from rollstream.interceptor.translate.gemini_answer import chat_to_gemini
+from rollstream.interceptor.translate.gemini_answer import chat_to_gemini, include_thoughts
 from rollstream.schemas import ApiKind
 from tests.interceptor.gemini_samples import (
     FUNCTIONS,
@@ -116,6 +116,14 @@ def test_text_answer() -> None:
         "responseId": "chatcmpl-abc123",
     }
     assert not any(field in json.dumps(out) for field in CAPTURE_FIELDS)
+
+
+def test_thoughts_are_asked_for_in_either_spelling() -> None:
+    # google-genai sends the proto field name (include_thoughts); Google's API takes both.
+    for key in ("includeThoughts", "include_thoughts"):
+        assert include_thoughts({"generationConfig": {"thinkingConfig": {key: True}}})
+    assert not include_thoughts({"generationConfig": {"thinkingConfig": {"includeThoughts": 1}}})
+    assert not include_thoughts({"generationConfig": {"thinkingConfig": None}})
 
 
 def test_thought_text_and_parallel_calls_in_order() -> None:

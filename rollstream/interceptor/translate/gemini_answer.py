@@ -25,7 +25,10 @@ def include_thoughts(request: JSON) -> bool:
     """
     config = request.get("generationConfig")
     thinking = config.get("thinkingConfig") if isinstance(config, dict) else None
-    return isinstance(thinking, dict) and thinking.get("includeThoughts") is True
+    if not isinstance(thinking, dict):
+        return False
+    # Google's JSON takes proto field names too, and google-genai sends this one so.
+    return (thinking.get("includeThoughts") or thinking.get("include_thoughts")) is True
 
 
 def chat_to_gemini(response: JSON, request: JSON) -> JSON:
