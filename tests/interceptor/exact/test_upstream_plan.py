@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +153,55 @@ def test_a_registered_choice_sits_between_the_header_and_the_deployment(
     registry.forget("s")
     assert exact.mode(None, "s") == "ordinary"
     exact.close()
+
+
+def test_a_completion_the_family_cannot_parse_is_content_and_noted() -> None:
+    from rollstream.interceptor.adapters import ADAPTER_BY_KIND
+    from rollstream.interceptor.streaming import stream_function
+    from rollstream.interceptor.translate.chat import Asked
+    from rollstream.models.families import FAMILIES
+    from rollstream.models.vocabularies import vocabulary_dir
+    from rollstream.schemas import ContextInfo
+
+    exact = _upstream(
+        context="exact",
+        family="qwen3-instruct",
+        tokenizer=vocabulary_dir(FAMILIES["qwen3-instruct"].vocabulary),
+    )
+    assert exact.context is not None
+    family = exact.context.family
+    broken = '<tool_call>\n{"name": "bash", "arguments": {oops\n</tool_call>'
+    ids = [*family.tokenizer.encode(broken), family.end_of_turn_id]
+    state = CallState(ApiKind.CHAT_COMPLETIONS, "s", {})
+    state.context = ContextInfo(mode=ContextMode.EXACT)
+    state.upstream_request = CHAT
+    whole = {"choices": [{"text": broken, "token_ids": ids, "finish_reason": "stop"}]}
+    message = exact.chat_answer(whole, state)["choices"][0]["message"]
+    assert message["content"] == broken and "tool_calls" not in message
+    assert state.context is not None and "tool call not parsed" in state.context.note
+    # Streamed through the per-read function: the same text reaches the harness, and the same
+    # note is recorded.
+    body = {"model": "m", "messages": [], "stream": True}
+    streamed = CallState(ApiKind.CHAT_COMPLETIONS, "s", body, stream=True, asked=Asked())
+    streamed.context = ContextInfo(mode=ContextMode.EXACT)
+    streamed.upstream_request = CHAT
+    read = stream_function(
+        streamed,
+        ADAPTER_BY_KIND[ApiKind.CHAT_COMPLETIONS].stream(body, streamed.asked),
+        exact.stream(streamed),
+    )
+    chunks = [
+        {"choices": [{"text": "", "token_ids": [t], "finish_reason": None}]} for t in ids[:-1]
+    ]
+    chunks.append({"choices": [{"text": "", "token_ids": ids[-1:], "finish_reason": "stop"}]})
+    sse = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+    out = b"".join([*read(sse + b"data: [DONE]\n\n"), *read(b"")])
+    text = "".join(
+        event["choices"][0]["delta"].get("content") or ""
+        for line in out.split(b"\n\n")
+        if line.startswith(b"data: {")
+        for event in [json.loads(line[6:])]
+        if event.get("choices")
+    )
+    assert text == broken
+    assert streamed.context is not None and "tool call not parsed" in streamed.context.note
