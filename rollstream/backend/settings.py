@@ -25,9 +25,8 @@ class BackendSettings(BaseSettings):
     family: str | None = Field(
         default=None,
         description="The served model family, whose renderer and parsers write prompts and read "
-        "answers: qwen3, qwen3-instruct, qwen3-coder, qwen3.5, llama-3, gpt-oss, deepseek-v3, "
-        "glm-4.5, kimi-k2, or generic (the tokenizer folder's own chat template, hermes tool "
-        "calls). Default: generic.",
+        "answers (`rollstream models families`), or generic: the tokenizer folder's own chat "
+        "template, hermes tool calls. Default: generic.",
     )
     policy: Literal["tiny", "scripted", "hf"] = Field(
         default="tiny",

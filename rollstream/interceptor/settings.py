@@ -89,7 +89,7 @@ class InterceptorSettings(BaseSettings):
     family: str | None = Field(
         default=None,
         description="The served model's family (qwen3, qwen3-coder, llama-3, gpt-oss, ...;"
-        " `rollstream models list`), whose renderer continues turns in exact context and whose"
+        " `rollstream models families`), whose renderer continues turns in exact context and whose"
         " parsers read its tool calls and reasoning. Default: generic (--tokenizer's template).",
     )
     mode: Literal["reverse", "forward"] = Field(

@@ -50,7 +50,7 @@ class ReconstructSettings(BaseSettings):
     family: str | None = Field(
         default=None,
         description="The served model's family for the retokenize strategy (qwen3, llama-3, ...;"
-        " `rollstream models list`); its vocabulary comes from the cache unless --tokenizer.",
+        " `rollstream models families`); its vocabulary comes from the cache unless --tokenizer.",
     )
     max_batch_records: int = Field(
         default=2000, ge=1, description="Records read per poll (bounds one transaction)."
