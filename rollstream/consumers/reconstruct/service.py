@@ -88,8 +88,8 @@ class Reconstructor:
         if needs and settings.tokenizer is None and settings.family is None:
             # Said at start, not as a dead letter for every session later.
             raise ConfigurationError(
-                f"the {settings.strategy} strategy needs --family or --tokenizer (the served "
-                "model's family or folder)"
+                f"the {settings.strategy} strategy needs --tokenizer or --family (the served "
+                "model's folder or family)"
             )
         self.context_tokenizer: Family | None = (
             load_family(settings.family, settings.tokenizer)
