@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,14 +17,18 @@ from rollstream.backend.scenarios import ScenarioFile, load_scenarios
 from rollstream.backend.server import Backend
 from rollstream.backend.settings import BackendSettings
 from rollstream.backend.tokenizer import default_tokenizer_dir
-from rollstream.harnesses.install import install
+from rollstream.harnesses.install import PACKAGES, install
+from rollstream.harnesses.presets import PRESETS, HarnessContext
+from rollstream.harnesses.runner import run_harness
 from rollstream.interceptor.proxy import Interceptor
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.models.families import load_family
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.producers.publisher import PublisherSettings
+from rollstream.schemas import CallRecord, TopicNames
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.conftest import JAR_CACHE
+from tests.kafka_reading import read_records
 
 #: Write hello.txt with the shell tool, read it back, answer: a three-turn tool task.
 SOLVE_SCENARIOS = """
@@ -100,3 +105,30 @@ async def scripted_interceptor(
     finally:
         await interceptor.stop()
         await server.close()
+
+
+async def solve_session(
+    name: str, interceptor: Interceptor, kafka: KafkaSettings, harness_bin: Path, tmp: Path
+) -> list[CallRecord]:
+    """Run harness ``name`` on the hello.txt task through ``interceptor``; its records, by seq.
+
+    The harness must exit 0 having written the file and said "Done.".
+    """
+    session = f"{name}-{uuid.uuid4().hex[:8]}"
+    ctx = HarnessContext(interceptor.url, session, MODEL, "Create hello.txt with polar.")
+    launch = PRESETS[name].launch(ctx, harness_bin / PACKAGES[name][1])
+    workdir = tmp / "work"
+    result = await run_harness(launch, tmp / "home", workdir, tmp / "logs", 240)
+    assert result.exit_code == 0, f"{name} failed:\n{result.stdout_tail}\n{result.stderr_tail}"
+    assert (workdir / "hello.txt").read_text() == "polar\n"
+    assert "Done." in result.stdout_tail
+    records = await read_records(
+        kafka,
+        TopicNames(kafka.topic_prefix).events,
+        CallRecord,
+        3,
+        where=lambda r: r.session_id == session,
+        timeout=30,
+        settle_s=1.0,
+    )
+    return sorted(records, key=lambda r: r.seq)

@@ -10,7 +10,6 @@ answer, and more.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -22,15 +21,11 @@ from rollstream.consumers.reconstruct.checker import check_segments
 from rollstream.consumers.reconstruct.fidelity import count_threads
 from rollstream.consumers.reconstruct.strategies import StrategyContext, get_strategy
 from rollstream.harnesses.install import PACKAGES
-from rollstream.harnesses.presets import PRESETS, HarnessContext
-from rollstream.harnesses.runner import run_harness
 from rollstream.interceptor.exact.sessions import FIRST_CALL, NOT_APPENDED
-from rollstream.interceptor.proxy import Interceptor
 from rollstream.schemas import CallRecord, CallStatus, ContextMode, TopicNames
 from rollstream.settings import KafkaSettings
-from tests.harness_stack import MODEL, harnesses_installed, scripted_interceptor
+from tests.harness_stack import harnesses_installed, scripted_interceptor, solve_session
 from tests.harnesses.conftest import AblationReport, AblationRow
-from tests.kafka_reading import read_records
 
 pytestmark = pytest.mark.integration
 
@@ -41,29 +36,6 @@ Start = Callable[[Mode], Any]
 @pytest.fixture(scope="module")
 def harness_bin() -> Path:
     return harnesses_installed()
-
-
-async def _run(
-    name: str, interceptor: Interceptor, kafka: KafkaSettings, harness_bin: Path, tmp: Path
-) -> list[CallRecord]:
-    session = f"{name}-{uuid.uuid4().hex[:8]}"
-    ctx = HarnessContext(interceptor.url, session, MODEL, "Create hello.txt with polar.")
-    launch = PRESETS[name].launch(ctx, harness_bin / PACKAGES[name][1])
-    workdir = tmp / "work"
-    result = await run_harness(launch, tmp / "home", workdir, tmp / "logs", 240)
-    assert result.exit_code == 0, f"{name} failed:\n{result.stdout_tail}\n{result.stderr_tail}"
-    assert (workdir / "hello.txt").read_text() == "polar\n"
-    assert "Done." in result.stdout_tail
-    records = await read_records(
-        kafka,
-        TopicNames(kafka.topic_prefix).events,
-        CallRecord,
-        3,
-        where=lambda r: r.session_id == session,
-        timeout=30,
-        settle_s=1.0,
-    )
-    return sorted(records, key=lambda r: r.seq)
 
 
 def _segments(records: list[CallRecord]) -> int:
@@ -83,7 +55,9 @@ async def start(
         async with scripted_interceptor(
             kafka_settings, tmp_path / mode / "state", context=mode
         ) as interceptor:
-            return await _run(name, interceptor, kafka_settings, harness_bin, tmp_path / mode)
+            return await solve_session(
+                name, interceptor, kafka_settings, harness_bin, tmp_path / mode
+            )
 
     yield run  # type: ignore[misc]
 

@@ -10,22 +10,17 @@ table printed at the end of the run.
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 from typing import Literal
 
 import pytest
 
 from rollstream.consumers.reconstruct.fidelity import fidelity_row
-from rollstream.harnesses.install import PACKAGES
-from rollstream.harnesses.presets import PRESETS, HarnessContext
-from rollstream.harnesses.runner import run_harness
 from rollstream.models.families import load_family
 from rollstream.schemas import CallRecord, CallStatus, TopicNames
 from rollstream.settings import KafkaSettings
-from tests.harness_stack import MODEL, harnesses_installed, scripted_interceptor
+from tests.harness_stack import harnesses_installed, scripted_interceptor, solve_session
 from tests.harnesses.conftest import FidelityReport
-from tests.kafka_reading import read_records
 
 pytestmark = pytest.mark.integration
 
@@ -47,26 +42,7 @@ async def _session(
     async with scripted_interceptor(
         kafka, tmp / "state", context=mode, family=family
     ) as interceptor:
-        session = f"{harness}-{uuid.uuid4().hex[:8]}"
-        ctx = HarnessContext(interceptor.url, session, MODEL, "Create hello.txt with polar.")
-        launch = PRESETS[harness].launch(ctx, harness_bin / PACKAGES[harness][1])
-        workdir = tmp / "work"
-        result = await run_harness(launch, tmp / "home", workdir, tmp / "logs", 240)
-        assert result.exit_code == 0, (
-            f"{harness} on {family} ({mode}) failed:\n{result.stdout_tail}\n{result.stderr_tail}"
-        )
-        assert (workdir / "hello.txt").read_text() == "polar\n"
-        assert "Done." in result.stdout_tail
-    records = await read_records(
-        kafka,
-        TopicNames(kafka.topic_prefix).events,
-        CallRecord,
-        3,
-        where=lambda r: r.session_id == session,
-        timeout=30,
-        settle_s=1.0,
-    )
-    return sorted(records, key=lambda r: r.seq)
+        return await solve_session(harness, interceptor, kafka, harness_bin, tmp)
 
 
 @pytest.mark.parametrize("harness", HARNESSES)
