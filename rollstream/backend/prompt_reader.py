@@ -91,7 +91,11 @@ class PromptReader:
         self.markers = [header] if header else []
         results = family.render_ids([*user, calling, result], tools, False)
         after = renders[-1]
-        if header and after[: len(results)] == results:
+        if not header:
+            # No assistant header at all (Mistral answers right after [/INST] or
+            # [/TOOL_RESULTS]): a turn starts after what ends a user turn or a tool result.
+            self.markers = [ids[-1:] for ids in (renders[0], results) if ids]
+        elif after[: len(results)] == results:
             opening = after[len(results) :]
             if opening[: len(header)] != header:
                 self.markers.append([*results[-1:], *opening])

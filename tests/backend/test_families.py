@@ -19,7 +19,7 @@ from rollstream.backend.scenarios import SHELL_TOOLS, count_assistant_turns
 from rollstream.backend.server import Backend, served_family
 from rollstream.backend.settings import BackendSettings
 from rollstream.errors import ConfigurationError
-from rollstream.models.families import load_family
+from rollstream.models.families import FAMILIES, load_family
 from rollstream.models.family import AnsweredTurn, Family
 from rollstream.models.template_family import TemplateFamily
 from tests.backend.conftest import SHELL_TOOL, BackendFactory
@@ -297,3 +297,30 @@ def test_split_tokens_spell_the_same_text_and_never_split_a_marker(
     assert [(c.name, json.loads(c.arguments)) for c in parsed.tool_calls] == [
         ("bash", {"command": "echo polar > hello.txt"})
     ]
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_every_family_s_raw_prompt_tells_its_turn(name: str) -> None:
+    """Turn after turn of tool calls, read back from token ids alone (Mistral writes no
+    assistant header: its turns start after [/INST] or [/TOOL_RESULTS])."""
+    family = _family(name)
+    reader = PromptReader(family, [*SHELL_TOOLS, "read_file"])
+    tools = [probe_tool("bash")]
+    conversation: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for turn in range(3):
+        assert reader.turn_index(family.render_ids(conversation, tools)) == turn
+        call_id = family.call_id("bash", turn)
+        conversation += [
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": '{"command": "ls"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": call_id, "name": "bash", "content": "ok"},
+        ]
