@@ -31,7 +31,8 @@ class FamilySpec:
     thinks: bool = False
     #: Why the vocabulary is a stand-in (no registry ships the real one), or "".
     stand_in: str = ""
-    #: The template takes one system message: leading ones are joined.
+    #: The template takes one system message, first: leading ones are joined, later ones
+    #: become user messages.
     single_system: bool = False
 
 
@@ -40,7 +41,7 @@ FAMILIES: dict[str, FamilySpec] = {
     "qwen3-instruct": FamilySpec("qwen3", "qwen3", {"enable_thinking": False}),
     # Qwen3-Coder's template (XML <function=...> calls, no thinking) as renderers ships it.
     "qwen3-coder": FamilySpec("prime-qwen3", "qwen3"),
-    "qwen3.5": FamilySpec("qwen3.5", "qwen3.5", thinks=True),
+    "qwen3.5": FamilySpec("qwen3.5", "qwen3.5", thinks=True, single_system=True),
     "llama-3": FamilySpec("llama-3", "llama3", single_system=True),
     "gpt-oss": FamilySpec("gpt-oss", "gpt-oss", thinks=True),
     "deepseek-v3": FamilySpec("deepseek-v3", "deepseek-v3"),

@@ -78,6 +78,10 @@ def mistral_messages(messages: Sequence[Message]) -> list[Message]:
     out: list[Message] = []
     for message in messages:
         m = {k: v for k, v in message.items() if k not in ("reasoning", "reasoning_content")}
+        if m.get("role") == "system" and any(o.get("role") != "system" for o in out):
+            # mistral-common takes system messages first only (it joins those itself): a later
+            # one (Claude Code's reminders) is a user turn, as for the other such families.
+            m["role"] = "user"
         if m.get("tool_calls"):
             m["tool_calls"] = [
                 {**call, "id": mistral_call_id(str(call["id"]))} if call.get("id") else call

@@ -45,8 +45,10 @@ def chat_messages(messages: Sequence[Message], single_system: bool = False) -> l
     Reasoning echoed back as ``reasoning`` (vLLM 0.20+) is also given as ``reasoning_content``;
     ``content: None`` (a tool-call turn) is empty text; text parts are joined with newlines, as
     vLLM joins them for text-only templates; tool-call arguments stay as sent.
-    ``single_system``: leading system messages become one (Codex sends its instructions and
-    its environment as two; Llama 3's template takes one and reads the next as the user's).
+    ``single_system``: for templates that take one system message, at the start (Llama 3's
+    reads a second as the user's, Qwen3.5's refuses one anywhere else): leading system messages
+    become one (Codex sends its instructions and its environment as two), and a later one (Claude
+    Code sends reminders as system messages to models it does not know) becomes a user message.
     """
     out: list[Message] = []
     for message in messages:
@@ -60,9 +62,11 @@ def chat_messages(messages: Sequence[Message], single_system: bool = False) -> l
             isinstance(p, dict) and p.get("type", "text") == "text" for p in content
         ):
             m["content"] = "\n".join(str(p.get("text", "")) for p in content)
-        if single_system and m.get("role") == "system" and out and len(out) == _systems(out):
-            out[-1] = {**out[-1], "content": f"{out[-1]['content']}\n\n{m['content']}"}
-            continue
+        if single_system and m.get("role") == "system" and out:
+            if len(out) == _systems(out):
+                out[-1] = {**out[-1], "content": f"{out[-1]['content']}\n\n{m['content']}"}
+                continue
+            m["role"] = "user"
         out.append(m)
     return out
 

@@ -172,9 +172,10 @@ def test_stream_parser_agrees_with_the_whole_parse() -> None:
     assert [c["function"]["name"] for c in calls] == ["bash"]
 
 
-@pytest.mark.parametrize("name", ["qwen3-coder", "llama-3"])
+@pytest.mark.parametrize("name", list(FAMILIES))
 def test_harness_shaped_messages_render(name: str) -> None:
-    """Pi sends content as text parts, Codex its instructions as two system messages."""
+    """Pi sends content as text parts, Codex its instructions as two system messages, Claude
+    Code reminders as system messages mid-conversation."""
     f = family(name)
     messages: list[Message] = [
         {"role": "system", "content": "You are Codex."},
@@ -183,7 +184,11 @@ def test_harness_shaped_messages_render(name: str) -> None:
             "role": "user",
             "content": [{"type": "text", "text": "Create"}, {"type": "text", "text": "hello.txt"}],
         },
+        {"role": "assistant", "content": "On it."},
+        {"role": "system", "content": "Reminder: be brief."},
+        {"role": "user", "content": "Go on."},
     ]
     text = f.tokenizer.decode(f.render_ids(messages, TOOLS), skip_special_tokens=False)
-    assert "You are Codex." in text and "Sandbox: none." in text
-    assert "Create\nhello.txt" in text  # parts joined as vLLM joins them
+    assert "You are Codex." in text and "Sandbox: none." in text and "be brief" in text
+    # Parts joined as vLLM joins them (mistral-common, which vLLM's Mistral mode uses: "\n\n").
+    assert ("Create\n\nhello.txt" if name == "mistral" else "Create\nhello.txt") in text

@@ -149,9 +149,13 @@ class ScriptedPolicy:
         calls = turn_calls(turn, offered, rng) if turn is not None else []
         answer: Message = {"role": "assistant", "content": text}
         if calls:
+            # Ids unique in the conversation, as models number their calls (Kimi's ids are
+            # functions.NAME:N with N counting every call so far): a harness that sees an id
+            # again takes the call for answered and asks once more, for ever.
+            before = _calls_before(request)
             answer["tool_calls"] = [
                 {
-                    "id": self.family.call_id(name, index),
+                    "id": self.family.call_id(name, before + index),
                     "type": "function",
                     "function": {"name": name, "arguments": arguments},
                 }
@@ -235,6 +239,16 @@ class ScriptedPolicy:
             # trainer recomputing these logprobs then needs no per-call setting.
             scorer=self.scorer.start(replace(request, temperature=1.0)) if self.scorer else None,
         )
+
+
+def _calls_before(request: GenerationRequest) -> int:
+    """How many tool calls the conversation holds already.
+
+    A raw prompt has no messages to count: its length, a number that only grows, stands in.
+    """
+    if request.messages is None:
+        return len(request.prompt_ids)
+    return sum(len(m.get("tool_calls") or []) for m in request.messages if isinstance(m, dict))
 
 
 def _reasoning(turn: Turn | None, offered: bool) -> str:
