@@ -324,3 +324,29 @@ def test_every_family_s_raw_prompt_tells_its_turn(name: str) -> None:
             },
             {"role": "tool", "tool_call_id": call_id, "name": "bash", "content": "ok"},
         ]
+
+
+async def test_tool_call_ids_are_unique_across_the_conversation(
+    backend_factory: BackendFactory, scenario_file: Path
+) -> None:
+    """Kimi's ids name the call's number in the conversation (functions.NAME:N): the same id on
+    every turn made Claude Code take a new call for one already answered, for ever."""
+    client = await _client(backend_factory, _family("kimi-k2"), scenario_file)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    seen: list[str] = []
+    for _ in range(2):
+        message = (await _post(client, "/v1/chat/completions", _chat(messages)))["choices"][0][
+            "message"
+        ]
+        ids = [call["id"] for call in message["tool_calls"]]
+        assert all(i.startswith("functions.bash:") for i in ids)
+        seen += ids
+        messages += [
+            {
+                "role": "assistant",
+                "content": message["content"],
+                "tool_calls": message["tool_calls"],
+            },
+            *({"role": "tool", "tool_call_id": i, "content": "ok"} for i in ids),
+        ]
+    assert len(seen) == 3 and len(set(seen)) == 3
