@@ -17,6 +17,8 @@ from rollstream.backend.scenarios import ScenarioFile, load_scenarios
 from rollstream.backend.server import Backend
 from rollstream.backend.settings import BackendSettings
 from rollstream.backend.tokenizer import default_tokenizer_dir
+from rollstream.bench.fidelity import MODEL as MODEL
+from rollstream.bench.fidelity import SCENARIOS, TASK
 from rollstream.harnesses.install import PACKAGES, install
 from rollstream.harnesses.presets import PRESETS, HarnessContext
 from rollstream.harnesses.runner import run_harness
@@ -30,18 +32,8 @@ from rollstream.settings import KafkaSettings, StatePaths
 from tests.conftest import JAR_CACHE
 from tests.kafka_reading import read_records
 
-#: Write hello.txt with the shell tool, read it back, answer: a three-turn tool task.
-SOLVE_SCENARIOS = """
-scenarios:
-  - name: solve
-    turns:
-      - text: I will create the file.
-        tool_call: {tool: shell, arguments: {command: "echo polar > hello.txt"}}
-      - tool_call: {tool: shell, arguments: {command: "cat hello.txt"}}
-      - text: Done. hello.txt contains polar.
-side_call_text: Coding session.
-"""
-MODEL = "rollstream-tiny"
+#: Write hello.txt with the shell tool, read it back, answer: the fidelity bench's task.
+SOLVE_SCENARIOS = SCENARIOS
 PolicyFactory = Callable[[ChatTokenizer, ScenarioFile], Policy]
 
 
@@ -115,7 +107,7 @@ async def solve_session(
     The harness must exit 0 having written the file and said "Done.".
     """
     session = f"{name}-{uuid.uuid4().hex[:8]}"
-    ctx = HarnessContext(interceptor.url, session, MODEL, "Create hello.txt with polar.")
+    ctx = HarnessContext(interceptor.url, session, MODEL, TASK)
     launch = PRESETS[name].launch(ctx, harness_bin / PACKAGES[name][1])
     workdir = tmp / "work"
     result = await run_harness(launch, tmp / "home", workdir, tmp / "logs", 240)

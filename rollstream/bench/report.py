@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rollstream.bench.common import machine
+from rollstream.bench.fidelity_report import fidelity_section
 from rollstream.bench.pipeline_report import pipeline_section
 from rollstream.bench.publisher_report import publisher_section
 from rollstream.bench.scale_report import scale_section
@@ -285,6 +286,7 @@ SECTIONS = {
     "publisher": publisher_section,
     "pipeline": pipeline_section,
     "scale": scale_section,
+    "fidelity": fidelity_section,
 }
 
 

@@ -11,7 +11,16 @@ from rollstream.bench.common import machine
 
 #: Every benchmark ``bench all`` runs, in order; names without a ``bench`` subcommand (yet)
 #: are skipped.
-ORDER = ("backend", "interceptor", "node", "reconstruct", "publisher", "pipeline", "scale")
+ORDER = (
+    "backend",
+    "interceptor",
+    "node",
+    "reconstruct",
+    "publisher",
+    "pipeline",
+    "scale",
+    "fidelity",
+)
 
 
 def _memory_gb() -> float | None:

@@ -292,6 +292,64 @@ def node(
     click.echo(f"results in {json_path}, summary in {markdown}")
 
 
+@bench.command(name="fidelity")
+@_output_options
+@click.option("--families", default="all", show_default=True, help="Comma-separated.")
+@click.option("--harnesses", default="all", show_default=True, help="Comma-separated.")
+@click.option("--modes", default="ordinary,exact", show_default=True, help="Context modes.")
+@click.option("--timeout-s", type=click.FloatRange(1), default=180.0, show_default=True)
+@settings_options(KafkaSettings, "kafka")
+def fidelity(
+    kafka: KafkaSettings,
+    json_path: Path,
+    markdown: Path,
+    families: str,
+    harnesses: str,
+    modes: str,
+    timeout_s: float,
+) -> None:
+    """Model families x real harnesses x context modes: how faithfully each session trains.
+
+    Each harness runs headless on one tool task through an interceptor in front of the
+    scripted reference backend serving each family. Needs a broker (`rollstream kafka start`)
+    and the harnesses (installed if missing); records go to topics under the prefix
+    `bench-<time>`, deleted afterwards.
+    """
+    import time
+
+    from rollstream.bench import fidelity as fb
+    from rollstream.harnesses.install import PACKAGES, install
+    from rollstream.models.families import FAMILIES
+    from rollstream.settings import StatePaths
+
+    try:
+        config = fb.FidelityBenchConfig(
+            families=fb.parse_names(families, tuple(FAMILIES), "families"),
+            harnesses=fb.parse_names(harnesses, tuple(PACKAGES), "harnesses"),
+            modes=fb.parse_modes(modes),
+            timeout_s=timeout_s,
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    bin_dir = install(StatePaths().cache_dir)
+    bench_kafka = kafka.model_copy(update={"topic_prefix": f"bench-{int(time.time())}"})
+
+    async def run() -> dict[str, object]:
+        try:
+            return await fb.run_fidelity_bench(config, bench_kafka, bin_dir, click.echo)
+        finally:
+            await _delete_topics(bench_kafka)
+
+    click.echo(
+        f"fidelity: {len(config.families)} families x {len(config.harnesses)} harnesses x "
+        f"{len(config.modes)} modes"
+    )
+    result = asyncio.run(run())
+    data = record(json_path, "fidelity", result)
+    write_markdown(data, markdown)
+    click.echo(f"results in {json_path}, summary in {markdown}")
+
+
 async def _delete_topics(kafka: KafkaSettings) -> None:
     """Drop a bench run's topics (best effort: a broker that is gone keeps them)."""
     import contextlib
