@@ -90,7 +90,8 @@ class InterceptorSettings(BaseSettings):
         default=None,
         description="The served model's family (qwen3, qwen3-coder, llama-3, gpt-oss, ...;"
         " `rollstream models families`), whose renderer continues turns in exact context and whose"
-        " parsers read its tool calls and reasoning. Default: generic (--tokenizer's template).",
+        " parsers read its tool calls and reasoning. Default: from --upstream-model when it names a"
+        " known model (Qwen/Qwen3-8B: qwen3), else generic (--tokenizer's own template).",
     )
     mode: Literal["reverse", "forward"] = Field(
         default="reverse",

@@ -56,6 +56,31 @@ FAMILIES: dict[str, FamilySpec] = {
 }
 
 
+def detect_family(model: str | None) -> str | None:
+    """The family of a served model named by its Hugging Face id, or None.
+
+    An exact match against the ``renderers`` library's map of models to renderers (a prefix
+    would take a fine-tune with another template for its base model): ``Qwen/Qwen3-8B`` is
+    ``qwen3``, ``Qwen/Qwen3-4B-Instruct-2507`` (which does not think) ``qwen3-instruct``.
+    """
+    if not model:
+        return None
+    from renderers.base import MODEL_RENDERER_MAP
+
+    renderer = MODEL_RENDERER_MAP.get(model)
+    if renderer is None:
+        return None
+    names = [name for name, spec in FAMILIES.items() if spec.renderer == renderer]
+    if not names:
+        return None
+    thinking = [n for n in names if FAMILIES[n].thinks]
+    if len(names) > 1 and thinking:  # the same template with thinking on and off
+        instruct = "Instruct" in model and "Thinking" not in model
+        rest = [n for n in names if n not in thinking]
+        return rest[0] if instruct and rest else thinking[0]
+    return names[0]
+
+
 def known_families() -> list[str]:
     """Every family name ``--family`` accepts."""
     return [*FAMILIES, GENERIC]

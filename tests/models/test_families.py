@@ -192,3 +192,16 @@ def test_harness_shaped_messages_render(name: str) -> None:
     assert "You are Codex." in text and "Sandbox: none." in text and "be brief" in text
     # Parts joined as vLLM joins them (mistral-common, which vLLM's Mistral mode uses: "\n\n").
     assert ("Create\n\nhello.txt" if name == "mistral" else "Create\nhello.txt") in text
+
+
+def test_a_family_is_detected_from_the_model_s_name() -> None:
+    from rollstream.models.families import detect_family
+
+    assert detect_family("Qwen/Qwen3-8B") == "qwen3"
+    assert detect_family("Qwen/Qwen3-4B-Thinking-2507") == "qwen3"
+    assert detect_family("Qwen/Qwen3-4B-Instruct-2507") == "qwen3-instruct"
+    assert detect_family("openai/gpt-oss-20b") == "gpt-oss"
+    assert detect_family("meta-llama/Llama-3.2-3B-Instruct") == "llama-3"
+    # No guess from a prefix (a fine-tune may ship another template), nor for unknown models.
+    assert detect_family("Qwen/Qwen3-8B-my-finetune") is None
+    assert detect_family("rollstream-tiny") is None and detect_family(None) is None

@@ -29,7 +29,7 @@ from rollstream.interceptor.exact.sessions import ExactContext
 from rollstream.interceptor.recording import CallState, chat_answer
 from rollstream.interceptor.sessions import affinity_key
 from rollstream.interceptor.settings import InterceptorSettings
-from rollstream.models.families import load_family
+from rollstream.models.families import detect_family, load_family
 from rollstream.schemas import ContextInfo, ContextMode, TokenIds
 
 log = logging.getLogger(__name__)
@@ -95,9 +95,19 @@ class ExactUpstream:
         )
         if settings.backend != "vllm":
             self.unavailable = f"exact context needs a vLLM upstream, not {settings.backend}"
-        elif settings.tokenizer is not None or settings.family is not None:
+        elif (
+            settings.tokenizer is not None
+            or settings.family is not None
+            or detect_family(settings.upstream_model)
+        ):
             try:
-                family = load_family(settings.family, settings.tokenizer)
+                name = settings.family
+                if name is None and settings.tokenizer is None:
+                    name = detect_family(settings.upstream_model)
+                    log.info(
+                        "model family %s, from the model name %s", name, settings.upstream_model
+                    )
+                family = load_family(name, settings.tokenizer)
                 self.context = ExactContext(family)
             except ConfigurationError as exc:
                 self.unavailable = f"exact context refused: {exc}"

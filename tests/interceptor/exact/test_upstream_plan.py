@@ -205,3 +205,10 @@ def test_a_completion_the_family_cannot_parse_is_content_and_noted() -> None:
     )
     assert text == broken
     assert streamed.context is not None and "tool call not parsed" in streamed.context.note
+
+
+def test_exact_context_finds_the_family_from_the_upstream_model() -> None:
+    exact = _upstream(context="exact", upstream_model="Qwen/Qwen3-4B-Instruct-2507")
+    assert exact.context is not None and exact.context.family.name == "qwen3-instruct"
+    unknown = _upstream(context="exact", upstream_model="my-model")
+    assert unknown.context is None and "no tokenizer" in unknown.unavailable
