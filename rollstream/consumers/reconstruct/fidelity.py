@@ -31,11 +31,15 @@ def count_threads(records: Sequence[CallRecord]) -> int:
     seen: list[tuple[list[dict[str, Any]], dict[str, Any]]] = []
     threads = 0
     for record in records:
-        messages = requests.upstream(record.call_id)["messages"]
+        upstream = requests.upstream(record.call_id)
+        if upstream is None:  # refused before it was sent: no conversation of its own
+            continue
+        messages = upstream["messages"]
         if not any(appended_messages(m, a, messages) is not None for m, a in seen):
             threads += 1
         response = record.decoded_response()
-        seen.append((messages, response["choices"][0]["message"]))
+        if response and response.get("choices"):  # a failed call has no answer to continue
+            seen.append((messages, response["choices"][0]["message"]))
     return threads
 
 
