@@ -48,7 +48,9 @@ def test_settings_come_from_rollstream_node_variables(monkeypatch: pytest.Monkey
 async def test_sixteen_sessions_hold_the_limits_and_init_overlaps_run(tmp_path: Path) -> None:
     sink = Sink()
     runner = make_runner(tmp_path, sink, max_init=2, max_run=4, max_post=2, prewarm=2)
-    task = command_task("sleep 0.3; echo done > out.txt", samples=16, setup=["sleep 0.05"])
+    # Runs long against an init (1 s against 50 ms), so that on a loaded machine (the whole suite
+    # on 2 cores) the inits still keep the run pool full: seen with 0.3 s, 3 of 4 runs at peak.
+    task = command_task("sleep 1.0; echo done > out.txt", samples=16, setup=["sleep 0.05"])
     async with NodeScheduler(runner) as scheduler:
         sessions = scheduler.submit(task)
         assert len({s.session_id for s in sessions}) == 16
