@@ -34,6 +34,20 @@ class SerializationError(RollstreamError):
     """A record that cannot be encoded or decoded; retrying will not help."""
 
 
+class RecordTooLargeError(SerializationError):
+    """A record above the per-record budget: no broker would take it, so retrying cannot help.
+
+    Writers check the budget before sending (``rollstream.schemas.topics.check_record_size``)
+    and record what does not fit in a form that does, or dead-letter it with this reason, rather
+    than let it abort a transaction or block every later record of its partition.
+    """
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        super().__init__(f"{what} is {size} bytes, over the {limit}-byte record budget")
+        self.size = size
+        self.limit = limit
+
+
 class UnknownSchemaError(SerializationError):
     """A record whose writer schema this process does not know (yet).
 

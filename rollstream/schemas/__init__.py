@@ -23,7 +23,15 @@ from rollstream.schemas.registry import RECORD_MODELS, KnownSchema, SchemaRegist
 from rollstream.schemas.serializer import AvroSerializer, DecodedDatum, fingerprint_of
 from rollstream.schemas.sessions import Artifact, SessionEnded, SessionStarted, SessionStatus
 from rollstream.schemas.tasks import EvaluatorSpec, Task, Workspace, WorkspaceKind
-from rollstream.schemas.topics import Topic, TopicNames, TopicSpec, topic_specs
+from rollstream.schemas.topics import (
+    RECORD_BUDGET_BYTES,
+    Topic,
+    TopicNames,
+    TopicSpec,
+    check_record_size,
+    record_size,
+    topic_specs,
+)
 from rollstream.schemas.trajectories import (
     Scored,
     Segment,
@@ -34,6 +42,7 @@ from rollstream.schemas.trajectories import (
 
 __all__ = [
     "POLICY_VERSION_KEY",
+    "RECORD_BUDGET_BYTES",
     "RECORD_MODELS",
     "ApiKind",
     "Artifact",
@@ -69,11 +78,13 @@ __all__ = [
     "TrajectoryStatus",
     "Workspace",
     "WorkspaceKind",
+    "check_record_size",
     "compress_json",
     "decompress_json",
     "encode_prompt",
     "fingerprint",
     "fingerprint_of",
+    "record_size",
     "resolve_prompt",
     "topic_specs",
     "utcnow",

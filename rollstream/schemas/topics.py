@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from rollstream.errors import RecordTooLargeError
+
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+# What one record (key and value) may weigh, uncompressed: aiokafka refuses a record above the
+# producer's max_request_size (MAX_MESSAGE_BYTES) before compressing it, so the budget is
+# counted uncompressed, with room left for headers and the batch's framing. Every writer checks
+# it before sending (``check_record_size``): a record over it would fail in the producer, or
+# worse, abort a transaction or block a partition behind it.
+RECORD_BUDGET_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 _DAY_MS = 24 * 60 * 60 * 1000
 
 
@@ -156,3 +164,17 @@ def topic_specs(
             "consumer state written in their transactions; key = group/topic/partition; compacted",
         ),
     ]
+
+
+def record_size(key: bytes | None, value: bytes | None) -> int:
+    """A record's weight against ``RECORD_BUDGET_BYTES``: its key and value, uncompressed."""
+    return len(key or b"") + len(value or b"")
+
+
+def check_record_size(
+    key: bytes | None, value: bytes | None, what: str, budget: int = RECORD_BUDGET_BYTES
+) -> None:
+    """Raise ``RecordTooLargeError`` (not retriable) when a record would not fit one message."""
+    size = record_size(key, value)
+    if size > budget:
+        raise RecordTooLargeError(what, size, budget)
