@@ -14,6 +14,7 @@ from typing import Any
 import click
 import pytest
 
+from rollstream.bench.summary import replace_table, summary_table
 from rollstream.cli import cli
 from rollstream.docs_config import REGENERATE, markdown_table, readme_table
 from rollstream.schemas import Topic
@@ -107,6 +108,15 @@ def test_config_table_is_the_generated_one() -> None:
     table = readme_table(README.read_text(encoding="utf-8"))
     assert table == markdown_table(), (
         f"README.md's configuration table is out of date; regenerate it with: {REGENERATE}"
+    )
+
+
+def test_benchmark_table_is_the_generated_one() -> None:
+    results = json.loads((ROOT / "bench" / "results.json").read_text())
+    text = README.read_text(encoding="utf-8")
+    assert replace_table(text, summary_table(results)) == text, (
+        "README.md's benchmark table differs from bench/results.json; regenerate it with: "
+        "python -m rollstream.bench.summary --write README.md"
     )
 
 

@@ -12,6 +12,7 @@ from rollstream.bench.pipeline_report import pipeline_section
 from rollstream.bench.publisher_report import publisher_section
 from rollstream.bench.scale_report import scale_section
 from rollstream.bench.suite import header_lines
+from rollstream.bench.summary import update_readme
 
 BACKEND_TARGETS = {"tokens_per_s": 2000, "concurrent_streams": 200}
 RECONSTRUCT_TARGETS = {"calls_per_s": 1000, "sessions_per_s": 100, "latency_p99_ms": 500}
@@ -291,7 +292,11 @@ SECTIONS = {
 
 
 def write_markdown(data: dict[str, Any], path: Path) -> None:
-    """Regenerate RESULTS.md from the JSON results."""
+    """Regenerate RESULTS.md from the JSON results, and the README's table beside it.
+
+    The README is the one of the checkout ``path`` sits in (``bench/RESULTS.md`` ->
+    ``README.md``); results written elsewhere leave it alone.
+    """
     lines = [
         "# Benchmark results",
         "",
@@ -311,3 +316,4 @@ def write_markdown(data: dict[str, Any], path: Path) -> None:
             "",
         ]
     path.write_text("\n".join(lines))
+    update_readme(data, path.resolve().parent.parent / "README.md")
