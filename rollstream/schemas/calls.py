@@ -96,6 +96,20 @@ class ContextInfo(Model):
     appended_end_of_turn: bool = False
 
 
+class LeftOut(Model):
+    """A part of a call its record does not hold, and why: the record is flagged, not lost.
+
+    ``part`` names the CallRecord fields left empty: ``harness_request``, ``upstream_request``,
+    ``response``, or ``tokens`` (the prompt, completion ids and logprobs). ``size`` and
+    ``sha256`` describe the bytes the part would have taken (0 and "" when unknown).
+    """
+
+    part: str
+    reason: str
+    size: int = Field(default=0, ge=0)
+    sha256: str = ""
+
+
 class CallRecord(AvroRecord):
     """One LLM call of a harness session as the interceptor recorded it."""
 
@@ -121,6 +135,7 @@ class CallRecord(AvroRecord):
     harness_request_base: RequestBase | None = None
     upstream_request_base: RequestBase | None = None
     context: ContextInfo | None = None
+    left_out: list[LeftOut] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _consistent(self) -> CallRecord:

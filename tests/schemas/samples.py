@@ -34,6 +34,7 @@ from rollstream.schemas import (
     WorkspaceKind,
     compress_json,
 )
+from rollstream.schemas.calls import LeftOut
 from rollstream.schemas.requests import RequestBase
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
@@ -64,6 +65,7 @@ CALL = CallRecord(
     ),
     upstream_request_base=RequestBase(base_call_id="call-1", unchanged=["model"]),
     context=ContextInfo(mode=ContextMode.EXACT, appended_end_of_turn=True),
+    left_out=[LeftOut(part="response", reason="record_too_large", size=20, sha256="ab" * 32)],
 )
 
 TASK = Task(
