@@ -6,18 +6,25 @@ drops stale ones, ignores re-delivered trajectories, and keeps the :class:`Offse
 says how far each partition may be committed. A group's records stay *pending* until
 :meth:`pop` returns (or drops) the group: a completed group waiting in the queue is not
 delivered yet, so commits never pass it.
+
+A record that cannot join a group (undecodable, or a trajectory without its task that cannot
+be grouped, see ``TrainerSettings.taskless``) is never an error: it is logged, counted in
+:class:`StreamMetrics` and finished at once, so commits pass it and a restart does not meet it
+again.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
 from rollstream.consumers.trainer.ledger import OffsetLedger, Partition, StreamPosition
 from rollstream.consumers.trainer.settings import TrainerSettings
-from rollstream.errors import ConfigurationError
 from rollstream.schemas import Scored
+
+log = logging.getLogger(__name__)
 
 GroupKey = tuple[str, str]
 """(task_id, group_id)"""
@@ -76,6 +83,9 @@ class StreamMetrics:
     """Counters of a stream; groups count groups, the rest count records.
 
     In batches mode ``dropped_stale`` counts records (staleness is judged per record there).
+    ``undecodable``, ``taskless`` and ``unusable`` count records skipped (and committed past):
+    not a Scored or Trajectory record; a trajectory that cannot be grouped (``taskless=skip``);
+    a record whose handling failed in any other way.
     """
 
     delivered_groups: int = 0
@@ -87,6 +97,8 @@ class StreamMetrics:
     duplicates: int = 0
     undecodable: int = 0
     late: int = 0
+    taskless: int = 0
+    unusable: int = 0
 
 
 @dataclass
@@ -141,14 +153,19 @@ class GroupAssembler:
 
         Records of one partition come in offset order; ``now`` is a monotonic clock.
         """
-        size = self.settings.batch_size if self.batches else None
-        if record is not None and not self.batches:
-            size = self._group_size(record)
         self.ledger.read(partition, offset)
         if record is None:
             self.metrics.undecodable += 1
             self.ledger.finish(partition, offset, None)
             return
+        key: GroupKey | None = None
+        size = self.settings.batch_size
+        if not self.batches:
+            placement = self._placement(record)
+            if placement is None:
+                self._skip_taskless(partition, offset, record)
+                return
+            key, size = placement
         tid = record.trajectory.trajectory_id
         holder = self._pending.get(tid)
         if holder is not None:  # the first copy is still pending: remember this one with it
@@ -160,13 +177,11 @@ class GroupAssembler:
             self.metrics.duplicates += 1
             self.ledger.finish(partition, offset, tid)
             return
-        key = None if self.batches else (record.trajectory.task_id, record.trajectory.group_id)
         if key is not None and key in self._closed:
             self.metrics.late += 1  # a new sample of a group already delivered or dropped
             _remember(self._seen, tid, self.settings.dedupe_window)
             self.ledger.finish(partition, offset, tid)
             return
-        assert size is not None
         unit = self._open.get(key)
         if unit is None:
             unit = self._open[key] = _Unit(key, size, now)
@@ -175,6 +190,12 @@ class GroupAssembler:
         self.ledger.hold(partition, offset)
         if len(unit.members) >= unit.size:
             self._close(unit)
+
+    def skip(self, partition: Partition, offset: int) -> None:
+        """Finish a record the stream could not hand to :meth:`add` (counted in ``unusable``)."""
+        self.ledger.read(partition, offset)
+        self.ledger.finish(partition, offset, None)
+        self.metrics.unusable += 1
 
     def expire(self, now: float) -> None:
         """Hand on or drop units older than the timeout (groups or batches)."""
@@ -264,16 +285,35 @@ class GroupAssembler:
         self._open = dict(sorted(self._open.items(), key=lambda item: item[1].first_seen))
         self.ledger.release(gone)
 
-    def _group_size(self, record: Scored) -> int:
-        task = record.trajectory.task
-        if task is not None:
-            return task.samples
-        if self.settings.group_size is None:
-            raise ConfigurationError(
-                f"trajectory {record.trajectory.trajectory_id} carries no task, so its group "
-                "size is unknown: set group_size (ROLLSTREAM_TRAINER_GROUP_SIZE)"
-            )
-        return self.settings.group_size
+    def _placement(self, record: Scored) -> tuple[GroupKey, int] | None:
+        """The record's group and that group's size; None when it cannot be grouped (skip)."""
+        trajectory = record.trajectory
+        if trajectory.task is not None:
+            return (trajectory.task_id, trajectory.group_id), trajectory.task.samples
+        # Without a group id (calls made outside any task) group_size would lump unrelated
+        # sessions into one group and normalise rewards across them.
+        if self.settings.group_size is not None and trajectory.group_id:
+            return (trajectory.task_id, trajectory.group_id), self.settings.group_size
+        if self.settings.taskless == "session":
+            return (trajectory.task_id, trajectory.session_id), 1
+        return None
+
+    def _skip_taskless(self, partition: Partition, offset: int, record: Scored) -> None:
+        self.metrics.taskless += 1
+        self.ledger.finish(partition, offset, None)
+        trajectory = record.trajectory
+        log.warning(
+            "skipping trajectory %s (session %r, group %r) at %s[%d]@%d: it carries no task "
+            "and its group size is unknown; set ROLLSTREAM_TRAINER_TASKLESS=session to train "
+            "on it as a group of one, or GROUP_SIZE for task-less groups (%d skipped so far)",
+            trajectory.trajectory_id,
+            trajectory.session_id,
+            trajectory.group_id,
+            partition[0],
+            partition[1],
+            offset,
+            self.metrics.taskless,
+        )
 
     def _stale(self, version: int) -> bool:
         bound = self.settings.max_staleness

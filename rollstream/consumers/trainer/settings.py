@@ -9,6 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 StreamMode = Literal["groups", "batches"]
 IncompletePolicy = Literal["drop", "yield"]
+TasklessPolicy = Literal["skip", "session"]
 
 
 class TrainerSettings(BaseSettings):
@@ -29,8 +30,15 @@ class TrainerSettings(BaseSettings):
     group_size: int | None = Field(
         default=None,
         ge=1,
-        description="Samples per group for trajectories that do not carry their task "
-        "(those that do use task.samples).",
+        description="Samples per group for trajectories that do not carry their task but "
+        "name a group (those that carry it use task.samples).",
+    )
+    taskless: TasklessPolicy = Field(
+        default="skip",
+        description="A trajectory that cannot be grouped (no task, and no group_size or no "
+        "group id, e.g. calls recorded under the anonymous session): skip it (logged, counted "
+        "in metrics.taskless, committed past) or session (yield it as a group of one keyed by "
+        "its session; such a group carries no GRPO advantage).",
     )
     group_timeout_s: float | None = Field(
         default=None,

@@ -7,11 +7,17 @@ the groups delivered after the last commit whose records lie past that offset. F
 exactly-once training keep :meth:`TrajectoryStream.positions` inside the training checkpoint
 (written atomically with the weights) and resume with ``start_offsets=`` that position: it
 holds the offsets and the trajectories past them already delivered, which are then skipped.
+
+A record the stream cannot use (bytes that are no record, a record of another type, a
+trajectory that cannot be grouped, anything else that fails while it is handled) is skipped
+with a log line and counted in :attr:`TrajectoryStream.metrics`; commits pass it. Only broker
+failures leave ``__anext__`` (as :class:`~rollstream.errors.BrokerError`, retriable).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 
@@ -33,6 +39,8 @@ from rollstream.errors import (
 from rollstream.schema_store import SchemaStore
 from rollstream.schemas import AvroSerializer, PolicyVersion, Scored, TopicNames, Trajectory
 from rollstream.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -104,7 +112,7 @@ class TrajectoryStream:
 
     @property
     def metrics(self) -> StreamMetrics:
-        """Counters: delivered, dropped (stale, incomplete), duplicates, undecodable, late."""
+        """Counters: delivered, dropped (stale, incomplete), duplicates, late, skipped."""
         return self._assembler.metrics
 
     async def start(self) -> None:
@@ -169,8 +177,7 @@ class TrajectoryStream:
                 if tp not in assignment:  # fetched just before a revocation: not ours now
                     continue
                 for message in messages:
-                    record = await self._decode(message)
-                    self._assembler.add((tp.topic, tp.partition), message.offset, record, now)
+                    await self._take((tp.topic, tp.partition), message, now)
             self._assembler.expire(now)
 
     async def groups(self) -> AsyncIterator[Group]:
@@ -235,8 +242,32 @@ class TrajectoryStream:
             raise ConfigurationError("the stream is not started: use `async with` or start()")
         return self._consumer
 
-    async def _decode(self, message: ConsumerRecord) -> Scored | None:
+    async def _take(self, partition: Partition, message: ConsumerRecord, now: float) -> None:
+        """Hand one record to the assembler; one that cannot be used is skipped, never raised.
+
+        A record that raised here would be met again by every restart (the commit never
+        passes it), so a trainer would crash-loop on it: only broker errors go up.
+        """
+        try:
+            record = await self._decode(partition, message)
+            self._assembler.add(partition, message.offset, record, now)
+        except BrokerError:
+            raise
+        except Exception:
+            log.exception(
+                "trainer stream %s: skipping the record at %s[%d]@%d, which could not be used",
+                self.group,
+                partition[0],
+                partition[1],
+                message.offset,
+            )
+            self._assembler.skip(partition, message.offset)
+
+    async def _decode(self, partition: Partition, message: ConsumerRecord) -> Scored | None:
+        """The record as Scored (a Trajectory gets reward None); None, logged, if it is not one."""
+        where = f"{partition[0]}[{partition[1]}]@{message.offset}"
         if message.value is None:
+            log.warning("trainer stream %s: skipping a tombstone at %s", self.group, where)
             return None
         try:
             try:
@@ -245,10 +276,19 @@ class TrajectoryStream:
                 assert self._store is not None
                 await self._store.refresh()  # a newer writer: its schema is in the store by now
                 record = self._serializer.decode(message.value)
-        except SerializationError:
+        except SerializationError as exc:
+            log.warning("trainer stream %s: skipping undecodable %s: %s", self.group, where, exc)
             return None
+        except KafkaError as exc:  # the schema store could not be read: the broker, not the record
+            raise BrokerError(f"trainer stream {self.group}: {exc}", retriable=True) from exc
         if isinstance(record, Scored):
             return record
         if isinstance(record, Trajectory):
             return Scored(trajectory=record, reward=None, evaluator="", scored_at=record.created_at)
+        log.warning(
+            "trainer stream %s: skipping %s at %s (neither Scored nor Trajectory)",
+            self.group,
+            type(record).avro_name,
+            where,
+        )
         return None

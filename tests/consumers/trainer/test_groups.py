@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +14,6 @@ from rollstream.consumers.trainer import (
     StreamPosition,
     TrainerSettings,
 )
-from rollstream.errors import ConfigurationError
 from rollstream.schemas import Scored
 from tests.consumers.trainer.records import group_of, scored
 
@@ -229,16 +227,68 @@ def test_group_properties() -> None:
     assert group.records == tuple(records)
 
 
-def test_a_trajectory_without_its_task_needs_the_group_size_setting() -> None:
-    bare = scored("a", 0, with_task=False)
-    with pytest.raises(ConfigurationError, match="group_size"):
-        GroupAssembler(TrainerSettings()).add((TOPIC, 0), 0, bare, now=0.0)
+def anonymous(index: int) -> Scored:
+    """A trajectory of calls made outside any task (the interceptor used by hand)."""
+    record = scored("", index, with_task=False)
+    trajectory = record.trajectory.model_copy(
+        update={"task_id": "", "group_id": "", "session_id": f"anonymous-{index}"}
+    )
+    return record.model_copy(update={"trajectory": trajectory})
+
+
+def test_by_default_a_trajectory_without_its_task_is_skipped_counted_and_committed_past() -> None:
+    assembler = GroupAssembler(TrainerSettings())
+    assembler.add((TOPIC, 0), 0, scored("a", 0, with_task=False), now=0.0)
+    assembler.add((TOPIC, 0), 1, anonymous(0), now=0.0)
+    assert assembler.pop() is None
+    assert assembler.metrics.taskless == 2
+    assert assembler.safe_offsets() == {(TOPIC, 0): 2}  # a restart does not meet them again
+    for offset, record in enumerate(group_of("b", 2), start=2):  # and the stream goes on
+        assembler.add((TOPIC, 0), offset, record, now=0.0)
+    group = assembler.pop()
+    assert isinstance(group, Group) and group.group_id == "b"
+    assert assembler.safe_offsets() == {(TOPIC, 0): 4}
+
+
+def test_group_size_groups_task_less_trajectories_that_name_a_group() -> None:
     assembler = GroupAssembler(TrainerSettings(group_size=2))
-    assembler.add((TOPIC, 0), 0, bare, now=0.0)
+    assembler.add((TOPIC, 0), 0, scored("a", 0, with_task=False), now=0.0)
     assert assembler.pop() is None
     assembler.add((TOPIC, 0), 1, scored("a", 1, with_task=False), now=0.0)
     group = assembler.pop()
     assert isinstance(group, Group) and group.size == 2 and len(group.records) == 2
+
+
+def test_group_size_does_not_lump_sessions_without_a_group_together() -> None:
+    assembler = GroupAssembler(TrainerSettings(group_size=2))
+    assembler.add((TOPIC, 0), 0, anonymous(0), now=0.0)
+    assembler.add((TOPIC, 0), 1, anonymous(1), now=0.0)
+    assert assembler.pop() is None  # unrelated sessions: no group of theirs
+    assert assembler.metrics.taskless == 2 and assembler.safe_offsets() == {(TOPIC, 0): 2}
+
+
+def test_taskless_session_yields_each_such_trajectory_as_a_group_of_one() -> None:
+    assembler = GroupAssembler(TrainerSettings(taskless="session"))
+    assembler.add((TOPIC, 0), 0, anonymous(0), now=0.0)
+    assembler.add((TOPIC, 0), 1, anonymous(1), now=0.0)
+    first, second = assembler.pop(), assembler.pop()
+    assert isinstance(first, Group) and isinstance(second, Group)
+    assert [(g.group_id, g.size, g.complete) for g in (first, second)] == [
+        ("anonymous-0", 1, True),
+        ("anonymous-1", 1, True),
+    ]
+    assert assembler.metrics.taskless == 0 and assembler.safe_offsets() == {(TOPIC, 0): 2}
+
+
+def test_a_record_the_stream_could_not_use_is_counted_and_committed_past() -> None:
+    assembler = GroupAssembler(TrainerSettings())
+    assembler.add((TOPIC, 0), 0, scored("a", 0, samples=2), now=0.0)
+    assembler.skip((TOPIC, 0), 1)
+    assert assembler.metrics.unusable == 1
+    assert assembler.safe_offsets() == {(TOPIC, 0): 0}  # the pending sample still holds it
+    assembler.add((TOPIC, 0), 2, scored("a", 1, samples=2), now=0.0)
+    assert isinstance(assembler.pop(), Group)
+    assert assembler.safe_offsets() == {(TOPIC, 0): 3}
 
 
 def test_the_task_decides_the_group_size_over_the_setting() -> None:

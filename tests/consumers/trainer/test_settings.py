@@ -19,11 +19,18 @@ def test_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         "yield",
     )
     assert (settings.topic, settings.mode, settings.group_size) == ("scored", "groups", None)
+    assert settings.taskless == "skip"  # a trajectory without its task never stops a trainer
 
 
 @pytest.mark.parametrize(
     "field, value",
-    [("mode", "rows"), ("incomplete", "keep"), ("group_size", 0), ("max_staleness", -1)],
+    [
+        ("mode", "rows"),
+        ("incomplete", "keep"),
+        ("group_size", 0),
+        ("max_staleness", -1),
+        ("taskless", "error"),
+    ],
 )
 def test_bad_values_are_refused(field: str, value: object) -> None:
     with pytest.raises(ValidationError, match=field):

@@ -258,6 +258,48 @@ async def test_batches_mode_yields_plain_batches(
         assert await stream.commit() == {(rollstream_topics.scored, 1): 4}
 
 
+async def test_task_less_and_unusable_records_are_skipped_and_a_restart_does_not_meet_them(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    producer_factory: ProducerFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic = rollstream_topics.scored
+    bare = scored("bare", 0, with_task=False)  # names a group, but its size is unknown
+    hand = scored("", 0, with_task=False)  # calls recorded under `anonymous`
+    hand = hand.model_copy(
+        update={
+            "trajectory": hand.trajectory.model_copy(
+                update={"task_id": "", "group_id": "", "session_id": "anonymous"}
+            )
+        }
+    )
+    odd = scored("odd", 0, samples=1)  # its handling fails (below)
+    placed: Placed = [(0, bare), *[(0, r) for r in group_of("a", 2)], (0, hand), (0, odd)]
+    placed += [(0, r) for r in group_of("b", 2)]
+    offsets = await produce(await producer_factory(), topic, placed)
+    odd_bytes = AvroSerializer().encode(odd)
+
+    async with TrajectoryStream(TrainerSettings(), "trainer-tl", kafka_settings) as stream:
+        decode = stream._serializer.decode
+
+        def failing(data: bytes) -> AvroRecord:
+            if data == odd_bytes:
+                raise RuntimeError("a failure nobody foresaw")
+            return decode(data)
+
+        monkeypatch.setattr(stream._serializer, "decode", failing)
+        got = await collect_until(stream, "b")
+        assert [g.group_id for g in got] == ["a", "b"]
+        assert (stream.metrics.taskless, stream.metrics.unusable) == (2, 1)
+        assert await stream.commit() == {(topic, 0): offsets[-1] + 1}
+
+    await produce(await producer_factory(), topic, [(0, r) for r in group_of("c", 1)])
+    async with TrajectoryStream(TrainerSettings(), "trainer-tl", kafka_settings) as stream:
+        assert [g.group_id for g in await collect_until(stream, "c")] == ["c"]
+        assert (stream.metrics.taskless, stream.metrics.unusable) == (0, 0)
+
+
 async def test_without_the_topic_the_stream_says_so(kafka_settings: KafkaSettings) -> None:
     with pytest.raises(ConfigurationError, match="scored"):
         await TrajectoryStream(TrainerSettings(), "trainer-x", kafka_settings).start()
