@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rollstream.consumers.reconstruct.calls import ResolvedCall
+from rollstream.consumers.reconstruct.strategies.base import MISSING_LOGPROB
 from rollstream.schemas.trajectories import Segment
 
 _ID = 4  # bytes per token id and per logprob
@@ -53,9 +54,9 @@ def check_segments(
     ``calls`` maps call id to the resolved call. Kinds: ``unknown_call`` (a call id not in
     ``calls``), ``repeated_call`` (placed again, here or in another segment: its tokens would
     be trained twice), ``call_without_tokens``, ``prompt_mismatch``, ``completion_mismatch``,
-    ``logprob_mismatch`` (float32 comparison; a call without logprobs expects 0.0, the
-    strategies' convention), ``sampled_not_masked`` (a completion token with mask 0) and
-    ``mask_not_sampled`` (a mask-1 token outside every placed call's completion).
+    ``logprob_mismatch`` (float32 comparison; a call without logprobs expects NaN, the
+    strategies' mark of a missing logprob), ``sampled_not_masked`` (a completion token with
+    mask 0) and ``mask_not_sampled`` (a mask-1 token outside every placed call's completion).
     """
     violations: list[Violation] = []
     placed: set[str] = set()
@@ -151,7 +152,7 @@ def _logprob_mismatches(
 ) -> npt.NDArray[np.intp]:
     """Offsets within the completion where the segment's logprobs are not the call's."""
     got = segment.logprobs.data[start * _ID : end * _ID]
-    want = call.logprobs.data if call.logprobs is not None else bytes(len(got))
+    want = call.logprobs.data if call.logprobs is not None else MISSING_LOGPROB * (end - start)
     if got == want:  # the common case, without unpacking
         return np.empty(0, dtype=np.intp)
     a = np.frombuffer(got, dtype="<f4")

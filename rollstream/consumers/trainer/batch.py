@@ -6,6 +6,11 @@ input, population std; trajectories whose reward is None (the evaluator failed, 
 came from the trajectories topic) are left out of the mean and std and get advantage 0, so they
 carry no gradient. A trajectory's advantage is broadcast to its tokens with loss mask 1 and is 0
 elsewhere.
+
+A sampled token whose logprob is missing (the server returned none for its call: the
+reconstructor writes NaN there) has ``old_logprobs`` 0.0 and ``logprob_mask`` 0, and is
+counted in ``missing_logprobs``: an importance ratio over it would treat it as sampled with
+probability 1, so mask the ratio with ``logprob_mask``.
 """
 
 from __future__ import annotations
@@ -39,6 +44,11 @@ class Batch:
     into one sequence of shape (1, total tokens), ``position_ids`` restarting at 0 for each row
     and ``cu_seqlens`` (int32, rows + 1) the rows' boundaries, as flash-attention's varlen
     kernels take them; ``cu_seqlens`` is None for the padded layout.
+
+    ``logprob_mask`` (float32, like ``loss_mask``) is 1 where ``old_logprobs`` holds the
+    logprob the token was sampled with, and 0 on context, padding and sampled tokens whose
+    logprob is missing (or not finite), where ``old_logprobs`` is 0.0; ``missing_logprobs``
+    counts those sampled tokens.
     """
 
     layout: Layout
@@ -55,6 +65,8 @@ class Batch:
     rewards: FloatArray
     trajectory_advantages: FloatArray
     trajectory_ids: tuple[str, ...]
+    logprob_mask: FloatArray
+    missing_logprobs: int
 
     @property
     def num_rows(self) -> int:
@@ -65,6 +77,16 @@ class Batch:
     def num_tokens(self) -> int:
         """Real (unpadded) tokens in the batch."""
         return int(self.row_lengths.sum())
+
+    @property
+    def metrics(self) -> dict[str, int]:
+        """Counts to log with a training step: rows, tokens, trainable and missing logprobs."""
+        return {
+            "rows": self.num_rows,
+            "tokens": self.num_tokens,
+            "trainable_tokens": int(self.loss_mask.sum()),
+            "missing_logprobs": self.missing_logprobs,
+        }
 
     def to_torch(self) -> dict[str, Any]:
         """The arrays as torch tensors (same names); ints and masks keep their dtypes.
@@ -125,18 +147,25 @@ def to_batch(
     ids: list[IntArray] = []
     masks: list[FloatArray] = []
     logprobs: list[FloatArray] = []
+    known: list[FloatArray] = []
     owners: list[int] = []
     for i, record in enumerate(records):
         for segment in record.trajectory.segments:
             n = len(segment.input_ids) if max_len is None else min(max_len, len(segment.input_ids))
             ids.append(np.frombuffer(segment.input_ids.data, "<u4")[:n].astype(np.int64))
-            masks.append(np.frombuffer(segment.loss_mask.data, np.uint8)[:n].astype(np.float32))
-            logprobs.append(np.frombuffer(segment.logprobs.data, "<f4")[:n].astype(np.float32))
+            mask = np.frombuffer(segment.loss_mask.data, np.uint8)[:n].astype(np.float32)
+            values = np.frombuffer(segment.logprobs.data, "<f4")[:n].astype(np.float32)
+            finite = np.isfinite(values)
+            masks.append(mask)
+            logprobs.append(np.where(finite, values, np.float32(0.0)))
+            known.append(mask * finite)
             owners.append(i)
     lengths = np.array([len(row) for row in ids], dtype=np.int64)
     row_trajectory = np.array(owners, dtype=np.int64)
     row_advantage = advantages[row_trajectory] if owners else np.zeros(0, np.float32)
+    sampled = sum(float(m.sum()) for m in masks)
     common: dict[str, Any] = {
+        "missing_logprobs": int(sampled - sum(float(k.sum()) for k in known)),
         "layout": layout,
         "max_seqlen": int(lengths.max(initial=0)),
         "row_lengths": lengths,
@@ -148,14 +177,15 @@ def to_batch(
         "trajectory_ids": tuple(r.trajectory.trajectory_id for r in records),
     }
     if layout == "packed":
-        return _packed(ids, masks, logprobs, row_advantage, lengths, common)
-    return _padded(ids, masks, logprobs, row_advantage, lengths, pad_id, common)
+        return _packed(ids, masks, logprobs, known, row_advantage, lengths, common)
+    return _padded(ids, masks, logprobs, known, row_advantage, lengths, pad_id, common)
 
 
 def _padded(
     ids: list[IntArray],
     masks: list[FloatArray],
     logprobs: list[FloatArray],
+    known: list[FloatArray],
     row_advantage: FloatArray,
     lengths: IntArray,
     pad_id: int,
@@ -165,10 +195,12 @@ def _padded(
     input_ids = np.full((rows, width), pad_id, dtype=np.int64)
     loss_mask = np.zeros((rows, width), dtype=np.float32)
     old_logprobs = np.zeros((rows, width), dtype=np.float32)
+    logprob_mask = np.zeros((rows, width), dtype=np.float32)
     for r, n in enumerate(lengths.tolist()):
         input_ids[r, :n] = ids[r]
         loss_mask[r, :n] = masks[r]
         old_logprobs[r, :n] = logprobs[r]
+        logprob_mask[r, :n] = known[r]
     attention_mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
     position_ids = np.arange(width, dtype=np.int64)[None, :] * attention_mask
     return Batch(
@@ -179,6 +211,7 @@ def _padded(
         old_logprobs=old_logprobs,
         advantages=(loss_mask * row_advantage[:, None]).astype(np.float32),
         cu_seqlens=None,
+        logprob_mask=logprob_mask,
         **common,
     )
 
@@ -187,6 +220,7 @@ def _packed(
     ids: list[IntArray],
     masks: list[FloatArray],
     logprobs: list[FloatArray],
+    known: list[FloatArray],
     row_advantage: FloatArray,
     lengths: IntArray,
     common: dict[str, Any],
@@ -209,5 +243,6 @@ def _packed(
         old_logprobs=cat(logprobs, np.float32),
         advantages=(loss_mask * token_advantage).astype(np.float32),
         cu_seqlens=cu_seqlens,
+        logprob_mask=cat(known, np.float32),
         **common,
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -91,19 +93,21 @@ def test_logprob_changed() -> None:
     ]
 
 
-def test_logprob_comparison_is_float32() -> None:
-    # -0.0 and 0.0 differ as bytes, not as floats; a call without logprobs expects 0.0.
+def test_a_call_without_logprobs_expects_nan_and_comparison_is_float32() -> None:
+    # A missing logprob is NaN (0.0 would claim probability 1); NaNs match whatever their bits.
     calls = build_session(["no_logprobs"]).resolved()
     segments = prefix_merge(calls, StrategyContext()).segments
     by_id = {c.call_id: c for c in calls}
-    n = len(segments[0].logprobs)
-    values = segments[0].logprobs.to_list()
     start, end = first_span(segments[0], by_id)
-    assert values[start:end] == [0.0] * (end - start)
-    values[start:end] = [-0.0] * (end - start)
-    negzero = segments[0].model_copy(update={"logprobs": Logprobs.from_list(values)})
-    assert len(negzero.logprobs) == n
-    assert check_segments([negzero], by_id) == []
+    assert all(math.isnan(v) for v in segments[0].logprobs.to_list()[start:end])
+    data = bytearray(segments[0].logprobs.data)
+    data[start * 4 : end * 4] = b"\x01\x00\xc0\xff" * (end - start)  # another NaN's bits
+    other_nan = segments[0].model_copy(update={"logprobs": Logprobs(bytes(data))})
+    assert check_segments([other_nan], by_id) == []
+    zero = with_list(segments[0], "logprobs", start, 0.0)
+    assert [(v.kind, v.position) for v in check_segments([zero], by_id)] == [
+        ("logprob_mismatch", start)
+    ]
 
 
 def test_unknown_repeated_and_tokenless_calls() -> None:

@@ -20,6 +20,7 @@ from rollstream.consumers.reconstruct.strategies import (
     prompt_prefix_merge,
     tree,
 )
+from rollstream.consumers.reconstruct.strategies.base import MISSING_LOGPROB
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import Segment, TokenIds
 from tests.consumers.reconstruct.sessions import (
@@ -154,20 +155,20 @@ def test_prompt_prefix_merge_keeps_each_sampled_completion_once(
     assert trainable(result.segments) == completion_tokens(session)
     for segment in result.segments:
         sampled = [k for k, m in enumerate(segment.loss_mask.to_list()) if m]
-        ids, logprobs = segment.input_ids.to_list(), segment.logprobs.to_list()
+        ids, logprobs = segment.input_ids.to_list(), segment.logprobs.data
         want_ids: list[int] = []
-        want_logprobs: list[float] = []
+        want_logprobs = b""  # packed: a missing logprob is NaN, which equals nothing as a float
         for call_id in segment.call_ids:
             call = calls[call_id]
             assert call.completion is not None
             want_ids += call.completion.to_list()
             want_logprobs += (
-                call.logprobs.to_list()
+                call.logprobs.data
                 if call.logprobs is not None
-                else [0.0] * len(call.completion)
+                else MISSING_LOGPROB * len(call.completion)
             )
         assert [ids[k] for k in sampled] == want_ids
-        assert [logprobs[k] for k in sampled] == want_logprobs
+        assert b"".join(logprobs[4 * k : 4 * k + 4] for k in sampled) == want_logprobs
 
 
 @PROPERTY

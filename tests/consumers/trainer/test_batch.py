@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+from rollstream.consumers.reconstruct.strategies import StrategyContext, prefix_merge
 from rollstream.consumers.trainer import (
     Batch,
     Group,
@@ -15,8 +16,10 @@ from rollstream.consumers.trainer import (
     group_advantages,
     to_batch,
 )
+from rollstream.consumers.trainer.batch import Layout
 from rollstream.errors import ConfigurationError
-from rollstream.schemas import Logprobs, LossMask, Segment, TokenIds
+from rollstream.schemas import Logprobs, LossMask, Scored, Segment, TokenIds
+from tests.consumers.reconstruct.sessions import build_session
 from tests.consumers.trainer.records import group_of, scored
 
 # Every sample trajectory has two segments:
@@ -65,6 +68,9 @@ def test_padded_rows_one_per_segment() -> None:
     assert batch.input_ids.dtype == np.int64 and batch.attention_mask.dtype == np.int64
     assert batch.loss_mask.dtype == np.float32 and batch.old_logprobs.dtype == np.float32
     assert batch.advantages.dtype == np.float32
+    # Every sampled token carries its logprob here: the validity mask is the loss mask.
+    assert batch.logprob_mask.tolist() == batch.loss_mask.tolist()
+    assert batch.logprob_mask.dtype == np.float32 and batch.missing_logprobs == 0
 
 
 def test_packed_rows_are_one_sequence_with_restarting_positions() -> None:
@@ -78,7 +84,7 @@ def test_packed_rows_are_one_sequence_with_restarting_positions() -> None:
     assert packed.cu_seqlens.tolist() == [0, 4, 6, 10, 12]
     assert packed.max_seqlen == 4 and packed.attention_mask.tolist() == [[1] * 12]
     real = padded.attention_mask.astype(bool)
-    for name in ("input_ids", "loss_mask", "old_logprobs", "advantages"):
+    for name in ("input_ids", "loss_mask", "old_logprobs", "advantages", "logprob_mask"):
         assert getattr(packed, name)[0].tolist() == getattr(padded, name)[real].tolist(), name
 
 
@@ -95,6 +101,46 @@ def test_a_record_batch_and_trajectories_without_rewards() -> None:
     batch = to_batch(RecordBatch(tuple(records)), layout="packed")
     assert not batch.advantages.any()
     assert np.isnan(batch.rewards).all() and batch.trajectory_advantages.tolist() == [0, 0]
+
+
+def with_segments(record: Scored, segments: list[Segment]) -> Scored:
+    trajectory = record.trajectory.model_copy(update={"segments": segments})
+    return record.model_copy(update={"trajectory": trajectory})
+
+
+@pytest.mark.parametrize("layout", ["padded", "packed"])
+def test_missing_logprobs_are_masked_out_and_counted(layout: Layout) -> None:
+    nan, inf = float("nan"), float("inf")
+    segment = Segment(  # context, then sampled: a real 0.0, missing, real, not finite
+        input_ids=TokenIds.from_list([1, 2, 3, 4, 5, 6]),
+        loss_mask=LossMask.from_list([0, 1, 1, 1, 1, 0]),
+        logprobs=Logprobs.from_list([0.0, 0.0, nan, -0.5, -inf, nan]),
+        call_ids=["c"],
+    )
+    batch = to_batch([with_segments(scored("a", 0, samples=1), [segment])], layout=layout)
+    assert batch.old_logprobs.tolist() == [[0.0, 0.0, 0.0, -0.5, 0.0, 0.0]]
+    assert batch.logprob_mask.tolist() == [[0, 1, 0, 1, 0, 0]]
+    assert batch.loss_mask.tolist() == [[0, 1, 1, 1, 1, 0]]  # still trained on, by choice
+    assert batch.missing_logprobs == 2  # sampled tokens only: the context NaN is not counted
+    assert batch.metrics == {
+        "rows": 1,
+        "tokens": 6,
+        "trainable_tokens": 4,
+        "missing_logprobs": 2,
+    }
+
+
+def test_a_call_without_logprobs_reaches_the_batch_as_missing_not_as_probability_one() -> None:
+    session = build_session(["turn", "no_logprobs", "turn"])
+    calls = session.resolved()
+    (segment,) = prefix_merge(calls, StrategyContext()).segments
+    without = [c for c in calls if c.logprobs is None]
+    assert len(without) == 1 and without[0].completion is not None
+    batch = to_batch([with_segments(scored("a", 0, samples=1), [segment])])
+    assert batch.missing_logprobs == len(without[0].completion) > 0
+    valid = batch.logprob_mask.astype(bool)
+    assert valid.sum() == batch.loss_mask.sum() - batch.missing_logprobs
+    assert np.isfinite(batch.old_logprobs).all() and (batch.old_logprobs[valid] < 0).all()
 
 
 def test_large_token_ids_survive() -> None:

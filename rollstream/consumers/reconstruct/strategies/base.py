@@ -17,6 +17,8 @@ from rollstream.schemas.trajectories import Segment, TrajectoryStats
 
 _ID_SIZE = TokenIds.itemsize
 _LOGPROB_SIZE = Logprobs.itemsize
+MISSING_LOGPROB = Logprobs.from_list([float("nan")]).data
+"""A sampled token's logprob the server did not return: NaN, never a plausible value."""
 
 # Break reasons (TrajectoryStats.break_reasons).
 DRIFT = "drift"
@@ -137,20 +139,21 @@ def usable_calls(
     tally.calls_used = len(usable)
     if without_logprobs:
         # The invariant asks for the call's logprobs and there are none: the tokens are still
-        # sampled (mask 1), with logprob 0.0, and the checker expects exactly that.
+        # sampled (mask 1), with logprob NaN (missing; 0.0 would claim probability 1), and the
+        # checker expects exactly that.
         tally.notes.append(
             f"{without_logprobs} call(s) without logprobs: their completion tokens have "
-            "loss mask 1 and logprob 0.0"
+            "loss mask 1 and logprob NaN (missing)"
         )
     return usable, tally
 
 
 def completion_logprobs(call: ResolvedCall) -> bytes:
-    """The call's packed completion logprobs; zeros (0.0) when the server returned none."""
+    """The call's packed completion logprobs; NaN (:data:`MISSING_LOGPROB`) when it has none."""
     assert call.completion is not None
     if call.logprobs is not None:
         return call.logprobs.data
-    return bytes(len(call.completion) * _LOGPROB_SIZE)
+    return MISSING_LOGPROB * len(call.completion)
 
 
 def common_prefix(a: bytes | bytearray, b: bytes | bytearray) -> int:

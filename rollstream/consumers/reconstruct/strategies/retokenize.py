@@ -7,6 +7,7 @@ from typing import Any
 
 from rollstream.consumers.reconstruct.calls import ResolvedCall
 from rollstream.consumers.reconstruct.strategies.base import (
+    MISSING_LOGPROB,
     StrategyContext,
     StrategyResult,
     usable_calls,
@@ -21,7 +22,7 @@ from rollstream.schemas.trajectories import Segment
 
 NOTE = (
     "retokenize re-renders the final conversation with the chat template: its token ids are "
-    "not the ones the server saw and carry no logprobs (0.0); an ablation baseline, not "
+    "not the ones the server saw and carry no logprobs (NaN); an ablation baseline, not "
     "training data (faithfulness invariant relaxed)"
 )
 
@@ -35,8 +36,9 @@ def retokenize(calls: Sequence[ResolvedCall], context: StrategyContext) -> Strat
     its API, the answer's assistant message (the record's normalized response) appended, and
     the whole rendered by the served model's family (raises ConfigurationError without one).
     Assistant turns get mask 1, from just after the generation prompt to their last stop
-    token (the template's glue after it was never sampled); everything else mask 0; all
-    logprobs 0.0. Turn boundaries come from rendering growing prefixes of the conversation.
+    token (the template's glue after it was never sampled); everything else mask 0; logprobs
+    NaN (missing) under mask 1, 0.0 elsewhere. Turn boundaries come from rendering growing
+    prefixes of the conversation.
 
     ``calls_used`` is 1 (the other usable calls appear only as that call's history); a call
     whose conversation cannot be recovered gives no segment and a note.
@@ -67,7 +69,9 @@ def retokenize(calls: Sequence[ResolvedCall], context: StrategyContext) -> Strat
     segment = Segment(
         input_ids=ids,
         loss_mask=mask,
-        logprobs=Logprobs(bytes(len(ids) * Logprobs.itemsize)),
+        logprobs=Logprobs(
+            b"".join(MISSING_LOGPROB if m else bytes(Logprobs.itemsize) for m in mask.data)
+        ),
         call_ids=[call.call_id],
     )
     return StrategyResult([segment], tally.stats())
