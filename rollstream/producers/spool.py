@@ -5,10 +5,15 @@ in segment files. A consumer of the spool reads from the oldest segment, and aft
 acknowledged a prefix, ``commit`` records how far it got (an fsync'd offset file); a fully sent
 segment is deleted. After a crash the uncommitted tail is sent again: at least once, consumers
 deduplicate by call id.
+
+An append the disk refuses (a full disk) is cut back to where it started, so the segment stays
+a sequence of whole frames and later appends stay readable.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import struct
 import zlib
@@ -17,8 +22,11 @@ from pathlib import Path
 
 from rollstream.errors import RollstreamError
 
+log = logging.getLogger(__name__)
+
 _HEADER = struct.Struct("<II")
 _CRC = struct.Struct("<I")
+_NO_KEY = 0xFFFFFFFF
 SEGMENT_BYTES = 64 * 1024 * 1024
 
 
@@ -38,6 +46,39 @@ class SpooledRecord:
     end: int
 
 
+def encode_frames(records: list[tuple[bytes | None, bytes]]) -> bytes:
+    """The records framed as the spool stores them (also used for rejected records)."""
+    frames = bytearray()
+    for key, value in records:
+        k = key if key is not None else b""
+        body = _HEADER.pack(len(k) if key is not None else _NO_KEY, len(value)) + k + value
+        frames += body + _CRC.pack(zlib.crc32(body))
+    return bytes(frames)
+
+
+def append_durably(path: Path, data: bytes) -> int:
+    """Append ``data`` to ``path`` and fsync; the offset it starts at.
+
+    On failure the file is cut back to its size before the append (OSError either way): a
+    partial write would otherwise leave a torn frame that hides every later one.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        before = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError:
+            os.ftruncate(fd, before)  # freeing space: works on a full disk
+            os.fsync(fd)
+            raise
+        return before
+    finally:
+        os.close(fd)
+
+
 class Spool:
     """Segments ``spool-<n>.log`` in a directory; ``<segment>.done`` holds the sent offset."""
 
@@ -48,56 +89,75 @@ class Spool:
         # The publisher asks whether the spool is empty before every batch: answered from
         # memory, recomputed from disk only after the spool changed (we are its only writer).
         self._pending: int | None = None
+        # Sent offsets as this process knows them: ahead of the .done files when one could not
+        # be written (a full disk), so a record is not sent twice by the same process.
+        self._done: dict[Path, int] = {}
+        self._torn = False  # a failed append could not be cut back: repair before the next
+        #: Bytes that were not whole frames and were skipped (damage from outside); logged.
+        self.skipped_bytes = 0
         self._repair()
 
     def _repair(self) -> None:
-        """Cut a torn frame (a crash mid-append) off the newest segment: appends stay readable."""
+        """Cut a torn frame (a crash mid-append) off the newest segment: appends stay readable.
+
+        Parsing starts at the sent offset: bytes before it were sent (or skipped) already.
+        """
+        self._torn = False
         segments = self._segments()
         if not segments:
             return
         last = segments[-1]
         data = last.read_bytes()
-        valid = _parse(data, 0, last, limit=len(data))
-        end = valid[-1].end if valid else 0
+        start = min(self._done_offset(last), len(data))
+        valid = _parse(data, start, last, limit=len(data))
+        end = valid[-1].end if valid else start
         if end < len(data):
             with last.open("rb+") as fh:
                 fh.truncate(end)
                 os.fsync(fh.fileno())
+        self._pending = None
 
     def _segments(self) -> list[Path]:
         return sorted(self.directory.glob("spool-*.log"))
 
     def _done_offset(self, segment: Path) -> int:
+        if segment in self._done:
+            return self._done[segment]
         try:
             return int(segment.with_suffix(".done").read_text() or 0)
         except (OSError, ValueError):
             return 0
 
     def append(self, records: list[tuple[bytes | None, bytes]]) -> None:
-        """Append records durably (one fsync for the batch); SpoolError if the disk refuses."""
+        """Append records durably (one fsync for the batch); SpoolError if the disk refuses.
+
+        All or nothing: a refused append leaves the spool as it was before it.
+        """
         if not records:
             return
+        if self._torn:
+            self._repair()
         segments = self._segments()
         segment = segments[-1] if segments else self.directory / "spool-000000001.log"
         if segment.exists() and segment.stat().st_size >= self.segment_bytes:
             number = int(segment.stem.split("-")[1]) + 1
             segment = self.directory / f"spool-{number:09d}.log"
-        frames = bytearray()
-        for key, value in records:
-            k = key if key is not None else b""
-            body = _HEADER.pack(len(k) if key is not None else 0xFFFFFFFF, len(value)) + k + value
-            frames += body + _CRC.pack(zlib.crc32(body))
         self._pending = None
         try:
-            with segment.open("ab") as fh:
-                fh.write(frames)
-                fh.flush()
-                os.fsync(fh.fileno())
+            append_durably(segment, encode_frames(records))
         except OSError as exc:
+            # Cutting back failed too (rare: the truncate itself refused): the next append
+            # repairs the segment first.
+            self._torn = not _whole_frames(segment, self._done_offset(segment))
             raise SpoolError(f"cannot write to the spool in {self.directory}: {exc}") from exc
 
     def read(self, limit: int = 500) -> list[SpooledRecord]:
-        """Up to ``limit`` unsent records from the oldest segment, in order."""
+        """Up to ``limit`` unsent records from the oldest segment, in order.
+
+        Bytes that are not a whole frame where one should start were damaged outside this
+        process (our failed appends are cut back): they are skipped with an error in the log
+        and counted in ``skipped_bytes``, rather than block every record after them.
+        """
         for segment in self._segments():
             start = self._done_offset(segment)
             data = segment.read_bytes()
@@ -106,25 +166,52 @@ class Spool:
                     self._remove(segment)
                     continue
                 return []
-            return _parse(data, start, segment, limit)
+            records = _parse(data, start, segment, limit)
+            if records:
+                return records
+            if segment == self._segments()[-1] and self._torn:
+                self._repair()
+                return self.read(limit)
+            self.skipped_bytes += len(data) - start
+            log.error(
+                "spool segment %s is damaged at offset %d: %d bytes skipped",
+                segment,
+                start,
+                len(data) - start,
+            )
+            with contextlib.suppress(SpoolError):  # the offset is kept in memory meanwhile
+                self._mark_sent(segment, len(data))
         return []
 
     def commit(self, record: SpooledRecord) -> None:
-        """Mark everything up to and including ``record`` as sent."""
-        self._pending = None
-        done = record.segment.with_suffix(".done")
-        tmp = done.with_suffix(".tmp")
-        tmp.write_text(str(record.end))
-        with tmp.open("rb+") as fh:
-            os.fsync(fh.fileno())
-        tmp.replace(done)
+        """Mark everything up to and including ``record`` as sent.
+
+        Remembered in this process even when the offset file cannot be written (SpoolError):
+        only a restart before the next successful commit sends those records again.
+        """
+        self._mark_sent(record.segment, record.end)
         if record.end >= record.segment.stat().st_size and len(self._segments()) > 1:
             self._remove(record.segment)
+
+    def _mark_sent(self, segment: Path, offset: int) -> None:
+        self._pending = None
+        self._done[segment] = offset
+        done = segment.with_suffix(".done")
+        tmp = done.with_suffix(".tmp")
+        try:
+            tmp.write_text(str(offset))
+            with tmp.open("rb+") as fh:
+                os.fsync(fh.fileno())
+            tmp.replace(done)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise SpoolError(f"cannot record the sent offset in {self.directory}: {exc}") from exc
 
     def _remove(self, segment: Path) -> None:
         self._pending = None
         segment.unlink(missing_ok=True)
         segment.with_suffix(".done").unlink(missing_ok=True)
+        self._done.pop(segment, None)
 
     @property
     def pending_bytes(self) -> int:
@@ -140,12 +227,26 @@ class Spool:
         return self.pending_bytes == 0
 
 
+def _whole_frames(segment: Path, start: int) -> bool:
+    try:
+        data = segment.read_bytes()
+    except OSError:
+        return True  # nothing there to repair
+    valid = _parse(data, min(start, len(data)), segment, limit=len(data))
+    return (valid[-1].end if valid else min(start, len(data))) == len(data)
+
+
+def parse_frames(data: bytes, segment: Path) -> list[SpooledRecord]:
+    """Every whole frame of ``data`` from its start (also used for rejected records)."""
+    return _parse(data, 0, segment, limit=len(data))
+
+
 def _parse(data: bytes, start: int, segment: Path, limit: int) -> list[SpooledRecord]:
     records: list[SpooledRecord] = []
     pos = start
     while pos + _HEADER.size <= len(data) and len(records) < limit:
         key_len, value_len = _HEADER.unpack_from(data, pos)
-        has_key = key_len != 0xFFFFFFFF
+        has_key = key_len != _NO_KEY
         k = key_len if has_key else 0
         end = pos + _HEADER.size + k + value_len + _CRC.size
         if end > len(data):

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from rollstream.producers.spool import Spool, SpoolError
+from tests.producers.tiny_disk import fill, tiny_disk
 
 
 def _drain(spool: Spool, batch: int = 3) -> list[tuple[bytes | None, bytes]]:
@@ -82,3 +83,85 @@ def test_a_full_disk_is_a_retriable_spool_error(
     with pytest.raises(SpoolError, match="No space left") as info:
         spool.append([(b"k", b"v")])
     assert info.value.retriable
+
+
+def test_an_append_the_full_disk_refuses_is_cut_back(tmp_path: Path) -> None:
+    """A real full disk (tmpfs): the refused append leaves no torn frame behind.
+
+    The append fills the free end of the segment's last page before the disk refuses the rest;
+    left there, that torn frame would hide every later record, and the next start's repair
+    would cut them all off.
+    """
+    with tiny_disk(tmp_path / "disk", "256k") as disk:
+        spool = Spool(disk / "spool")
+        spool.append([(b"k", b"before")])
+        filler = fill(disk)
+        with pytest.raises(SpoolError, match="No space left") as info:
+            spool.append([(b"k", b"x" * 8192)])
+        assert info.value.retriable
+        filler.unlink()  # space back
+        spool.append([(b"k", b"after")])
+        assert [r.value for r in spool.read()] == [b"before", b"after"]
+        assert [r.value for r in Spool(disk / "spool").read()] == [b"before", b"after"]
+
+
+def test_a_partial_write_then_a_refusal_is_cut_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same with a fake disk: it takes half of the append, then refuses the rest."""
+    import errno
+    import os
+
+    spool = Spool(tmp_path)
+    spool.append([(b"k", b"before")])
+    real_write = os.write
+    calls = []
+
+    def half_then_full(fd: int, data: bytes) -> int:
+        calls.append(len(data))
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, bytes(data)[: len(data) // 2])
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(SpoolError):
+        spool.append([(b"k", b"lost"), (b"k", b"too")])
+    monkeypatch.setattr(os, "write", real_write)
+    assert len(calls) == 2  # a partial write happened before the refusal
+    spool.append([(b"k", b"after")])
+    assert [r.value for r in Spool(tmp_path).read()] == [b"before", b"after"]
+
+
+def test_a_sent_offset_the_disk_refuses_is_kept_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Committing on a full disk raises SpoolError, but nothing is read (sent) twice."""
+    import errno
+    import os
+
+    spool = Spool(tmp_path)
+    spool.append([(b"k", b"1"), (b"k", b"2"), (b"k", b"3")])
+    first = spool.read(2)
+
+    def no_space(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", no_space)
+    with pytest.raises(SpoolError):
+        spool.commit(first[-1])
+    monkeypatch.undo()
+    assert [r.value for r in spool.read()] == [b"3"]
+    assert spool.pending_bytes == first[-1].segment.stat().st_size - first[-1].end
+
+
+def test_damage_in_the_middle_is_skipped_with_a_count_not_a_stall(tmp_path: Path) -> None:
+    """Bytes that are no frame where a frame should start: skipped and counted, reading goes on."""
+    spool = Spool(tmp_path, segment_bytes=64)
+    spool.append([(b"k", b"a" * 70)])  # fills the first segment
+    spool.append([(b"k", b"b")])  # the second
+    [first, _] = sorted(tmp_path.glob("spool-*.log"))
+    data = bytearray(first.read_bytes())
+    data[0] ^= 0xFF  # its only frame's header is damaged
+    first.write_bytes(bytes(data))
+    assert [r.value for r in spool.read()] == [b"b"]
+    assert spool.skipped_bytes == len(data)
