@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
@@ -171,42 +172,97 @@ class SessionRequests:
     """The whole requests of a session's calls, resolving delta-encoded ones through their bases.
 
     Bases are other calls of the same session (the interceptor never refers across sessions);
-    a base that is missing, or a chain that loops, is a SerializationError.
+    a base that is missing, or a chain that loops, is a SerializationError. A chain is walked
+    back iteratively to a request resolved before (a bounded LRU of ``cache_size``) or to a
+    whole one, then replayed forward, so a session of thousands of calls resolves in time
+    linear in its chain and holds a few whole requests, not one per call.
     """
 
-    def __init__(self, calls: Iterable[CallRecord]) -> None:
-        self._calls = {c.call_id: c for c in calls}
-        self._memo: dict[tuple[str, str], Any] = {}
+    def __init__(self, calls: Iterable[CallRecord], cache_size: int = 8) -> None:
+        self._calls: dict[str, CallRecord] = {}
+        for call in calls:
+            self._calls.setdefault(call.call_id, call)  # at-least-once: the first copy wins
+        self._cache_size = max(1, cache_size)
+        self._memo: OrderedDict[tuple[str, str], Any] = OrderedDict()
 
     def harness(self, call_id: str) -> Any:
         """The request as the harness sent it (None when not kept)."""
-        return self._resolve("harness", call_id, ())
+        return self._resolve("harness", call_id)
 
     def upstream(self, call_id: str) -> Any:
         """The Chat Completions request sent upstream (None when not kept)."""
-        return self._resolve("upstream", call_id, ())
+        return self._resolve("upstream", call_id)
 
-    def _resolve(
-        self, which: Literal["harness", "upstream"], call_id: str, seen: tuple[str, ...]
-    ) -> Any:
+    def _resolve(self, which: Literal["harness", "upstream"], call_id: str) -> Any:
         key = (which, call_id)
         if key in self._memo:
+            self._memo.move_to_end(key)
             return self._memo[key]
-        if call_id in seen:
-            raise SerializationError(f"request bases loop through call {call_id!r}")
-        call = self._calls.get(call_id)
-        if call is None:
-            return None
-        blob = call.harness_request if which == "harness" else call.upstream_request
-        spec = call.harness_request_base if which == "harness" else call.upstream_request_base
-        if blob is None:
-            return None
-        rest = decompress_json(blob)
-        if spec is not None:
+        # Back along the chain to a memoized request, a whole one, or one that is missing.
+        chain: list[tuple[str, bytes, RequestBase | None]] = []
+        seen: set[str] = set()
+        start: Any = None
+        owned = False  # whether ``start`` is ours to extend in place (not memoized)
+        current: str | None = call_id
+        while current is not None:
+            memo_key = (which, current)
+            if memo_key in self._memo:
+                start = self._memo[memo_key]
+                break
+            if current in seen:
+                raise SerializationError(f"request bases loop through call {current!r}")
+            seen.add(current)
+            call = self._calls.get(current)
+            blob = None if call is None else _request_blob(call, which)
+            if call is None or blob is None:
+                break  # None: the delta naming it raises "unknown base"
+            spec = call.harness_request_base if which == "harness" else call.upstream_request_base
+            chain.append((current, blob, spec))
+            current = spec.base_call_id if spec is not None else None
+        if not chain:
+            return start
+        value = start
+        for step_id, blob, spec in reversed(chain):
+            rest = decompress_json(blob)
+            if spec is None:
+                value, owned = rest, True
+                continue
             if not isinstance(rest, dict):
-                raise SerializationError(f"call {call_id!r}: a request delta must be an object")
-            rest = resolve_request(
-                rest, spec, lambda base: self._resolve(which, base, (*seen, call_id))
-            )
-        self._memo[key] = rest
-        return rest
+                raise SerializationError(f"call {step_id!r}: a request delta must be an object")
+            value = _apply_delta(rest, spec, value, owned)
+            owned = True
+        self._memo[key] = value
+        while len(self._memo) > self._cache_size:
+            self._memo.popitem(last=False)
+        return value
+
+
+def _request_blob(call: CallRecord, which: str) -> bytes | None:
+    return call.harness_request if which == "harness" else call.upstream_request
+
+
+def _apply_delta(rest: dict[str, Any], spec: RequestBase, base: Any, owned: bool) -> Any:
+    """:func:`resolve_request` one step along a chain, extending ``base``'s list if ``owned``.
+
+    An intermediate request of a chain is held by nothing else, so its conversation list can be
+    cut and extended rather than copied: copying would make a chain of n calls O(n^2).
+    """
+    base_request = base if isinstance(base, dict) else None
+    head = base_request.get(spec.list_key) if base_request and spec.list_key else None
+    if not owned or base_request is None or spec.list_key is None or not isinstance(head, list):
+        return resolve_request(rest, spec, lambda _: base_request)
+    out: dict[str, Any] = {}
+    for key in spec.unchanged:
+        if key not in base_request:
+            raise SerializationError(f"request base {spec.base_call_id!r} has no field {key!r}")
+        out[key] = base_request[key]
+    out.update(rest)
+    if len(head) < spec.shared_items:
+        raise SerializationError(
+            f"request shares {spec.shared_items} {spec.list_key} of base call "
+            f"{spec.base_call_id!r}, which has fewer"
+        )
+    del head[spec.shared_items :]
+    head.extend(rest.get(spec.list_key) or [])
+    out[spec.list_key] = head
+    return out

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from rollstream.errors import SerializationError
 from rollstream.schemas.calls import CallRecord, CallStatus, SessionRequests
 from rollstream.schemas.packed import Logprobs, TokenIds
-from rollstream.schemas.prompts import resolve_prompt
+from rollstream.schemas.prompts import SessionPrompts
 
 # Why a call has no usable token ids (ResolvedCall.missing_reason).
 NO_TOKEN_IDS = "no_token_ids"
@@ -24,13 +24,16 @@ class ResolvedCall:
     ``prompt`` and ``completion`` are None when the call has no usable tokens; then
     ``missing_reason`` says why (``no_token_ids``, ``failed``, ``cancelled`` or
     ``unresolvable_prompt``). ``record`` is kept for strategies that re-render the conversation.
+
+    The full prompt is built on demand from the session's delta chain (``prompts``), not kept:
+    a long session's prompts together would be O(calls x context). Reading it again soon is
+    cheap (recent prompts are cached); hold on to it only as long as it is needed.
     """
 
     call_id: str
     seq: int
     status: CallStatus
     finish_reason: str | None
-    prompt: TokenIds | None
     completion: TokenIds | None
     logprobs: Logprobs | None
     policy_version: int
@@ -39,17 +42,27 @@ class ResolvedCall:
     record: CallRecord = field(repr=False)  # the blobs would swamp a repr
     #: The session's whole requests (delta-encoded ones resolved on demand).
     requests: SessionRequests | None = field(default=None, repr=False, compare=False)
+    #: The session's prompts; None when this call has no usable prompt.
+    prompts: SessionPrompts | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def prompt(self) -> TokenIds | None:
+        """The full prompt token ids (None without usable tokens)."""
+        return None if self.prompts is None else self.prompts.prompt(self.call_id)
+
+    @property
+    def prompt_len(self) -> int | None:
+        """The full prompt's length in tokens, without building it."""
+        return None if self.prompts is None else self.prompts.prompt_len(self.call_id)
 
     @property
     def has_tokens(self) -> bool:
         """Whether both the full prompt and the completion token ids are known."""
-        return self.prompt is not None and self.completion is not None
+        return self.prompts is not None and self.completion is not None
 
     def context(self) -> TokenIds | None:
         """Prompt followed by completion (what later calls' prompts are delta-encoded against)."""
-        if self.prompt is None:
-            return None
-        return self.prompt if self.completion is None else self.prompt + self.completion
+        return None if self.prompts is None else self.prompts.context(self.call_id)
 
 
 def resolve_calls(records: Iterable[CallRecord]) -> list[ResolvedCall]:
@@ -58,48 +71,45 @@ def resolve_calls(records: Iterable[CallRecord]) -> list[ResolvedCall]:
     The interceptor's spool delivers at least once, so a call id may arrive twice: the first
     in order is kept. A prompt's base must come earlier in that order (the interceptor only
     encodes against calls it has already recorded); an unknown or too short base leaves the
-    call without a prompt (``unresolvable_prompt``), and so every call based on it.
+    call without a prompt (``unresolvable_prompt``), and so every call based on it. Resolution
+    is one pass over the calls, checking every chain without building any prompt.
     """
     ordered = sorted(records, key=lambda r: (r.seq, r.call_id))
     requests = SessionRequests(ordered)
-    by_id: dict[str, ResolvedCall] = {}
+    prompts = SessionPrompts()
+    seen: set[str] = set()
     out: list[ResolvedCall] = []
-
-    def context_of(call_id: str) -> TokenIds | None:
-        # Built on demand, not stored: keeping every call's prompt + completion would double
-        # the memory of a long session for the one base each call names.
-        base = by_id.get(call_id)
-        return None if base is None else base.context()
-
     for record in ordered:
-        if record.call_id in by_id:
+        if record.call_id in seen:
             continue
-        prompt: TokenIds | None = None
+        seen.add(record.call_id)
+        resolved = False
         missing: str | None = None
         if record.prompt is not None and record.completion_token_ids is not None:
             try:
-                prompt = resolve_prompt(record.prompt, context_of)
+                prompts.add(record.call_id, record.prompt, record.completion_token_ids)
+                resolved = True
             except SerializationError:
                 missing = UNRESOLVABLE_PROMPT
         else:
             missing = _missing_reason(record.status)
-        completion = record.completion_token_ids if prompt is not None else None
-        call = ResolvedCall(
-            call_id=record.call_id,
-            seq=record.seq,
-            status=record.status,
-            finish_reason=record.finish_reason,
-            prompt=prompt,
-            completion=completion,
-            logprobs=record.completion_logprobs if completion is not None else None,
-            policy_version=record.policy_version,
-            error_type=record.error.type if record.error is not None else None,
-            missing_reason=missing,
-            record=record,
-            requests=requests,
+        completion = record.completion_token_ids if resolved else None
+        out.append(
+            ResolvedCall(
+                call_id=record.call_id,
+                seq=record.seq,
+                status=record.status,
+                finish_reason=record.finish_reason,
+                completion=completion,
+                logprobs=record.completion_logprobs if completion is not None else None,
+                policy_version=record.policy_version,
+                error_type=record.error.type if record.error is not None else None,
+                missing_reason=missing,
+                record=record,
+                requests=requests,
+                prompts=prompts if resolved else None,
+            )
         )
-        by_id[call.call_id] = call
-        out.append(call)
     return out
 
 

@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
+
 from rollstream.consumers.reconstruct.calls import ResolvedCall
 from rollstream.models.family import Family
 from rollstream.models.template_family import TemplateFamily
@@ -117,22 +119,23 @@ def usable_calls(
     """
     tally = Tally(calls=len(calls), calls_reported=context.calls_reported)
     usable: list[ResolvedCall] = []
-    seen: set[tuple[bytes, bytes]] = set()
+    # Duplicates share prompt length and completion: only calls alike in both are compared
+    # token by token, so no call's whole prompt is kept for the comparison.
+    alike: dict[tuple[int, bytes], list[ResolvedCall]] = {}
     without_logprobs = 0
     for call in calls:
         if call.status is not CallStatus.OK:
             tally.failed_calls += 1
             continue
-        if call.prompt is None or call.completion is None:
+        if call.prompt_len is None or call.completion is None:
             tally.calls_without_tokens += 1
             tally.missing_token_reasons[call.missing_reason or "no_token_ids"] += 1
             continue
-        # Hashing the packed bytes is C-level; the key holds references, not copies.
-        key = (call.prompt.data, call.completion.data)
-        if key in seen:
+        earlier = alike.setdefault((call.prompt_len, call.completion.data), [])
+        if earlier and _same_prompt(call, earlier):
             tally.duplicate_calls += 1
             continue
-        seen.add(key)
+        earlier.append(call)
         if call.logprobs is None:
             without_logprobs += 1
         usable.append(call)
@@ -148,6 +151,12 @@ def usable_calls(
     return usable, tally
 
 
+def _same_prompt(call: ResolvedCall, earlier: list[ResolvedCall]) -> bool:
+    prompt = call.prompt
+    assert prompt is not None
+    return any(other.prompt == prompt for other in earlier)
+
+
 def completion_logprobs(call: ResolvedCall) -> bytes:
     """The call's packed completion logprobs; NaN (:data:`MISSING_LOGPROB`) when it has none."""
     assert call.completion is not None
@@ -157,19 +166,16 @@ def completion_logprobs(call: ResolvedCall) -> bytes:
 
 
 def common_prefix(a: bytes | bytearray, b: bytes | bytearray) -> int:
-    """How many leading token ids two packed id buffers share (bisection over byte slices)."""
+    """How many leading token ids two packed id buffers share (one vectorized comparison)."""
     if b.startswith(a):
         return len(a) // _ID_SIZE
     if a.startswith(b):
         return len(b) // _ID_SIZE
-    lo, hi = 0, min(len(a), len(b)) // _ID_SIZE
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[: mid * _ID_SIZE] == b[: mid * _ID_SIZE]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    n = min(len(a), len(b)) // _ID_SIZE
+    differ = np.flatnonzero(
+        np.frombuffer(a, dtype="<u4", count=n) != np.frombuffer(b, dtype="<u4", count=n)
+    )
+    return int(differ[0]) if differ.size else n
 
 
 class SegmentBuilder:
@@ -203,7 +209,12 @@ class SegmentBuilder:
 
     def is_prefix_of(self, ids: TokenIds) -> bool:
         """Whether every token of the segment so far starts ``ids``."""
-        return ids.data.startswith(self.ids)
+        data, n = ids.data, len(self.ids)
+        # The last token first: a prompt that re-rendered the segment's last turn differs
+        # there, and comparing the whole context of every segment would cost O(context) each.
+        if len(data) < n or data[n - _ID_SIZE : n] != self.ids[n - _ID_SIZE :]:
+            return False
+        return data.startswith(self.ids)
 
     def common_prefix_len(self, ids: TokenIds) -> int:
         """How many leading tokens the segment shares with ``ids``."""
@@ -226,10 +237,14 @@ class SegmentBuilder:
         self.call_ids.append(call.call_id)
         self.last_call = call
 
-    def place(self, call: ResolvedCall) -> None:
-        """Append the call where its prompt extends the segment: the gap, then its completion."""
-        assert call.prompt is not None
-        self.add_context(call.prompt.data[len(self.ids) :])
+    def place(self, call: ResolvedCall, prompt: TokenIds | None = None) -> None:
+        """Append the call where its prompt extends the segment: the gap, then its completion.
+
+        ``prompt`` is the call's prompt when the caller has it at hand (saves building it).
+        """
+        prompt = prompt if prompt is not None else call.prompt
+        assert prompt is not None
+        self.add_context(prompt.data[len(self.ids) :])
         self.add_completion(call)
 
     def build(self) -> Segment:
@@ -266,8 +281,11 @@ def classify_break(segment: SegmentBuilder, prompt: TokenIds, shared: int) -> st
     return EDITED_HISTORY
 
 
-def touch(order: list[int], index: int) -> None:
+Recency = dict[int, None]
+"""Segment indexes in order of use, least recently used first (a dict: O(1) moves)."""
+
+
+def touch(order: Recency, index: int) -> None:
     """Mark segment ``index`` as the most recently used."""
-    if index in order:
-        order.remove(index)
-    order.append(index)
+    order.pop(index, None)
+    order[index] = None

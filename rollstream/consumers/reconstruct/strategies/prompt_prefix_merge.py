@@ -10,6 +10,7 @@ from rollstream.consumers.reconstruct.strategies.base import (
     RETRY,
     TRUNCATED,
     UNSPLICEABLE,
+    Recency,
     SegmentBuilder,
     StrategyContext,
     StrategyResult,
@@ -56,7 +57,7 @@ def prompt_prefix_merge(calls: Sequence[ResolvedCall], context: StrategyContext)
     family = context.family
     stop_ids = family.stop_ids if family is not None else None
     chains: list[SegmentBuilder] = []
-    recency: list[int] = []
+    recency: Recency = {}
     for call in usable:
         assert call.prompt is not None
         # First a chain whose tokens the prompt repeats exactly (nothing to splice, as in
@@ -80,7 +81,7 @@ def prompt_prefix_merge(calls: Sequence[ResolvedCall], context: StrategyContext)
 
 def _splice(
     chains: list[SegmentBuilder],
-    recency: list[int],
+    recency: Recency,
     call: ResolvedCall,
     stop_ids: frozenset[int] | None,
 ) -> tuple[int | None, str | None]:
@@ -90,14 +91,22 @@ def _splice(
     (e.g. a request answered again differently), and splicing there would drop the turns in
     between. Returns the chain's index, or None and why it could not take the call.
     """
-    assert call.prompt is not None
+    prompt = call.prompt
+    assert prompt is not None
     best: int | None = None
     best_len = -1
     for i in reversed(recency):  # ties go to the most recently used chain
         previous = chains[i].last_call
-        assert previous is not None and previous.prompt is not None
-        if len(previous.prompt) > best_len and call.prompt.startswith(previous.prompt):
-            best, best_len = i, len(previous.prompt)
+        assert previous is not None
+        previous_len = previous.prompt_len
+        assert previous_len is not None
+        # The length first: building an old chain's prompt only when it could win.
+        if previous_len <= best_len:
+            continue
+        previous_prompt = previous.prompt
+        assert previous_prompt is not None
+        if prompt.startswith(previous_prompt):
+            best, best_len = i, previous_len
     if best is None:
         return None, None
     previous = chains[best].last_call
@@ -105,7 +114,7 @@ def _splice(
     cut = _splice_point(previous, call, stop_ids)
     if isinstance(cut, str):
         return None, cut
-    chains[best].add_context(call.prompt.data[cut * _ID_SIZE :])
+    chains[best].add_context(prompt.data[cut * _ID_SIZE :])
     chains[best].add_completion(call)
     return best, None
 

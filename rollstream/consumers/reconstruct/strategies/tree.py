@@ -8,6 +8,7 @@ from rollstream.consumers.reconstruct.calls import ResolvedCall
 from rollstream.consumers.reconstruct.strategies.base import (
     BRANCH,
     EDITED_HISTORY,
+    Recency,
     SegmentBuilder,
     StrategyContext,
     StrategyResult,
@@ -35,7 +36,7 @@ def tree(calls: Sequence[ResolvedCall], context: StrategyContext) -> StrategyRes
     """
     usable, tally = usable_calls(calls, context)
     builders: list[SegmentBuilder] = []
-    recency: list[int] = []  # segment indexes, least recently used first
+    recency: Recency = {}  # segment indexes, least recently used first
     for call in usable:
         prompt = call.prompt
         assert prompt is not None
