@@ -7,6 +7,14 @@ step in numpy and syncs the weights as a deployment would: the interceptor pause
 the backend loads the weights, the new policy version is set on the interceptor and published
 on the control topic (nodes stamp it into new sessions), the interceptor resumes, and only
 then are the consumed offsets committed.
+
+When the drain does not complete (calls still in flight when ``drain_timeout_s`` ends), the
+sync is skipped: the interceptor resumes at once and nothing else changes (weights served,
+policy version, commits). A call in flight across a weight swap would carry tokens of two
+policies under one version; waiting longer would hold every harness at the gate for as long as
+the slowest call. Training goes on with the updated weights, which the next step's sync deploys
+with its own update; its commit then covers the groups of both steps, so a restart in between
+re-reads them against the weights still served.
 """
 
 from __future__ import annotations
@@ -55,12 +63,14 @@ class StepReport:
     max_abs_logprob_drift: float
     grad_norm: float
     weights_digest: str
+    synced: bool = True
 
     def line(self) -> str:
         """One log line."""
         reward = "n/a" if self.mean_reward is None else f"{self.mean_reward:.3f}"
+        synced = "" if self.synced else " (not synced: the drain timed out)"
         return (
-            f"step {self.step} -> policy v{self.policy_version}: {self.groups} groups, "
+            f"step {self.step} -> policy v{self.policy_version}{synced}: {self.groups} groups, "
             f"{self.trajectories} trajectories, {self.trainable_tokens}/{self.tokens} trainable "
             f"tokens, mean reward {reward}, ratio {self.mean_ratio:.4f}, "
             f"clipped {self.clipped_fraction:.1%}, |grad| {self.grad_norm:.4g}, "
@@ -75,7 +85,8 @@ def rows_of(batch: Batch) -> list[Row]:
         rows.append(
             Row(
                 ids=batch.input_ids[i, :n].astype(np.int64),
-                mask=batch.loss_mask[i, :n] > 0,
+                # A sampled token without its recorded logprob has no importance ratio.
+                mask=batch.logprob_mask[i, :n] > 0,
                 old_logprobs=batch.old_logprobs[i, :n].astype(np.float32),
                 advantages=batch.advantages[i, :n].astype(np.float32),
             )
@@ -96,6 +107,9 @@ class ExampleTrainer:
         self.kafka = kafka
         self.stream = TrajectoryStream(stream_settings, settings.consumer_group, kafka)
         self.reports: list[StepReport] = []
+        self.skipped_syncs = 0
+        """Syncs skipped because the interceptor's drain did not complete."""
+        self._unsynced = False
         self._http: aiohttp.ClientSession | None = None
         self._weights: TinyWeights | None = None
         self._sampling: Sampling | None = None
@@ -154,6 +168,8 @@ class ExampleTrainer:
             log.info(report.line())
             if self.settings.steps is not None and len(self.reports) >= self.settings.steps:
                 break
+        if self._unsynced:  # the last update is not deployed yet: one more try
+            await self._sync_and_commit(self.stream.policy_version + 1)
         return self.reports
 
     async def step(self, groups: list[Group]) -> StepReport:
@@ -165,15 +181,14 @@ class ExampleTrainer:
         weights, stats = grpo_step(
             self._weights, self._sampling, rows, self.settings.learning_rate, self.settings.clip
         )
-        version = self.stream.policy_version + 1
-        await self.sync(weights, version)
         self._weights = weights
-        await self.stream.commit()
+        self._unsynced = True
+        synced = await self._sync_and_commit(self.stream.policy_version + 1)
         rewards = [r.reward for r in records]
         known = [r for r in rewards if r is not None]
         return StepReport(
             step=len(self.reports) + 1,
-            policy_version=version,
+            policy_version=self.stream.policy_version,
             groups=len(groups),
             trajectories=len(records),
             rows=len(rows),
@@ -187,38 +202,85 @@ class ExampleTrainer:
             max_abs_logprob_drift=stats.max_abs_logprob_drift,
             grad_norm=stats.grad_norm,
             weights_digest=weights_digest(weights),
+            synced=synced,
         )
 
-    async def sync(self, weights: TinyWeights, version: int) -> None:
-        """Pause and drain the interceptor, load the weights, set the version, resume."""
-        assert self._http is not None
+    async def _sync_and_commit(self, version: int) -> bool:
+        """Deploy the current weights as ``version`` and commit; False if the sync was skipped."""
+        assert self._weights is not None
+        if not await self.sync(self._weights, version):
+            return False
+        self._unsynced = False
+        await self.stream.commit()
+        return True
+
+    async def sync(self, weights: TinyWeights, version: int) -> bool:
+        """Pause and drain the interceptor, load the weights, set the version, resume.
+
+        Returns False, having loaded and published nothing, when the drain did not complete
+        (see the module docs). The interceptor is resumed whatever happens once the pause was
+        asked for: its gate no longer reopens on its own.
+        """
+        admin = self.settings.interceptor_admin
+        if admin is None:
+            await self._deploy(weights, version)
+            return True
+        try:
+            if not await self._pause(admin):
+                return False
+            await self._deploy(weights, version)
+            return True
+        finally:
+            async with self._client().post(f"{admin}/admin/resume") as response:
+                response.raise_for_status()
+
+    async def _pause(self, admin: str) -> bool:
+        """Pause the interceptor; whether every call in flight ended within the drain timeout."""
+        drain = self.settings.drain_timeout_s
+        async with self._client().post(
+            f"{admin}/admin/pause",
+            json={"drain_timeout_s": drain},
+            # The interceptor answers only once drained or after the drain timeout.
+            timeout=aiohttp.ClientTimeout(total=drain + 30),
+        ) as response:
+            response.raise_for_status()
+            answer = await response.json()
+        if answer.get("drained") is True:
+            return True
+        self.skipped_syncs += 1
+        log.warning(
+            "weight sync skipped: %s call(s) still in flight after the %.1f s drain; the "
+            "interceptor resumes, policy v%d stays served, the next step syncs this update "
+            "(%d skipped so far)",
+            answer.get("in_flight"),
+            drain,
+            self.stream.policy_version,
+            self.skipped_syncs,
+        )
+        return False
+
+    async def _deploy(self, weights: TinyWeights, version: int) -> None:
+        """Load the weights into the backend and make ``version`` the current policy."""
+        http = self._client()
+        async with http.post(
+            f"{self.settings.backend_url}/admin/weights",
+            data=io.BytesIO(weights_to_bytes(weights)),
+        ) as response:
+            response.raise_for_status()
         admin = self.settings.interceptor_admin
         if admin is not None:
-            body = {"drain_timeout_s": self.settings.drain_timeout_s}
-            async with self._http.post(f"{admin}/admin/pause", json=body) as response:
-                response.raise_for_status()
-                drained = await response.json()
-                if not drained.get("drained", False):
-                    log.warning("weight sync with %s calls in flight", drained.get("in_flight"))
-        try:
-            async with self._http.post(
-                f"{self.settings.backend_url}/admin/weights",
-                data=io.BytesIO(weights_to_bytes(weights)),
+            # Set directly too: the interceptor's control-topic follower may lag a poll.
+            async with http.post(
+                f"{admin}/admin/policy-version", json={"version": version}
             ) as response:
                 response.raise_for_status()
-            if admin is not None:
-                # Set directly too: the interceptor's control-topic follower may lag a poll.
-                async with self._http.post(
-                    f"{admin}/admin/policy-version", json={"version": version}
-                ) as response:
-                    response.raise_for_status()
-            await self.stream.publish_policy_version(
-                version, metadata={"weights_digest": weights_digest(weights)}
-            )
-        finally:
-            if admin is not None:
-                async with self._http.post(f"{admin}/admin/resume") as response:
-                    response.raise_for_status()
+        await self.stream.publish_policy_version(
+            version, metadata={"weights_digest": weights_digest(weights)}
+        )
+
+    def _client(self) -> aiohttp.ClientSession:
+        assert self._http is not None, "call start() first"
+        return self._http
 
 
 def report_dicts(reports: list[StepReport]) -> list[dict[str, object]]:

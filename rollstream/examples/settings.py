@@ -29,5 +29,9 @@ class ExampleTrainerSettings(BaseSettings):
     groups_per_step: int = Field(default=1, ge=1, description="GRPO groups per update.")
     steps: int | None = Field(default=None, ge=1, description="Stop after this many updates.")
     drain_timeout_s: float = Field(
-        default=60.0, gt=0, description="How long a pause waits for in-flight calls."
+        default=60.0,
+        gt=0,
+        description="How long a pause waits for in-flight calls. Calls still in flight then: "
+        "the sync is skipped (logged, counted) and the interceptor resumed; the next step's "
+        "sync deploys the update.",
     )

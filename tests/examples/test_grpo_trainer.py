@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import openai
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 from aiokafka.structs import TopicPartition
 
@@ -40,7 +41,8 @@ from rollstream.schemas import (
     utcnow,
 )
 from rollstream.settings import KafkaSettings, StatePaths
-from tests.conftest import ProducerFactory
+from tests.conftest import ConsumerFactory, ProducerFactory
+from tests.consumers.trainer.records import group_of
 from tests.kafka_reading import read_records
 
 pytestmark = pytest.mark.integration
@@ -196,3 +198,108 @@ async def test_one_update_is_on_policy_synced_and_stamped_into_new_calls(
     finally:
         await consumer.stop()
     assert not any(left.values())  # nothing the trainer consumed comes again
+
+
+async def test_a_drain_that_times_out_skips_the_sync_and_the_update_is_deployed_later(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    producer_factory: ProducerFactory,
+    consumer_factory: ConsumerFactory,
+    tmp_path: Path,
+) -> None:
+    names = rollstream_topics
+    release = asyncio.Event()  # the upstream holds every generation until this is set
+
+    @web.middleware
+    async def hold(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if request.path.endswith("/chat/completions"):
+            await release.wait()
+        return await handler(request)
+
+    backend = Backend(BackendSettings(policy="tiny", seed=11))
+    app = backend.app()
+    app.middlewares.append(hold)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    backend_url = str(server.make_url("")).rstrip("/")
+    interceptor = Interceptor(
+        InterceptorSettings(upstream=backend_url, port=0, admin_port=0),
+        kafka_settings,
+        PublisherSettings(),
+        StatePaths(state_dir=tmp_path / "state"),
+    )
+    serializer = AvroSerializer()
+    producer = await producer_factory()
+    for record in group_of("g-held", 2, rewards=[1.0, 0.0]):  # a group with signal
+        await producer.send_and_wait(names.scored, serializer.encode(record), key=b"g-held")
+
+    async def digest() -> str:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"{backend_url}/admin/weights") as response,
+        ):
+            return weights_digest(weights_from_bytes(await response.read()))
+
+    def trainer() -> ExampleTrainer:
+        return ExampleTrainer(
+            ExampleTrainerSettings(
+                backend_url=backend_url,
+                interceptor_admin=interceptor.admin_url,
+                learning_rate=1.0,
+                steps=1,
+                drain_timeout_s=0.3,
+            ),
+            TrainerSettings(),
+            kafka_settings,
+        )
+
+    await interceptor.start()
+    try:
+        served = await digest()
+        async with openai.AsyncOpenAI(
+            base_url=f"{interceptor.url}/v1", api_key="held", max_retries=0
+        ) as client:
+            call = asyncio.create_task(
+                client.chat.completions.create(
+                    model="rollstream-tiny",
+                    messages=[{"role": "user", "content": "hi"}],
+                    max_tokens=4,
+                )
+            )
+            async with asyncio.timeout(30):
+                while not interceptor.addon.in_flight:  # noqa: ASYNC110 (the proxy's counter)
+                    await asyncio.sleep(0.05)
+
+            async with trainer() as first:
+                [report] = await asyncio.wait_for(first.run(), 120)
+            # Trained, but not deployed: the call sent before the pause is still in flight.
+            assert await digest() == served and interceptor.addon.policy_version == 0
+            assert report.weights_digest != served and report.policy_version == 0
+            assert not report.synced
+            assert first.skipped_syncs == 2  # the step's sync and the last try at the end
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(f"{interceptor.admin_url}/health") as response,
+            ):
+                assert (await response.json())["paused"] is False  # resumed each time
+            reader = await consumer_factory(group_id="example-trainer")
+            scored_tps = [TopicPartition(names.scored, p) for p in range(3)]
+            assert [await reader.committed(tp) for tp in scored_tps] == [None] * 3
+            control = TopicPartition(names.control, 0)
+            assert (await reader.end_offsets([control]))[control] == 0  # nothing published
+
+            release.set()
+            await call  # the held call ends normally: the interceptor never stopped it
+
+        # Not committed, so the group comes again; drained now, the update is deployed.
+        async with trainer() as second:
+            [again] = await asyncio.wait_for(second.run(), 120)
+        assert again.synced and again.policy_version == 1 and second.skipped_syncs == 0
+        assert await digest() == again.weights_digest
+        assert interceptor.addon.policy_version == 1
+        assert any([await reader.committed(tp) for tp in scored_tps])
+    finally:
+        await interceptor.stop()
+        await server.close()
