@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
@@ -211,3 +213,104 @@ async def test_instances_share_the_partitions_and_a_rebalance_duplicates_nothing
     assert set(counts) == {f"m{i}" for i in range(60)}
     assert max(counts.values()) == 1
     assert first.metrics.trajectories > 0 and second.metrics.trajectories > 0  # both worked
+
+
+def _run(service: Reconstructor) -> tuple[asyncio.Event, asyncio.Task[None]]:
+    stop = asyncio.Event()
+    return stop, asyncio.create_task(service.run(stop))
+
+
+async def test_a_session_silent_past_the_idle_timeout_is_abandoned_when_read_not_after_it(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    producer_factory: ProducerFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Deadlines count in the records' time: a reconstructor (re)started after a session's node
+    died closes it at once, not an idle timeout later; what comes after it is logged and counted.
+    """
+    producer = await producer_factory()
+    serializer = AvroSerializer()
+    session = synthetic_session("died", SHAPE, seed=3)
+    two_hours_ago = int((time.time() - 7200) * 1000)
+    for record in session.records[:3]:  # started, two calls, then the node died
+        await producer.send(
+            rollstream_topics.events,
+            serializer.encode(record),
+            key=b"died",
+            partition=0,
+            timestamp_ms=two_hours_ago,
+        )
+    await producer.flush()
+    settings = ReconstructSettings(
+        strategy="prefix_merge", instance="t-idle", wait_for_calls_s=1.0, idle_timeout_s=3600
+    )
+    async with Reconstructor(settings, kafka_settings) as service:
+        stop, task = _run(service)
+        try:
+            # Within a minute: an hour's idle timeout counted from reading them would never do.
+            [trajectory] = await read_records(
+                kafka_settings, rollstream_topics.trajectories, Trajectory, 1, timeout=60
+            )
+            assert trajectory.status is TrajectoryStatus.ABANDONED
+            assert trajectory.stats.calls == 2
+            caplog.set_level(logging.WARNING, "rollstream.consumers.reconstruct.service")
+            # The node's last call after all, and a record of a type the topic does not carry.
+            await _send_to(producer, rollstream_topics.events, [session.records[3], trajectory])
+            async with asyncio.timeout(30):
+                while service.metrics.late_records + service.metrics.ignored_records < 2:  # noqa: ASYNC110 (the service's counters)
+                    await asyncio.sleep(0.1)
+        finally:
+            stop.set()
+            await task
+    assert (service.metrics.late_records, service.metrics.ignored_records) == (1, 1)
+    assert "(1 late, 1 ignored)" in service.progress()
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("late record dropped: CallRecord of session died") for m in messages)
+    assert any(m.startswith("record ignored: Trajectory at") for m in messages)
+
+
+async def _send_to(producer: AIOKafkaProducer, topic: str, records: Iterable[AvroRecord]) -> None:
+    serializer = AvroSerializer()
+    for record in records:
+        await producer.send(topic, serializer.encode(record), key=b"k", partition=0)
+    await producer.flush()
+
+
+async def test_a_trajectory_over_the_record_budget_is_dead_lettered_and_the_rest_flows(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    producer_factory: ProducerFactory,
+) -> None:
+    """A per_call session of 60 calls over 4k-token contexts (18.6 MB of segments) between two
+    ordinary ones on the same partition: it is dead-lettered with its reason, in the same
+    transaction as the others' trajectories; the service does not die on it."""
+    producer = await producer_factory()
+    big = synthetic_session(
+        "big",
+        SyntheticShape(turns=60, system_tokens=4000, tool_result_tokens=1000, completion_tokens=32),
+    )
+    before, after = synthetic_session("before", SHAPE, seed=1), synthetic_session("after", SHAPE)
+    settings = ReconstructSettings(strategy="per_call", instance="t-big", wait_for_calls_s=1.0)
+    async with Reconstructor(settings, kafka_settings) as service:
+        stop, task = _run(service)
+        try:
+            await _send_to(
+                producer, rollstream_topics.events, [*before.records, *big.records, *after.records]
+            )
+            trajectories = await read_records(
+                kafka_settings, rollstream_topics.trajectories, Trajectory, 2, settle_s=1.5
+            )
+            [letter] = await read_records(
+                kafka_settings, rollstream_topics.deadletters, DeadLetter, 1, settle_s=0.5
+            )
+            assert not task.done()
+        finally:
+            stop.set()
+            await task
+    assert sorted(t.session_id for t in trajectories) == ["after", "before"]
+    assert letter.key == b"big" and letter.error_type == "RecordTooLargeError"
+    assert letter.source_topic == rollstream_topics.events and letter.partition == 0
+    assert letter.offset == len(before.records) and letter.value is None  # its first record
+    assert "over the" in letter.error_message and not letter.retriable
+    assert service.metrics.oversized_dead_letters == 1

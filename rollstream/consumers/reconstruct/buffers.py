@@ -5,12 +5,20 @@ are ready. The safe commit offset of a partition is the first offset of its olde
 session, so after a crash or a rebalance the new owner re-reads every record an open session
 needs. Sessions already emitted whose records lie past that offset are remembered (and written
 with each transaction) so the re-read emits nothing twice.
+
+Time is the records' own (their Kafka timestamps, in seconds), not when they were read: a
+session's deadlines (the wait after SessionEnded, the idle timeout) follow from its records, so
+a restart or a rebalance that re-reads them reaches the same deadlines, and a session silent
+for long is closed as soon as its records are read again. A partition's clock is the newest
+record time read on it, moved on to the wall clock by the service once the partition is read
+to its end (nothing newer can be waiting then).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from rollstream.consumers.reconstruct.calls import resolve_calls
@@ -35,28 +43,41 @@ STATE_VERSION = 1
 RECENT_SESSIONS = 100_000
 
 
+class Taken(StrEnum):
+    """What ``PartitionBuffers.add`` did with a record."""
+
+    BUFFERED = "buffered"  # kept in its open session
+    REREAD = "reread"  # a record of a session emitted before, read again: skipped, as it must be
+    LATE = "late"  # arrived after its session's trajectory was emitted: dropped
+    IGNORED = "ignored"  # not a session record (another type, or no session id): dropped
+
+
 @dataclass
 class SessionBuffer:
-    """The records of one open session, delta-encoded calls as they arrived."""
+    """The records of one open session, delta-encoded calls as they arrived.
+
+    ``last_time`` and ``ended_time`` are record times (seconds since the epoch), not arrival
+    times: the session's deadlines are the same whenever its records are read.
+    """
 
     session_id: str
     first_offset: int
     last_offset: int
-    last_seen: float
+    last_time: float
     calls: dict[str, CallRecord] = field(default_factory=dict)
     started: SessionStarted | None = None
     ended: SessionEnded | None = None
-    ended_seen: float | None = None
+    ended_time: float | None = None
 
     def readiness(self, now: float, wait_s: float, idle_s: float) -> TrajectoryStatus | None:
-        """The status to emit the session with now, or None to keep waiting."""
-        if self.ended is not None and self.ended_seen is not None:
+        """The status to emit the session with at partition time ``now``, or None to wait."""
+        if self.ended is not None and self.ended_time is not None:
             if len(self.calls) >= self.ended.call_count:
                 return TrajectoryStatus.COMPLETE
-            if now - self.ended_seen >= wait_s:
+            if now - self.ended_time >= wait_s:
                 return TrajectoryStatus.INCOMPLETE
             return None
-        if now - self.last_seen >= idle_s:
+        if now - self.last_time >= idle_s:
             return TrajectoryStatus.ABANDONED
         return None
 
@@ -69,41 +90,52 @@ class PartitionBuffers:
         self.emitted: dict[str, int] = dict(emitted or {})  # session -> its last offset seen
         self.recent: OrderedDict[str, None] = OrderedDict.fromkeys(self.emitted)
         self.next_offset = committed
+        self.clock = float("-inf")  # partition time: see ``advance``
         self.late_records = 0
         self.ignored_records = 0
 
-    def add(self, offset: int, record: AvroRecord, now: float) -> None:
-        """Take one decoded record of this partition, in offset order."""
+    def advance(self, now: float) -> None:
+        """Move the partition's clock on to ``now`` (never back)."""
+        self.clock = max(self.clock, now)
+
+    def add(self, offset: int, record: AvroRecord, at: float) -> Taken:
+        """Take one decoded record of this partition, in offset order; ``at`` is its time."""
         self.next_offset = offset + 1
+        self.advance(at)
         session = getattr(record, "session_id", None)
         if not isinstance(record, CallRecord | SessionStarted | SessionEnded) or not session:
             self.ignored_records += 1
-            return
+            return Taken.IGNORED
         if session in self.recent:
-            # Already emitted (a call after the wait ran out, or a re-read after a restart):
-            # keep it in the window so a later re-read skips it too.
-            self.emitted[session] = max(self.emitted.get(session, offset), offset)
+            if offset <= self.emitted.get(session, -1):
+                return Taken.REREAD  # in the emitted trajectory (or dropped before): again
+            # After the trajectory (a call after the wait ran out): dropped, and kept in the
+            # window so that a re-read skips it rather than dropping it again.
+            self.emitted[session] = offset
             self.late_records += 1
-            return
+            return Taken.LATE
         buffer = self.open.get(session)
         if buffer is None:
-            buffer = self.open[session] = SessionBuffer(session, offset, offset, now)
-        buffer.last_offset, buffer.last_seen = offset, now
+            buffer = self.open[session] = SessionBuffer(session, offset, offset, at)
+        buffer.last_offset, buffer.last_time = offset, max(buffer.last_time, at)
         if isinstance(record, CallRecord):
             buffer.calls.setdefault(record.call_id, record)  # at-least-once: first copy wins
         elif isinstance(record, SessionStarted):
             buffer.started = record
         else:
-            buffer.ended, buffer.ended_seen = record, now
+            buffer.ended, buffer.ended_time = record, at
+        return Taken.BUFFERED
 
     def skip(self, offset: int) -> None:
         """A record that was dead-lettered: only the position moves."""
         self.next_offset = offset + 1
 
     def ready(
-        self, now: float, wait_s: float, idle_s: float
+        self, now: float | None, wait_s: float, idle_s: float
     ) -> list[tuple[SessionBuffer, TrajectoryStatus]]:
-        """Sessions to emit now, oldest first."""
+        """Sessions to emit at time ``now`` (None: the partition's clock), oldest first."""
+        if now is None:
+            now = self.clock
         out = []
         for buffer in self.open.values():
             status = buffer.readiness(now, wait_s, idle_s)

@@ -3,10 +3,13 @@
 Records are buffered per session (delta-encoded, so memory is O(tokens of open sessions)). A
 session is emitted when its SessionEnded arrived and all the calls it reports are in, or after
 a bounded wait (``incomplete``), or when it stayed silent past the idle timeout
-(``abandoned``). Each poll's emissions go out in one Kafka transaction together with the dead
-letters, the per-partition state and the input offsets; offsets only move up to the oldest
-still-open session, so a crash or a rebalance re-reads what is needed, and the state written
-in the same transaction keeps the re-read from emitting anything twice.
+(``abandoned``); both deadlines count in the records' own time (see ``buffers``), so a restart
+or a rebalance does not push them back. Each poll's emissions go out in one Kafka transaction
+together with the dead letters, the per-partition state and the input offsets; offsets only
+move up to the oldest still-open session, so a crash or a rebalance re-reads what is needed,
+and the state written in the same transaction keeps the re-read from emitting anything twice.
+Every trajectory is measured before the transaction opens: one over the record budget goes
+out without its messages (flagged), or as a dead letter saying why (``consumers.oversized``).
 """
 
 from __future__ import annotations
@@ -19,13 +22,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
+from aiokafka.errors import IllegalStateError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from rollstream.clients import make_consumer, make_producer, ordinary_tasks
 from rollstream.consumers.deadletters import dead_letter
+from rollstream.consumers.oversized import encode_trajectory
 from rollstream.consumers.reconstruct.buffers import (
     PartitionBuffers,
     SessionBuffer,
+    Taken,
     build_trajectory,
 )
 from rollstream.consumers.reconstruct.settings import ReconstructSettings
@@ -33,6 +39,7 @@ from rollstream.consumers.reconstruct.state import encode_state, load_states, st
 from rollstream.consumers.reconstruct.strategies import NEEDS_TOKENIZER, get_strategy
 from rollstream.errors import (
     ConfigurationError,
+    RecordTooLargeError,
     SerializationError,
     UnknownSchemaError,
 )
@@ -55,6 +62,10 @@ class ReconstructMetrics:
     dead_letters: int = 0
     transactions: int = 0
     by_status: dict[str, int] | None = None
+    late_records: int = 0  # dropped: their session's trajectory had gone out already
+    ignored_records: int = 0  # dropped: not a session record
+    oversized_trimmed: int = 0  # trajectories recorded without their messages to fit
+    oversized_dead_letters: int = 0  # trajectories too large even so: dead-lettered
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -152,7 +163,6 @@ class Reconstructor:
             batch = await self._consumer.getmany(
                 timeout_ms=200, max_records=self.settings.max_batch_records
             )
-            now = time.monotonic()
             touched: set[TopicPartition] = set()
             for tp, messages in batch.items():
                 buffers = self.partitions.get(tp)
@@ -163,15 +173,41 @@ class Reconstructor:
                         self._consumer.seek(tp, messages[0].offset)
                     continue
                 for message in messages:
-                    await self._take(tp, buffers, message, now)
+                    await self._take(tp, buffers, message)
                 touched.add(tp)
-            await self._emit_ready(now, touched)
-            if now - last_log > 30:
-                last_log = now
+            await self._advance_clocks()
+            await self._emit_ready(touched)
+            if time.monotonic() - last_log > 30:
+                last_log = time.monotonic()
                 log.info("reconstruct: %s", self.progress())
 
+    async def _advance_clocks(self) -> None:
+        """Partitions read to their end: their clocks move on to the wall clock.
+
+        Until then a partition's clock is its newest record's time, so reading a backlog does
+        not abandon a session whose later records are still ahead in it.
+        """
+        assert self._consumer is not None
+        wall = time.time()
+        assignment = self._consumer.assignment()
+        for tp, buffers in self.partitions.items():
+            if not buffers.open or tp not in assignment:
+                continue  # only open sessions have deadlines
+            # read_committed stops at the last stable offset (-1 when the broker has none).
+            end = self._consumer.last_stable_offset(tp)
+            if end is None or end < 0:
+                end = self._consumer.highwater(tp)
+            if end is None:
+                continue  # not fetched yet: its end is unknown
+            try:
+                position = await self._consumer.position(tp)
+            except IllegalStateError:
+                continue  # revoked meanwhile
+            if position >= end:
+                buffers.advance(wall)
+
     async def _take(
-        self, tp: TopicPartition, buffers: PartitionBuffers, message: ConsumerRecord, now: float
+        self, tp: TopicPartition, buffers: PartitionBuffers, message: ConsumerRecord
     ) -> None:
         self.metrics.records += 1
         try:
@@ -189,23 +225,44 @@ class Reconstructor:
             self._dead.append(dead_letter(message, exc, self.settings.group_id))
             buffers.skip(message.offset)
             return
-        buffers.add(message.offset, record, now)
+        taken = buffers.add(message.offset, record, _record_time(message))
+        if taken is Taken.LATE:
+            self.metrics.late_records += 1
+            log.warning(
+                "late record dropped: %s of session %s at %s:%d arrived after the session's "
+                "trajectory was emitted",
+                type(record).__name__,
+                record.session_id,
+                tp.topic,
+                message.offset,
+            )
+        elif taken is Taken.IGNORED:
+            self.metrics.ignored_records += 1
+            log.warning(
+                "record ignored: %s at %s:%d (%s)",
+                type(record).__name__,
+                tp.topic,
+                message.offset,
+                "no session id"
+                if getattr(record, "session_id", None) == ""
+                else "not a session record",
+            )
 
     def _decode(self, value: bytes | None) -> Any:
         if value is None:
             raise SerializationError("a record without a value")
         return self.serializer.decode(value)
 
-    async def _emit_ready(self, now: float, touched: set[TopicPartition]) -> None:
+    async def _emit_ready(self, touched: set[TopicPartition]) -> None:
         # Under the lock a revocation waits for: what is built here is for partitions we own.
         async with self.committing:
-            await self._emit_ready_locked(now, touched)
+            await self._emit_ready_locked(touched)
 
-    async def _emit_ready_locked(self, now: float, touched: set[TopicPartition]) -> None:
+    async def _emit_ready_locked(self, touched: set[TopicPartition]) -> None:
         ready: list[tuple[TopicPartition, SessionBuffer, TrajectoryStatus]] = []
         for tp, buffers in self.partitions.items():
             for buffer, status in buffers.ready(
-                now, self.settings.wait_for_calls_s, self.settings.idle_timeout_s
+                None, self.settings.wait_for_calls_s, self.settings.idle_timeout_s
             ):
                 ready.append((tp, buffer, status))
                 touched.add(tp)
@@ -216,14 +273,29 @@ class Reconstructor:
             try:
                 trajectory = self._trajectory(buffer, status)
                 key = (trajectory.group_id or trajectory.session_id).encode()
-                outputs.append((key, self.serializer.encode(trajectory)))
+                encoded = encode_trajectory(self.serializer, key, trajectory)
+            except RecordTooLargeError as exc:
+                # Sending it would abort the transaction, and the restart would meet it again.
+                log.warning("session %s dead-lettered: %s", buffer.session_id, exc)
+                self.metrics.oversized_dead_letters += 1
+                self._dead.append(self._session_dead_letter(tp, buffer, exc))
+            except Exception as exc:  # a strategy bug must not stop every other session
+                log.exception("session %s could not be reconstructed", buffer.session_id)
+                self._dead.append(self._session_dead_letter(tp, buffer, exc))
+            else:
+                if encoded.left_out:
+                    log.warning(
+                        "session %s recorded without its %s: its trajectory is over the "
+                        "record budget",
+                        buffer.session_id,
+                        ", ".join(encoded.left_out),
+                    )
+                    self.metrics.oversized_trimmed += 1
+                outputs.append((key, encoded.value))
                 assert self.metrics.by_status is not None
                 self.metrics.by_status[status.value] = (
                     self.metrics.by_status.get(status.value, 0) + 1
                 )
-            except Exception as exc:  # a strategy bug must not stop every other session
-                log.exception("session %s could not be reconstructed", buffer.session_id)
-                self._dead.append(self._session_dead_letter(tp, buffer, exc))
             self.partitions[tp].mark_emitted(buffer.session_id)
         await self._commit(outputs, touched)
 
@@ -272,16 +344,36 @@ class Reconstructor:
             key=buffer.session_id.encode(),
             value=None,
             consumer_group=self.settings.group_id,
-            error_type=f"strategy:{type(exc).__name__}",
+            error_type=(
+                type(exc).__name__
+                if isinstance(exc, RecordTooLargeError)
+                else f"strategy:{type(exc).__name__}"
+            ),
             error_message=str(exc)[:2000],
             retriable=False,
             failed_at=utcnow(),
         )
 
     def progress(self) -> str:
-        """One line: records read, sessions open, trajectories emitted."""
+        """One line: records read and dropped, sessions open, trajectories emitted."""
+        m = self.metrics
         open_sessions = sum(len(b.open) for b in self.partitions.values())
         return (
-            f"{self.metrics.records} records, {open_sessions} open sessions, "
-            f"{self.metrics.trajectories} trajectories, {self.metrics.dead_letters} dead letters"
+            f"{m.records} records ({m.late_records} late, {m.ignored_records} ignored), "
+            f"{open_sessions} open sessions, {m.trajectories} trajectories "
+            f"({m.oversized_trimmed} without their messages to fit), {m.dead_letters} dead "
+            f"letters ({m.oversized_dead_letters} over the record budget)"
         )
+
+
+def _record_time(message: ConsumerRecord) -> float:
+    """A record's time in seconds: its Kafka timestamp, never later than now.
+
+    Capped at the wall clock so that a producer whose clock runs ahead cannot move its
+    partition's clock past everyone else's deadlines; a record without one is taken as now.
+    """
+    now = time.time()
+    stamp: int | None = message.timestamp
+    if stamp is None or stamp < 0:
+        return now
+    return min(stamp / 1000.0, now)
