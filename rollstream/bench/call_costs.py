@@ -54,7 +54,7 @@ def _one_call(raw_request: bytes, chunks: list[bytes], serializer: AvroSerialize
                 state.capture.add_chunk(event.data)
                 b"".join(e.encode() for e in translator.feed(event.data))
     t2 = clock()
-    record = build_record(state, SessionLedger(), "m", 0)
+    record, _ = build_record(state, SessionLedger(), "m", 0)
     t3 = clock()
     serializer.encode(record)
     t4 = clock()

@@ -68,8 +68,10 @@ def conversation_requests(session: SyntheticSession) -> dict[str, dict[str, Any]
     for k, call in enumerate(calls):
         request = {"model": call.model, "messages": messages, "stream": True}
         upstream = request | {"return_token_ids": True, "logprobs": True}
-        harness, harness_base = ledger.encode_request("s", call.call_id, "harness", request)
-        sent, sent_base = ledger.encode_request("s", call.call_id, "upstream", upstream)
+        update = ledger.begin("s", call.call_id)
+        harness, harness_base = ledger.encode_request(update, "harness", request)
+        sent, sent_base = ledger.encode_request(update, "upstream", upstream)
+        ledger.commit(update)
         out[call.call_id] = {
             "harness_request": compress_json(harness),
             "harness_request_base": harness_base,

@@ -26,7 +26,8 @@ from rollstream.interceptor.adapters import (
 )
 from rollstream.interceptor.exact.upstream import CONTEXT_HEADER, ExactUpstream
 from rollstream.interceptor.gate import Gate
-from rollstream.interceptor.recording import ANONYMOUS, CallState, build_record
+from rollstream.interceptor.recorder import CallRecorder, Publish
+from rollstream.interceptor.recording import ANONYMOUS, CallState
 from rollstream.interceptor.registry import SessionRegistry
 from rollstream.interceptor.sessions import (
     AFFINITY_HEADER,
@@ -41,13 +42,12 @@ from rollstream.interceptor.timeouts import TIMEOUT_HEADER, UpstreamDeadlines, u
 from rollstream.interceptor.translate.chat import CaptureOptions, prepare_chat_request
 from rollstream.interceptor.translate.errors import TranslationError
 from rollstream.interceptor.translate.synthesize import chunks_from_answer
-from rollstream.schemas import CallRecord, ContextMode
+from rollstream.schemas import ContextMode
 
 log = logging.getLogger(__name__)
 
 _STATE = "rollstream"
 _CONTEXT_HEADER_BYTES = CONTEXT_HEADER.encode()
-Publish = Callable[[CallRecord], None]
 
 
 class RollstreamAddon:
@@ -60,17 +60,15 @@ class RollstreamAddon:
         sessions: SessionRegistry | None = None,
     ) -> None:
         self.settings = settings
-        self.publish = publish
         # Consulted in strict mode only. (Not `or`: an empty registry is falsy.)
         self.sessions = sessions if sessions is not None else SessionRegistry()
         self.ledger = SessionLedger(settings.recent_contexts)
+        self.recorder = CallRecorder(self.ledger, publish)
         self.capture = CaptureOptions(
             backend=settings.backend,
             top_logprobs=settings.top_logprobs,
             upstream_model=settings.upstream_model,
         )
-        self.calls_recorded = 0
-        self.calls_failed = 0
         self.in_flight: Counter[str] = Counter()
         self.live: dict[str, CallState] = {}  # by call id: calls not yet recorded
         self.policy_version = settings.policy_version
@@ -148,6 +146,8 @@ class RollstreamAddon:
         flow.request.headers.pop("accept-encoding", None)  # we read the answer
         flow.request.set_content(jsonfast.dumps(completion or upstream))
         flow.request.headers["content-type"] = "application/json"
+        # What the call is sampled with: a weight sync after this moment does not concern it.
+        state.policy_version = self.policy_version
         self.deadlines.start(flow)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
@@ -246,14 +246,7 @@ class RollstreamAddon:
         if self.in_flight[state.session] <= 0:
             del self.in_flight[state.session]
         model = str(state.harness_request.get("model") or "")
-        try:
-            record = build_record(state, self.ledger, model, self.policy_version)
-        except Exception:
-            log.exception("cannot build the record of call %s", state.call_id)
-            return
-        self.calls_recorded += 1
-        self.calls_failed += state.error is not None
-        self.publish(record)
+        self.recorder.record(state, model, self.policy_version)
         try:
             self.exact.remember(state)
         except Exception:  # the next call then falls back to the server's rendering

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from aiohttp import web
 
@@ -18,11 +19,16 @@ if TYPE_CHECKING:
 def metrics_text(addon: RollstreamAddon, publisher: CapturePublisher) -> str:
     """Prometheus text exposition of the interceptor's and the publisher's counters."""
     m = publisher.metrics
+    recorded = addon.recorder.counts
     values: list[tuple[str, str, float]] = [
-        ("rollstream_calls_total", "counter", addon.calls_recorded),
-        ("rollstream_calls_failed_total", "counter", addon.calls_failed),
+        ("rollstream_calls_total", "counter", recorded.recorded),
+        ("rollstream_calls_failed_total", "counter", recorded.failed),
+        ("rollstream_records_too_large_total", "counter", recorded.too_large),
+        ("rollstream_records_not_built_total", "counter", recorded.not_built),
+        ("rollstream_records_lost_total", "counter", recorded.lost),
         ("rollstream_calls_in_flight", "gauge", sum(addon.in_flight.values())),
         ("rollstream_paused", "gauge", int(addon.gate.paused)),
+        ("rollstream_pause_leases_expired_total", "counter", addon.gate.leases_expired),
         ("rollstream_policy_version", "gauge", addon.policy_version),
         ("rollstream_records_published_total", "counter", m.published),
         ("rollstream_publish_batches_total", "counter", m.batches),
@@ -126,18 +132,29 @@ class AdminApp:
         return web.json_response({"session": session, "registered": False})
 
     async def pause(self, request: web.Request) -> web.Response:
-        """Hold new calls; wait (bounded) until in-flight calls have drained."""
+        """Hold new calls until resumed; wait (bounded) until in-flight calls have drained.
+
+        Body (all optional): ``drain_timeout_s`` (default 60), how long to wait for calls in
+        flight; ``lease_s`` (default none), after which the pause ends on its own, for a client
+        that may die while paused. The former ``timeout_s`` is refused (400, nothing paused):
+        it made every pause end on its own, mid-sync if the sync was slow.
+        """
         body = await _json(request)
-        timeout = float(body.get("timeout_s", 300))
-        drain = float(body.get("drain_timeout_s", 60))
-        self.addon.gate.pause(timeout)
+        if "timeout_s" in body:
+            raise _bad_request(
+                "timeout_s is gone: a pause holds until /admin/resume; "
+                "ask for lease_s to have it end on its own"
+            )
+        drain = _seconds(body, "drain_timeout_s", 60.0)
+        lease = _seconds(body, "lease_s", None)
+        self.addon.gate.pause(lease)
         deadline = time.monotonic() + drain
         # In-flight calls end in mitmproxy hooks; polling the counter keeps those hooks simple.
         while sum(self.addon.in_flight.values()) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         in_flight = sum(self.addon.in_flight.values())
         return web.json_response(
-            {"paused": True, "in_flight": in_flight, "drained": in_flight == 0}
+            {"paused": True, "in_flight": in_flight, "drained": in_flight == 0, "lease_s": lease}
         )
 
     async def resume(self, request: web.Request) -> web.Response:
@@ -150,10 +167,7 @@ class AdminApp:
         body = await _json(request)
         version = body.get("version")
         if not isinstance(version, int) or version < 0:
-            raise web.HTTPBadRequest(
-                text='{"error": "version must be a non-negative integer"}',
-                content_type="application/json",
-            )
+            raise _bad_request("version must be a non-negative integer")
         self.addon.policy_version = version
         return web.json_response({"policy_version": version})
 
@@ -168,3 +182,21 @@ async def _json(request: web.Request) -> dict[str, Any]:
             text='{"error": "malformed JSON"}', content_type="application/json"
         ) from exc
     return body if isinstance(body, dict) else {}
+
+
+def _bad_request(message: str) -> web.HTTPBadRequest:
+    return web.HTTPBadRequest(text=json.dumps({"error": message}), content_type="application/json")
+
+
+@overload
+def _seconds(body: dict[str, Any], name: str, default: float) -> float: ...
+@overload
+def _seconds(body: dict[str, Any], name: str, default: None) -> float | None: ...
+def _seconds(body: dict[str, Any], name: str, default: float | None) -> float | None:
+    """A positive number of seconds from the body (null or absent: ``default``), else a 400."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise _bad_request(f"{name} must be a positive number of seconds")
+    return float(value)

@@ -15,7 +15,7 @@ from rollstream.interceptor.addon import RollstreamAddon
 from rollstream.interceptor.forward import ForwardAddon
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.producers.publisher import CapturePublisher, PublisherSettings
-from rollstream.schemas import AvroSerializer, CallRecord, TopicNames
+from rollstream.schemas import TopicNames
 from rollstream.settings import KafkaSettings, StatePaths
 
 
@@ -24,17 +24,13 @@ class ScriptAddon(RollstreamAddon):
 
     def __init__(self) -> None:
         settings, kafka = InterceptorSettings(), KafkaSettings()
-        self._serializer = AvroSerializer()
         self._publisher = CapturePublisher(
             kafka,
             PublisherSettings(),
             TopicNames(kafka.topic_prefix).events,
             StatePaths().state_dir / "spool" / "mitmdump",
         )
-        super().__init__(settings, self._publish_record)
-
-    def _publish_record(self, record: CallRecord) -> None:
-        self._publisher.publish(record.session_id.encode(), self._serializer.encode(record))
+        super().__init__(settings, self._publisher.publish)
 
     async def running(self) -> None:
         """Start publishing once mitmproxy is up."""

@@ -27,7 +27,7 @@ from rollstream.interceptor.registry import SessionRegistry
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.producers.publisher import CapturePublisher, PublisherSettings
 from rollstream.schema_store import SchemaStore
-from rollstream.schemas import AvroSerializer, CallRecord, PolicyVersion, TopicNames
+from rollstream.schemas import AvroSerializer, PolicyVersion, TopicNames
 from rollstream.settings import KafkaSettings, StatePaths
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class Interceptor:
             kafka, publisher or PublisherSettings(), TopicNames(kafka.topic_prefix).events, spool
         )
         registry = paths.state_dir / "sessions" / f"interceptor-{settings.port}.txt"
-        self.addon = RollstreamAddon(settings, self._publish, SessionRegistry(registry))
+        self.addon = RollstreamAddon(settings, self.publisher.publish, SessionRegistry(registry))
         self.forward = (
             ForwardAddon(settings.upstream, settings.other_traffic)
             if settings.mode == "forward"
@@ -71,9 +71,6 @@ class Interceptor:
     def _on_policy(self, version: PolicyVersion) -> None:
         log.info("policy version %d (from %s)", version.version, version.publisher or "?")
         self.addon.policy_version = version.version
-
-    def _publish(self, record: CallRecord) -> None:
-        self.publisher.publish(record.session_id.encode(), self.serializer.encode(record))
 
     async def start(self) -> None:
         """Publish our schemas (if the broker is there), start the publisher and the proxy."""
@@ -163,7 +160,7 @@ class Interceptor:
         await self.publisher.stop()
 
     async def _drain(self) -> None:
-        self.addon.gate.pause(self.settings.drain_timeout_s + 60)  # until the shutdown
+        self.addon.gate.pause()  # until the shutdown: no call goes upstream any more
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.drain_timeout_s
         # In-flight calls end in mitmproxy hooks; polling the counter keeps those hooks simple.

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from rollstream.interceptor.sessions import SessionLedger
+from rollstream.interceptor.sessions import LedgerUpdate, SessionLedger
 from rollstream.interceptor.translate.chat import Asked, Capture
 from rollstream.schemas import (
     ApiKind,
@@ -20,6 +20,7 @@ from rollstream.schemas import (
     TokenIds,
     compress_json,
 )
+from rollstream.schemas.calls import LeftOut
 
 ANONYMOUS = "anonymous"
 # zstd level 1, not the default 3: the producer compresses each batch again (zstd), and on a
@@ -52,6 +53,7 @@ class CallState:
     error: CallError | None = None
     recorded: bool = False
     context: ContextInfo | None = None  # set when exact context was asked for
+    policy_version: int | None = None  # in force when the request went upstream; None: unsent
 
     def fail(self, kind: str, message: str, http_status: int | None, retriable: bool) -> None:
         """Mark the call failed (the first failure wins)."""
@@ -69,8 +71,14 @@ class CallState:
 
 def build_record(
     state: CallState, ledger: SessionLedger, model: str, policy_version: int
-) -> CallRecord:
-    """The CallRecord of a finished (or failed) call; token ids delta-encoded per session."""
+) -> tuple[CallRecord, LedgerUpdate]:
+    """The CallRecord of a finished (or failed) call, token ids and requests delta-encoded.
+
+    The ledger is only read: the returned update makes the call a base for later ones once
+    committed, which the caller does after handing the record to the publisher.
+    ``policy_version`` is the version now, stamped on a call never sent upstream.
+    """
+    update = ledger.begin(state.session, state.call_id)
     capture = state.capture
     prompt = completion = logprobs = None
     if capture.has_tokens:
@@ -80,28 +88,20 @@ def build_record(
             else TokenIds.from_list(capture.prompt_token_ids or [])
         )
         completion = TokenIds.from_list(capture.completion_token_ids)
-        prompt = ledger.encode(state.session, state.call_id, prompt_ids, completion)
+        prompt = ledger.encode_prompt(update, prompt_ids, completion)
         if capture.logprobs is not None:
             logprobs = Logprobs.from_list(capture.logprobs)
     response = chat_answer(state)
     # Both requests carry the whole conversation again on every call: kept as their difference
     # from a recent call of the session, so a session costs O(its tokens), not O(turns x context).
-    harness, harness_base = ledger.encode_request(
-        state.session, state.call_id, "harness", state.harness_request
-    )
+    harness, harness_base = ledger.encode_request(update, "harness", state.harness_request)
     upstream, upstream_base = (
-        ledger.encode_request(state.session, state.call_id, "upstream", state.upstream_request)
+        ledger.encode_request(update, "upstream", state.upstream_request)
         if state.upstream_request is not None
         else (None, None)
     )
-    return CallRecord(
-        call_id=state.call_id,
-        session_id=state.session,
-        seq=ledger.next_seq(state.session),
-        api=state.api,
-        model=model,
-        policy_version=policy_version,
-        stream=state.stream,
+    record = CallRecord(
+        **_identity(state, update, model, policy_version),
         harness_request=compress_json(harness, _BLOB_LEVEL),
         harness_request_base=harness_base,
         upstream_request=compress_json(upstream, _BLOB_LEVEL) if upstream is not None else None,
@@ -111,15 +111,62 @@ def build_record(
         completion_token_ids=completion,
         completion_logprobs=logprobs,
         finish_reason=capture.finish_reason,
-        timings=CallTimings(
+        status=state.status,
+        error=state.error,
+    )
+    return record, update
+
+
+def reduced_record(
+    state: CallState, ledger: SessionLedger, model: str, policy_version: int, reason: str
+) -> tuple[CallRecord, LedgerUpdate]:
+    """The record of a call whose whole record could not be built: what it was, and a flag.
+
+    It keeps no request, answer or token ids (whatever failed is among them), names them in
+    ``left_out`` with ``reason``, and its update makes it nobody's base.
+    """
+    update = ledger.begin(state.session, state.call_id)
+    parts = ["harness_request"]
+    parts += ["upstream_request"] if state.upstream_request is not None else []
+    parts += ["response"] if chat_answer(state) is not None else []
+    parts += ["tokens"] if state.capture.has_tokens else []
+    error = state.error
+    if state.status is CallStatus.ERROR and error is None:  # would fail validation again
+        error = CallError(type="unknown", message="")
+    record = CallRecord(
+        **_identity(state, update, model, policy_version),
+        # Only what cannot fail: the upstream's own fields may be what broke the record.
+        finish_reason=finish if isinstance(finish := state.capture.finish_reason, str) else None,
+        status=state.status,
+        error=error,
+        left_out=[LeftOut(part=part, reason=reason[:2000]) for part in parts],
+    )
+    return record, update
+
+
+def _identity(
+    state: CallState, update: LedgerUpdate, model: str, policy_version: int
+) -> dict[str, Any]:
+    """The fields every record of a call has, whole or reduced."""
+    return {
+        "call_id": state.call_id,
+        "session_id": state.session,
+        "seq": update.seq,
+        "api": state.api,
+        "model": model,
+        # The version in force when the request went upstream, not now: a weight sync may have
+        # happened while the call ran.
+        "policy_version": state.policy_version
+        if state.policy_version is not None
+        else policy_version,
+        "stream": state.stream,
+        "timings": CallTimings(
             started_at=state.started_at,
             first_token_at=state.first_token_at,
             ended_at=state.ended_at or _now(),
         ),
-        status=state.status,
-        error=state.error,
-        context=state.context,
-    )
+        "context": state.context,
+    }
 
 
 def chat_answer(state: CallState) -> dict[str, Any] | None:

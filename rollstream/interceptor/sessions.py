@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict, deque
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote_plus
 
@@ -79,9 +80,36 @@ def credential_headers() -> tuple[str, ...]:
     return (*_CREDENTIAL_HEADERS, SESSION_HEADER)
 
 
+@dataclass
+class LedgerUpdate:
+    """What one call adds to its session's ledger: applied by ``SessionLedger.commit`` only.
+
+    A call becomes a delta base (its token context, its requests' digests) only once its
+    record was built and handed to the publisher: a record that never reaches Kafka must not
+    be named as the base of later calls, which would then lose their prompts.
+    """
+
+    session: str
+    call_id: str
+    seq: int
+    context: TokenIds | None = None  # prompt + completion, when the record keeps its tokens
+    requests: dict[str, RequestDigest] = field(default_factory=dict)  # by kind, kept ones
+
+    def leave_out(self, *parts: str) -> None:
+        """The record does not keep these parts (``tokens``, ``harness``, ``upstream``)."""
+        for part in parts:
+            if part == "tokens":
+                self.context = None
+            else:
+                self.requests.pop(part, None)
+
+
 class SessionLedger:
     """Per-session sequence numbers and recent token sequences, bounded in sessions and calls.
 
+    Encoding a call reads the ledger and returns a ``LedgerUpdate``; nothing changes until that
+    update is committed (``begin``, ``encode_prompt``, ``encode_request`` then ``commit``, all
+    in one synchronous step of the event loop, so no other call of the session interleaves).
     Sessions are evicted least recently used first, so memory stays O(open sessions x recent
     contexts) however long the interceptor runs.
     """
@@ -98,43 +126,51 @@ class SessionLedger:
         )
         self._sessions: OrderedDict[str, tuple[int, deque[tuple[str, TokenIds]]]] = OrderedDict()
 
-    def next_seq(self, session: str) -> int:
-        """The sequence number of the session's next call."""
-        seq, contexts = self._entry(session)
-        self._sessions[session] = (seq + 1, contexts)
-        return seq
+    def begin(self, session: str, call_id: str) -> LedgerUpdate:
+        """An empty update for the session's next call (its sequence number reserved on commit)."""
+        return LedgerUpdate(session, call_id, self.calls(session))
 
-    def encode(
-        self, session: str, call_id: str, prompt: TokenIds, completion: TokenIds
+    def encode_prompt(
+        self, update: LedgerUpdate, prompt: TokenIds, completion: TokenIds
     ) -> PromptTokens:
-        """Delta-encode ``prompt`` against the session's recent calls, then remember this call."""
-        _, contexts = self._entry(session)
-        encoded = encode_prompt(prompt, list(contexts))
-        contexts.append((call_id, prompt + completion))
+        """Delta-encode ``prompt`` against the session's recent calls (remembered on commit)."""
+        entry = self._sessions.get(update.session)
+        encoded = encode_prompt(prompt, list(entry[1]) if entry is not None else [])
+        update.context = prompt + completion
         return encoded
 
     def encode_request(
-        self, session: str, call_id: str, kind: str, request: dict[str, Any]
+        self, update: LedgerUpdate, kind: str, request: dict[str, Any]
     ) -> tuple[dict[str, Any], RequestBase | None]:
         """Delta-encode a request against the session's recent ones of the same ``kind``.
 
         ``kind`` is harness or upstream. Only the request's digests are remembered (see
-        RequestDigest), bounded like the token contexts.
+        RequestDigest), bounded like the token contexts, and only on commit.
         """
-        recent = self._requests.get((session, kind))
-        if recent is None:
-            recent = self._requests[(session, kind)] = deque(maxlen=self.recent_requests)
-            while len(self._requests) > 2 * self.max_sessions:
-                self._requests.popitem(last=False)
-        else:
-            self._requests.move_to_end((session, kind))
+        recent = self._requests.get((update.session, kind))
         digest = digest_request(request)
-        encoded = best_delta_by_digest(request, digest, list(recent))
-        recent.append((call_id, digest))
+        encoded = best_delta_by_digest(request, digest, list(recent) if recent else [])
+        update.requests[kind] = digest
         return encoded
 
+    def commit(self, update: LedgerUpdate) -> None:
+        """The call's record went to the publisher: count it, and keep what it holds as bases."""
+        seq, contexts = self._entry(update.session)
+        self._sessions[update.session] = (max(seq, update.seq + 1), contexts)
+        if update.context is not None:
+            contexts.append((update.call_id, update.context))
+        for kind, digest in update.requests.items():
+            recent = self._requests.get((update.session, kind))
+            if recent is None:
+                recent = self._requests[(update.session, kind)] = deque(maxlen=self.recent_requests)
+                while len(self._requests) > 2 * self.max_sessions:
+                    self._requests.popitem(last=False)
+            else:
+                self._requests.move_to_end((update.session, kind))
+            recent.append((update.call_id, digest))
+
     def calls(self, session: str) -> int:
-        """How many calls the session has had."""
+        """How many calls the session has had (records handed to the publisher)."""
         return self._sessions[session][0] if session in self._sessions else 0
 
     def _entry(self, session: str) -> tuple[int, deque[tuple[str, TokenIds]]]:

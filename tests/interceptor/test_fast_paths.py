@@ -18,6 +18,7 @@ from rollstream import jsonfast
 from rollstream.interceptor.addon import RollstreamAddon, _headers_dict
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.schemas import CallRecord
+from tests.interceptor.published import Published
 
 REQUEST = {"model": "harness-model", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -45,8 +46,9 @@ def _stream(prompt_ids: list[int], separators: tuple[str, str]) -> bytes:
 async def _call(
     stream: bytes, cuts: list[int], body: dict[str, Any]
 ) -> tuple[list[bytes], CallRecord]:
-    records: list[CallRecord] = []
-    addon = RollstreamAddon(InterceptorSettings(), records.append)
+    published = Published()
+    records = published.records
+    addon = RollstreamAddon(InterceptorSettings(), published)
     flow = tflow.tflow(
         req=tutils.treq(
             method=b"POST",

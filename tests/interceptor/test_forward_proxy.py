@@ -153,7 +153,7 @@ async def test_calls_to_the_real_providers_are_answered_by_the_upstream(
         assert record.status is CallStatus.OK
         assert record.completion_token_ids is not None
         assert tokenizer.decode(record.completion_token_ids.to_list()) == "OK."
-    assert forward.addon.calls_recorded == 3
+    assert forward.addon.recorder.counts.recorded == 3
 
 
 async def test_other_traffic_is_forwarded_unchanged_and_not_recorded(
@@ -182,7 +182,7 @@ async def test_other_traffic_is_forwarded_unchanged_and_not_recorded(
     [headers] = seen
     assert headers["path"] == "/s/x/events?batch=1"
     assert headers["Authorization"] == "Bearer sess-telemetry"
-    assert forward.addon.calls_recorded == 0
+    assert forward.addon.recorder.counts.recorded == 0
 
 
 async def test_other_traffic_can_be_blocked(

@@ -265,8 +265,8 @@ async def test_admin_port_metrics_sessions_policy_version_and_pause(
         assert (await http.post(f"{admin}/admin/policy-version", json={"version": 7})).status == 200
 
         messages: Any = [{"role": "user", "content": "hi"}]
-        paused = await (await http.post(f"{admin}/admin/pause", json={"timeout_s": 30})).json()
-        assert paused == {"paused": True, "in_flight": 0, "drained": True}
+        paused = await (await http.post(f"{admin}/admin/pause", json={})).json()
+        assert paused == {"paused": True, "in_flight": 0, "drained": True, "lease_s": None}
         call = asyncio.create_task(
             client.chat.completions.create(model="rollstream-tiny", messages=messages, max_tokens=3)
         )
@@ -565,7 +565,7 @@ async def test_streamed_calls_to_a_silent_upstream_get_a_504_and_it_is_hung_up_o
         assert answer.choices[0].message.content == "late"
         assert upstream.connections == 4
         await asyncio.sleep(0.2)
-        assert proxy.addon.calls_recorded == 4  # the late answers made no records
+        assert proxy.addon.recorder.counts.recorded == 4  # the late answers made no records
     records = await _records(kafka_settings, 4)
     assert sorted(r.api.value for r in records[:3]) == [
         "anthropic_messages",

@@ -16,6 +16,7 @@ from rollstream.interceptor.registry import RegistryError, SessionRegistry
 from rollstream.interceptor.sessions import affinity_key
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.schemas import CallRecord, CallStatus
+from tests.interceptor.published import Published
 
 CHAT: Any = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 CLAUDE: Any = CHAT | {"max_tokens": 5}
@@ -31,9 +32,9 @@ def _flow(path: str, headers: dict[str, str], body: Any) -> http.HTTPFlow:
 def _addon(
     strict: bool, registry: SessionRegistry | None = None
 ) -> tuple[RollstreamAddon, list[CallRecord]]:
-    records: list[CallRecord] = []
+    published = Published()
     settings = InterceptorSettings(strict_sessions=strict)
-    return RollstreamAddon(settings, records.append, registry), records
+    return RollstreamAddon(settings, published, registry), published.records
 
 
 def test_the_registry_journals_registrations_and_compacts_on_load(tmp_path: Path) -> None:
@@ -120,8 +121,9 @@ async def test_without_strict_mode_any_session_is_served() -> None:
 
 
 async def test_an_oversized_body_is_refused_413_and_not_kept() -> None:
-    records: list[CallRecord] = []
-    addon = RollstreamAddon(InterceptorSettings(max_body_bytes=1024), records.append)
+    published = Published()
+    records = published.records
+    addon = RollstreamAddon(InterceptorSettings(max_body_bytes=1024), published)
     flow = _flow("/v1/messages", {"x-api-key": "s"}, CLAUDE | {"padding": "x" * 2048})
     await addon.request(flow)
     assert flow.response is not None and flow.response.status_code == 413

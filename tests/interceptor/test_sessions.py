@@ -8,7 +8,7 @@ import pytest
 
 from rollstream.interceptor.adapters import adapter_for
 from rollstream.interceptor.sessions import SessionLedger, credential_headers, session_of
-from rollstream.schemas import ApiKind, TokenIds, resolve_prompt
+from rollstream.schemas import ApiKind, PromptTokens, TokenIds, resolve_prompt
 
 
 @pytest.mark.parametrize(
@@ -116,24 +116,68 @@ def test_other_paths_are_not_calls(path: str) -> None:
     assert adapter_for(path) is None
 
 
+def _commit_prompt(
+    ledger: SessionLedger, session: str, call_id: str, prompt: TokenIds, completion: TokenIds
+) -> PromptTokens:
+    update = ledger.begin(session, call_id)
+    encoded = ledger.encode_prompt(update, prompt, completion)
+    ledger.commit(update)
+    return encoded
+
+
 def test_ledger_numbers_calls_and_delta_encodes_against_recent_ones() -> None:
     ledger = SessionLedger(recent=2)
     system = TokenIds.from_list(range(100))
-    first = ledger.encode("s", "c0", system, TokenIds.from_list([500, 501]))
+    first = _commit_prompt(ledger, "s", "c0", system, TokenIds.from_list([500, 501]))
     assert first.is_full
     prompt = system + TokenIds.from_list([500, 501, 7])
-    second = ledger.encode("s", "c1", prompt, TokenIds.from_list([9]))
+    second = _commit_prompt(ledger, "s", "c1", prompt, TokenIds.from_list([9]))
     assert second.base_call_id == "c0" and second.suffix.to_list() == [7]
     contexts = {"c0": system + TokenIds.from_list([500, 501])}
     assert resolve_prompt(second, contexts.get) == prompt
-    assert [ledger.next_seq("s") for _ in range(3)] == [0, 1, 2]
-    assert ledger.next_seq("other") == 0
+    assert ledger.calls("s") == 2 and ledger.begin("s", "c2").seq == 2
+    assert ledger.begin("other", "d0").seq == 0 and ledger.calls("other") == 0
+
+
+def test_nothing_of_an_uncommitted_call_is_kept_as_a_base() -> None:
+    # A record that failed to build (or was left out) never reaches Kafka: a later call
+    # delta-encoded against it would name a base nobody can read, and lose its prompt.
+    ledger = SessionLedger()
+    system = TokenIds.from_list(range(100))
+    request: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    dropped = ledger.begin("s", "c0")
+    ledger.encode_prompt(dropped, system, TokenIds.from_list([1, 2]))
+    ledger.encode_request(dropped, "harness", request)
+    # not committed: the record was not handed over
+    later = ledger.begin("s", "c1")
+    assert later.seq == 0  # the dropped call took no sequence number either
+    prompt = ledger.encode_prompt(later, system + TokenIds.from_list([1, 2, 3]), TokenIds())
+    rest, base = ledger.encode_request(later, "harness", request)
+    assert prompt.is_full and base is None and rest == request
+
+
+def test_a_part_left_out_of_a_committed_record_is_not_a_base() -> None:
+    ledger = SessionLedger()
+    system = TokenIds.from_list(range(100))
+    request: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    first = ledger.begin("s", "c0")
+    ledger.encode_prompt(first, system, TokenIds.from_list([1]))
+    ledger.encode_request(first, "harness", request)
+    ledger.encode_request(first, "upstream", request)
+    first.leave_out("harness", "tokens")
+    ledger.commit(first)
+    later = ledger.begin("s", "c1")
+    assert later.seq == 1
+    assert ledger.encode_prompt(later, system, TokenIds()).is_full
+    assert ledger.encode_request(later, "harness", request)[1] is None
+    upstream_base = ledger.encode_request(later, "upstream", request)[1]
+    assert upstream_base is not None and upstream_base.base_call_id == "c0"
 
 
 def test_ledger_is_bounded_in_sessions() -> None:
     ledger = SessionLedger(recent=1, max_sessions=3)
     for i in range(5):
-        ledger.next_seq(f"s{i}")
+        ledger.commit(ledger.begin(f"s{i}", f"c{i}"))
     assert ledger.calls("s0") == 0 and ledger.calls("s4") == 1  # the oldest were evicted
 
 
@@ -155,7 +199,9 @@ def test_the_ledger_delta_encodes_requests_from_digests_and_they_resolve() -> No
     for i in range(4):
         turns = [*turns, {"role": "user", "content": f"turn {i}"}]
         request: dict[str, Any] = {"model": "m", "system": system, "messages": list(turns)}
-        rest, spec = ledger.encode_request("s", f"c{i}", "harness", request)
+        update = ledger.begin("s", f"c{i}")
+        rest, spec = ledger.encode_request(update, "harness", request)
+        ledger.commit(update)
         if i == 0:
             assert spec is None
         else:
@@ -163,5 +209,6 @@ def test_the_ledger_delta_encodes_requests_from_digests_and_they_resolve() -> No
             assert spec.shared_items == i and rest == {"messages": turns[i:]}
         assert resolve_request(rest, spec, whole.get) == request
         whole[f"c{i}"] = request
-    _, other = ledger.encode_request("t", "d0", "harness", {"model": "m", "messages": turns})
+    other_call = ledger.begin("t", "d0")
+    _, other = ledger.encode_request(other_call, "harness", {"model": "m", "messages": turns})
     assert other is None  # never across sessions
