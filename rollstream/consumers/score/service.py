@@ -4,7 +4,10 @@ Each poll's batch is evaluated, ``concurrency`` evaluations at a time, and then 
 Kafka transaction: the Scored records, the dead letters (undecodable records, records that are
 not trajectories) and the input offsets, all or nothing. A crash before the commit re-scores
 the batch on restart; the aborted transaction's records never reach a ``read_committed``
-reader, so each trajectory is scored once in what readers see.
+reader, so each trajectory is scored once in what readers see. Each Scored record is measured
+before the transaction opens: one over the record budget goes out with bulky parts left out
+(flagged), or its trajectory is dead-lettered saying why (``consumers.oversized``), so no
+record can abort the transaction and have a restarted scorer meet it again.
 
 A rebalance during a batch cancels its evaluations and drops it: the partitions' next owner
 (maybe this instance again) starts from the committed offsets, and a commit made after the
@@ -25,10 +28,12 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from rollstream.clients import make_consumer, make_producer, ordinary_tasks
 from rollstream.consumers.deadletters import dead_letter
+from rollstream.consumers.oversized import encode_scored
 from rollstream.consumers.score.evaluators import EVALUATORS, EvalResult, evaluate, spec_for
 from rollstream.consumers.score.settings import ScoreSettings
 from rollstream.errors import (
     ConfigurationError,
+    RecordTooLargeError,
     SerializationError,
     UnknownSchemaError,
 )
@@ -55,6 +60,8 @@ class ScoreMetrics:
     dead_letters: int = 0
     transactions: int = 0
     dropped_batches: int = 0  # voided by a rebalance
+    oversized_trimmed: int = 0  # Scored records recorded with bulky parts left out to fit
+    oversized_dead_letters: int = 0  # trajectories whose Scored record could not fit at all
     by_evaluator: dict[str, int] = field(default_factory=dict)
 
 
@@ -64,6 +71,7 @@ class _Batch:
 
     generation: int
     trajectories: list[Trajectory] = field(default_factory=list)
+    sources: list[ConsumerRecord] = field(default_factory=list)  # each trajectory's message
     dead: list[DeadLetter] = field(default_factory=list)
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
 
@@ -186,6 +194,7 @@ class Scorer:
                     batch.dead.append(dead_letter(message, exc, self.settings.group_id))
                     continue
                 batch.trajectories.append(record)
+                batch.sources.append(message)
             batch.offsets[tp] = messages[-1].offset + 1
         return batch
 
@@ -242,17 +251,50 @@ class Scorer:
             scored_at=utcnow(),
         )
 
+    def _encode(
+        self, batch: _Batch, scored: list[Scored]
+    ) -> tuple[list[tuple[bytes, bytes]], list[DeadLetter], list[Scored], int]:
+        """Each Scored record's key and bytes within the budget, else its dead letter.
+
+        Also the records that go out, and how many of them had parts left out to fit.
+        """
+        outputs: list[tuple[bytes, bytes]] = []
+        dead: list[DeadLetter] = []
+        kept: list[Scored] = []
+        trimmed = 0
+        for record, source in zip(scored, batch.sources, strict=True):
+            key = record.trajectory.group_id.encode()
+            try:
+                encoded = encode_scored(self.serializer, key, record)
+            except RecordTooLargeError as exc:
+                log.warning("trajectory %s dead-lettered: %s", record.trajectory.trajectory_id, exc)
+                dead.append(dead_letter(source, exc, self.settings.group_id))
+                continue
+            if encoded.left_out:
+                log.warning(
+                    "trajectory %s scored without its %s: the Scored record is over the "
+                    "record budget",
+                    record.trajectory.trajectory_id,
+                    ", ".join(encoded.left_out),
+                )
+                trimmed += 1
+            outputs.append((key, encoded.value))
+            kept.append(record)
+        return outputs, dead, kept, trimmed
+
     async def _commit(self, batch: _Batch, scored: list[Scored]) -> bool:
         """Scored records, dead letters and offsets in one transaction; False if void."""
         assert self._producer is not None
+        # Measured before the transaction opens: nothing sent in it can be refused for its size.
+        outputs, oversized, scored, trimmed = self._encode(batch, scored)
+        dead = batch.dead + oversized
         async with self.committing:
             if batch.generation != self.generation:
                 return False
             async with self._producer.transaction():
-                for record in scored:
-                    key = record.trajectory.group_id.encode()
-                    await self._producer.send(self.output, self.serializer.encode(record), key=key)
-                for letter in batch.dead:
+                for key, value in outputs:
+                    await self._producer.send(self.output, value, key=key)
+                for letter in dead:
                     await self._producer.send(
                         self.names.deadletters, self.serializer.encode(letter), key=letter.key
                     )
@@ -261,7 +303,9 @@ class Scorer:
                 )
         self.metrics.transactions += 1
         self.metrics.scored += len(scored)
-        self.metrics.dead_letters += len(batch.dead)
+        self.metrics.dead_letters += len(dead)
+        self.metrics.oversized_trimmed += trimmed
+        self.metrics.oversized_dead_letters += len(oversized)
         for record in scored:
             if record.reward is None:
                 self.metrics.failed += 1
@@ -296,6 +340,8 @@ class Scorer:
         """One line: records read, Scored records emitted, how many without a reward."""
         return (
             f"{self.metrics.records} records, {self.metrics.scored} scored "
-            f"({self.metrics.failed} without a reward), {self.metrics.dead_letters} dead letters, "
+            f"({self.metrics.failed} without a reward, {self.metrics.oversized_trimmed} with parts "
+            f"left out to fit), {self.metrics.dead_letters} dead letters "
+            f"({self.metrics.oversized_dead_letters} over the record budget), "
             f"{self.metrics.dropped_batches} batches dropped"
         )

@@ -29,4 +29,9 @@ def explodes(trajectory: Trajectory, task: Task | None) -> float:
     raise ValueError("the grader broke")
 
 
+def verbose(trajectory: Trajectory, task: Task | None) -> dict[str, object]:
+    """A reward with a long log in its details (a Scored record a few KiB past its trajectory)."""
+    return {"reward": 1.0, "log": "checked " * 1000}
+
+
 NOT_CALLABLE = 3
