@@ -1,11 +1,16 @@
 """The capture publisher: records into Kafka without ever delaying a harness.
 
 ``publish()`` only enqueues. One background task sends in order: straight to Kafka while the
-broker answers, and into the local spool while it does not (then every later record goes to
-the spool too, so the order per key is kept), draining the spool once the broker is back.
-Memory stays bounded: a full queue spills to the spool; a spool that cannot be written (a full
-disk) raises an alarm in the metrics and the log, and records beyond the queue bound are counted
-as dropped rather than crashing the interceptor.
+broker answers, and into the backlog while it does not (then every later record goes there too,
+so the order per key is kept), draining it once the broker is back. The backlog is the local
+spool and, while the spool cannot be written (a full disk), records held in memory behind it
+(rollstream.producers.backlog): the spool alarm shows in the metrics and the log, and records
+beyond the memory bound are counted as dropped rather than crashing the interceptor. When it can
+make no progress the task waits (``retry_interval_s``); it never spins on the event loop.
+
+A record too large for the topic is not an outage: it is set aside next to the spool with its
+reason (rollstream.producers.rejected), counted as ``rejected``, and later records flow on. A
+batch the task holds when ``stop()`` gives up on the broker is spooled, not lost (at least once).
 """
 
 from __future__ import annotations
@@ -13,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
@@ -22,8 +26,16 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rollstream.clients import make_producer
+from rollstream.errors import RecordTooLargeError
+from rollstream.producers.backlog import Backlog, Record
+from rollstream.producers.delivery import deliver
+from rollstream.producers.metrics import PublisherMetrics
+from rollstream.producers.rejected import RejectedRecords
 from rollstream.producers.spool import Spool, SpoolError
+from rollstream.schemas.topics import check_record_size
 from rollstream.settings import KafkaSettings
+
+__all__ = ["CapturePublisher", "PublisherMetrics", "PublisherSettings", "Record"]
 
 log = logging.getLogger(__name__)
 
@@ -55,30 +67,11 @@ class PublisherSettings(BaseSettings):
     )
 
 
-@dataclass
-class PublisherMetrics:
-    """Counters for ``/metrics``."""
-
-    published: int = 0
-    batches: int = 0
-    spooled: int = 0
-    drained: int = 0
-    dropped: int = 0
-    send_failures: int = 0
-    spool_errors: int = 0
-    spool_alarm: bool = False
-    connected: bool = False
-    last_error: str = ""
-    queue_depth: int = 0
-    spool_bytes: int = 0
-    bytes_published: int = 0
-
-
-Record = tuple[bytes | None, bytes]
-
 # A batch is written as one message: half the broker's default message.max.bytes (1 MiB), so
 # batching never makes a message too large where the topics keep that default.
 _MAX_BATCH_BYTES = 512 * 1024
+#: How long ``stop()`` waits for a producer to close: a broker that hangs never lets it.
+_CLOSE_TIMEOUT_S = 5.0
 
 
 class CapturePublisher:
@@ -91,9 +84,15 @@ class CapturePublisher:
         self.settings = settings
         self.topic = topic
         self.spool = Spool(settings.spool_dir or spool_dir)
+        self.rejected = RejectedRecords(self.spool.directory)
         self.metrics = PublisherMetrics(spool_bytes=self.spool.pending_bytes)
+        self._backlog = Backlog(
+            self.spool, self.metrics, settings.max_queue_records, settings.retry_interval_s
+        )
         self._queue: asyncio.Queue[Record] = asyncio.Queue(settings.max_queue_records)
-        self._overflow: list[Record] = []
+        # The batch being sent: spooled ahead of anything spooled meanwhile, or at stop().
+        self._in_flight: list[Record] = []
+        self._in_flight_spooled = False
         self._producer: AIOKafkaProducer | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()
@@ -107,19 +106,29 @@ class CapturePublisher:
         self._task = asyncio.create_task(self._run(), name="capture-publisher")
 
     async def stop(self, timeout: float = 10.0) -> None:
-        """Send what can be sent within ``timeout``, spool the rest, close the producer."""
+        """Send what can be sent within ``timeout``, spool the rest, close the producer.
+
+        A batch the sending task holds when it is cancelled (a broker that hangs without
+        closing connections) is spooled too: it may reach the broker twice, never zero times.
+        """
         self._stopping.set()
-        if self._task is not None:
-            try:
-                await asyncio.wait_for(self._task, timeout)
-            except TimeoutError:
-                self._task.cancel()
+        task = self._task
+        if task is not None:
+            done, _ = await asyncio.wait({task}, timeout=timeout)
+            if not done:
+                task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await self._task
-        self._spool_queue()
+                    await task
+            elif not task.cancelled() and task.exception() is not None:
+                log.error("the sending task failed", exc_info=task.exception())
+        self._spool_queue()  # the batch in hand first, then the queue
+        self._backlog.flush(force=True)
+        if lost := self._backlog.drop_held():
+            self.metrics.dropped += lost
+            log.error("stopping with the spool unwritable: %d records held in memory lost", lost)
         await self._close_producer()
         if self._closing:
-            await asyncio.gather(*self._closing)
+            await asyncio.wait(self._closing, timeout=_CLOSE_TIMEOUT_S)
 
     async def __aenter__(self) -> CapturePublisher:
         await self.start()
@@ -131,7 +140,16 @@ class CapturePublisher:
     # -- the harness-facing side -------------------------------------------------------------
 
     def publish(self, key: bytes | None, value: bytes) -> None:
-        """Enqueue a record; never blocks and never raises for a broker or disk problem."""
+        """Enqueue a record; never blocks and never raises for a broker or disk problem.
+
+        A record over the record budget is set aside at once (see ``rejected``): no broker
+        would take it, and its callers (the interceptor) record what fits instead.
+        """
+        try:
+            check_record_size(key, value, f"a record for {self.topic}")
+        except RecordTooLargeError as exc:
+            self._reject(key, value, str(exc))
+            return
         try:
             self._queue.put_nowait((key, value))
         except asyncio.QueueFull:
@@ -153,19 +171,14 @@ class CapturePublisher:
                 if not await self._drain_spool():
                     if self._stopping.is_set():
                         return
-                    await self._pause()
+                    await self._pause()  # no progress possible now: wait, never spin
                 continue
             batch = await self._next_batch()
-            if not batch:
-                continue
-            if await self._send(batch):
-                self.metrics.published += len(batch)
-                self.metrics.batches += 1
-            else:
-                self._spool(batch)
+            if batch:
+                await self._send_in_hand(batch)
 
     def _pending_spool(self) -> bool:
-        return bool(self._overflow) or not self.spool.empty()
+        return not self._backlog.empty()
 
     async def _next_record(self) -> Record | None:
         """The next queued record, waiting for it; None on stop() or a queue overflow.
@@ -229,38 +242,48 @@ class CapturePublisher:
         self.metrics.queue_depth = self._queue.qsize()
         return batch
 
-    async def _send(self, batch: list[Record]) -> bool:
-        producer = await self._ensure_producer()
-        if producer is None:
-            return False
-        try:
-            futures = [await producer.send(self.topic, value, key=key) for key, value in batch]
-            await asyncio.wait_for(asyncio.gather(*futures), self.settings.send_timeout_s)
-        except (KafkaError, TimeoutError, OSError) as exc:
-            self._failed(exc)
-            return False
-        self.metrics.bytes_published += sum(len(v) for _, v in batch)
-        return True
+    async def _send_in_hand(self, batch: list[Record]) -> None:
+        """Send a batch taken off the queue; what was not sent goes to the spool."""
+        self._in_flight, self._in_flight_spooled = batch, False
+        settled, sent = await self._send(batch)
+        spooled_meanwhile, self._in_flight = self._in_flight_spooled, []
+        self.metrics.published += sent
+        self.metrics.batches += 1 if sent else 0
+        if spooled_meanwhile:
+            # The queue overflowed during the send, so the batch went to the spool ahead of
+            # it: drop the copies of what was dealt with; the rest is sent from there.
+            self._backlog.drop_copies(batch[:settled])
+        else:
+            self._spool(batch[settled:])
+
+    async def _send(self, batch: list[Record]) -> tuple[int, int]:
+        """Send in order; how many leading records were dealt with, and how many were sent."""
+        timeout = self.settings.send_timeout_s
+        delivery = await deliver(_ProducerSource(self), self.topic, batch, timeout)
+        settled = delivery.settled
+        for i in sorted(delivery.rejected):
+            if i < settled:  # a later one is rejected when its turn comes, not twice
+                self._reject(*batch[i], delivery.rejected[i])
+        sent = [value for i, (_, value) in enumerate(batch[:settled]) if delivery.sent[i]]
+        self.metrics.bytes_published += sum(len(v) for v in sent)
+        return settled, len(sent)
 
     async def _drain_spool(self) -> bool:
-        """Send spooled records in order; False if the broker is still away."""
-        self._flush_overflow()
-        while True:
-            records = self.spool.read(self.settings.batch_records)
-            if not records:
-                self.metrics.spool_bytes = self.spool.pending_bytes
-                return True
-            if not await self._send([(r.key, r.value) for r in records]):
+        """Send waiting records in order; False if no progress can be made now."""
+        self._backlog.flush()
+        while (taken := self._backlog.take(self.settings.batch_records)) is not None:
+            settled, sent = await self._send(taken.records)
+            self.metrics.drained += sent
+            self._backlog.commit(taken, settled)
+            if settled < len(taken.records):
                 return False
-            self.spool.commit(records[-1])
-            self.metrics.drained += len(records)
-            self.metrics.spool_bytes = self.spool.pending_bytes
+        return self._backlog.empty()
 
     async def _pause(self) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), self.settings.retry_interval_s)
 
-    # -- spooling ----------------------------------------------------------------------------
+    # -- spooling and setting aside ----------------------------------------------------------
 
     def _spool_queue(self) -> None:
         records = []
@@ -270,45 +293,30 @@ class CapturePublisher:
         self.metrics.queue_depth = 0
 
     def _spool(self, records: list[Record]) -> None:
-        if not records:
-            return
-        self._flush_overflow()
-        if self._overflow:
-            self._keep_in_memory(records)
-            return
+        if self._in_flight and not self._in_flight_spooled:
+            # The batch being sent is older than anything spooled now: it goes first. Should
+            # its send succeed after all, _send_in_hand drops these copies again.
+            records = self._in_flight + records
+            self._in_flight_spooled = True
+        self._backlog.add(records)
+
+    def _reject(self, key: bytes | None, value: bytes, reason: str) -> None:
+        """Set a record no broker takes aside with its reason, count it, and carry on."""
+        self.metrics.rejected += 1
+        where = f"set aside in {self.rejected.index}"
         try:
-            self.spool.append(records)
+            self.rejected.add(self.topic, key, value, reason)
         except SpoolError as exc:
             self.metrics.spool_errors += 1
-            if not self.metrics.spool_alarm:
-                log.error("spool alarm: %s; keeping records in memory", exc)
-            self.metrics.spool_alarm = True
-            self._keep_in_memory(records)
-            return
-        self.metrics.spooled += len(records)
-        self.metrics.spool_bytes = self.spool.pending_bytes
-
-    def _keep_in_memory(self, records: list[Record]) -> None:
-        room = self.settings.max_queue_records - len(self._overflow)
-        self._overflow += records[: max(room, 0)]
-        lost = len(records) - max(room, 0)
-        if lost > 0:
-            self.metrics.dropped += lost
-            log.error("spool unavailable and memory bound reached: %d records dropped", lost)
-
-    def _flush_overflow(self) -> None:
-        """Move records held in memory (the spool was unwritable) to the spool, in order."""
-        if not self._overflow:
-            return
-        try:
-            self.spool.append(self._overflow)
-        except SpoolError:
-            return
-        self.metrics.spooled += len(self._overflow)
-        self._overflow = []
-        if self.metrics.spool_alarm:
-            log.warning("spool writable again; alarm cleared")
-        self.metrics.spool_alarm = False
+            where = f"LOST, not set aside ({exc})"
+        log.error(
+            "record for %s (key %r, %d bytes) rejected: %s; %s",
+            self.topic,
+            key,
+            len(value),
+            reason,
+            where,
+        )
 
     # -- the producer ------------------------------------------------------------------------
 
@@ -345,6 +353,9 @@ class CapturePublisher:
             log.warning("broker unavailable (%s); records go to the spool", message)
         self.metrics.last_error = message
         # A producer whose sends failed is replaced: its idempotence state may be poisoned.
+        self._discard()
+
+    def _discard(self) -> None:
         producer, self._producer = self._producer, None
         if producer is not None:
             # Closing waits for its in-flight requests; the sending loop must not.
@@ -353,13 +364,34 @@ class CapturePublisher:
             task.add_done_callback(self._closing.discard)
 
     async def _close_producer(self) -> None:
-        if self._producer is not None:
-            await _quiet_stop(self._producer)
-            self._producer = None
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            # An idempotent producer retries its batches for as long as the broker hangs: what
+            # it held is in the spool by now, so the close is bounded, not the process's exit.
+            try:
+                await asyncio.wait_for(_quiet_stop(producer), _CLOSE_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("the broker does not answer; producer closed unflushed (spooled)")
+
+
+class _ProducerSource:
+    """The publisher's producer as ``deliver`` asks for it."""
+
+    def __init__(self, publisher: CapturePublisher) -> None:
+        self.publisher = publisher
+
+    async def get(self) -> AIOKafkaProducer | None:
+        return await self.publisher._ensure_producer()
+
+    def discard(self) -> None:
+        self.publisher._discard()
+
+    def failed(self, exc: BaseException) -> None:
+        self.publisher._failed(exc)
 
 
 async def _quiet_stop(producer: AIOKafkaProducer) -> None:
-    # Not cut short: a cancelled stop leaves connections open. It ends once the producer's
-    # pending batches expire (request_timeout_ms) when the broker is away.
+    # It ends once the producer's pending batches are sent or expire; an idempotent producer's
+    # never expire while the broker hangs, hence the bound in _close_producer.
     with contextlib.suppress(Exception):
         await producer.stop()

@@ -17,6 +17,7 @@ from rollstream.broker import BrokerSettings, LocalBroker
 from rollstream.broker.config import free_port
 from rollstream.clients import make_consumer
 from rollstream.producers.publisher import CapturePublisher, PublisherSettings
+from rollstream.producers.rejected import RejectedRecords
 from rollstream.schemas import TopicSpec
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.conftest import JAR_CACHE, TopicFactory
@@ -139,3 +140,32 @@ async def test_a_broker_outage_loses_nothing_and_keeps_order(tmp_path: Path) -> 
     assert set(values) == {b"%d" % i for i in range(200)}
     firsts = list(dict.fromkeys(values))
     assert firsts == [b"%d" % i for i in range(200)]
+
+
+async def test_records_the_topic_refuses_for_size_are_set_aside_and_the_rest_flows(
+    kafka_settings: KafkaSettings, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    """A topic with a small max.message.bytes (Kafka's default is 1 MiB; this one 64 KiB).
+
+    One record is too large for it on its own: set aside with the broker's reason. Three others
+    fit one by one but not together in one batch: the broker refuses the batch, and they are
+    sent again one at a time. Records after them flow on, in order.
+    """
+    topic = await topic_factory(configs={"max.message.bytes": str(64 * 1024)})
+    big = os.urandom(100 * 1024)  # random: compression does not bring it under the limit
+    fits = [os.urandom(30 * 1024) for _ in range(3)]
+    spool = tmp_path / "spool"
+    async with CapturePublisher(
+        kafka_settings, PublisherSettings(linger_ms=100), topic, spool
+    ) as publisher:
+        publisher.publish(b"s1", b"first")
+        publisher.publish(b"s1", big)
+        for value in fits:
+            publisher.publish(b"s1", value)
+        publisher.publish(b"s1", b"last")
+        await _wait_for(lambda: publisher.metrics.published == 5)
+        assert publisher.metrics.rejected == 1 and publisher.spool.empty()
+    assert await _read_all(kafka_settings, topic, 5) == [b"first", *fits, b"last"]
+    [rejected] = RejectedRecords(spool).read()
+    assert rejected.value == big and rejected.topic == topic
+    assert "MessageSizeTooLargeError" in rejected.reason

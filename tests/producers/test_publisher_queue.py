@@ -23,9 +23,9 @@ class Recording(CapturePublisher):
         )
         self.sent: list[bytes] = []
 
-    async def _send(self, batch: list[Record]) -> bool:
+    async def _send(self, batch: list[Record]) -> tuple[int, int]:
         self.sent += [value for _, value in batch]
-        return True
+        return len(batch), len(batch)
 
 
 async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
