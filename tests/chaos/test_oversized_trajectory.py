@@ -1,0 +1,161 @@
+"""A session whose per_call trajectory exceeds the record limit, between ordinary sessions.
+
+The reconstructor (``--strategy per_call``) and the scorer run as ``python -m rollstream``
+processes against the session broker, under a supervisor that restarts a process that exits
+(as systemd or Kubernetes would). Synthetic sessions go to the events topic, all on one
+partition: a first wave, then one session of 60 calls over 4k-token contexts (per_call repeats
+each call's whole prompt: 18.6 MB of segments, over the 16 MiB record limit) interleaved with a
+second wave, then a third wave. Expected: every ordinary session has exactly one trajectory and
+one Scored record, the oversized one is dead-lettered with its reason, and neither process
+exits. Before the record budget the reconstructor's transaction aborted on the oversized send,
+the process died, and every restart died on the same session: the partition was blocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from rollstream.producers.synthetic import SyntheticSession, SyntheticShape, synthetic_session
+from rollstream.schemas import AvroSerializer, DeadLetter, TopicNames
+from rollstream.schemas.trajectories import Scored, Trajectory
+from rollstream.settings import KafkaSettings
+from tests.chaos.conftest import ChaosReport
+from tests.chaos.pipeline import Service, TopicReader, repeats, service_env, topic_readers
+from tests.conftest import ProducerFactory
+
+pytestmark = [pytest.mark.integration, pytest.mark.chaos]
+
+ORDINARY = SyntheticShape(turns=4, system_tokens=64, tool_result_tokens=16, completion_tokens=8)
+#: 60 calls, each prompt 4,000 + n x 1,032 tokens: per_call holds 2.07 M tokens (9 bytes each).
+OVERSIZED = SyntheticShape(turns=60, system_tokens=4000, tool_result_tokens=1000)
+WAVE = 4
+
+
+@contextmanager
+def supervised(services: Iterable[Service]) -> Iterator[list[Service]]:
+    """Started services, stopped (SIGTERM) afterwards."""
+    started = list(services)
+    try:
+        for service in started:
+            service.start()
+        yield started
+    finally:
+        for service in started:
+            service.stop()
+
+
+async def _send(producer: AIOKafkaProducer, topic: str, sessions: list[SyntheticSession]) -> None:
+    """The sessions' records interleaved, all on partition 0 (one key's partition)."""
+    serializer = AvroSerializer()
+    longest = max(len(s.records) for s in sessions)
+    for i in range(longest):
+        for session in sessions:
+            if i < len(session.records):
+                value = serializer.encode(session.records[i])
+                await producer.send(topic, value, key=b"chaos", partition=0)
+    await producer.flush()
+
+
+def _holds(reader: TopicReader, count: int) -> Callable[[], bool]:
+    """Whether ``reader`` has read ``count`` records yet."""
+    return lambda: len(reader.records) >= count
+
+
+async def _until(
+    readers: list[TopicReader], services: list[Service], done: Callable[[], bool]
+) -> None:
+    """Read on until ``done()``, restarting what exited; a minute at most."""
+    async with asyncio.timeout(60):
+        while not done():
+            for reader in readers:
+                await reader.poll(100)
+            for service in services:
+                if not service.alive():
+                    service.start()  # the supervisor: a crash loop shows as starts > 1
+
+
+async def test_a_per_call_trajectory_over_the_record_limit_blocks_nothing(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    producer_factory: ProducerFactory,
+    tmp_path: Path,
+    chaos_report: ChaosReport,
+) -> None:
+    names = rollstream_topics
+    prefix = kafka_settings.topic_prefix
+    state = tmp_path / "state"
+    reconstruct = Service(
+        "reconstruct",
+        ["reconstruct", "--strategy", "per_call"],
+        service_env(
+            kafka_settings,
+            state,
+            ROLLSTREAM_RECONSTRUCT_INSTANCE="chaos",
+            ROLLSTREAM_RECONSTRUCT_GROUP=f"{prefix}-reconstruct",
+            ROLLSTREAM_RECONSTRUCT_WAIT_FOR_CALLS_S="2",
+        ),
+        tmp_path / "reconstruct.log",
+    )
+    score = Service(
+        "score",
+        ["score"],
+        service_env(
+            kafka_settings,
+            state,
+            ROLLSTREAM_SCORE_INSTANCE="chaos",
+            ROLLSTREAM_SCORE_GROUP_ID=f"{prefix}-score",
+            ROLLSTREAM_SCORE_WORK_ROOT=str(tmp_path / "score"),
+        ),
+        tmp_path / "score.log",
+    )
+    waves = [
+        [synthetic_session(f"w{w}-s{i}", ORDINARY, seed=10 * w + i) for i in range(WAVE)]
+        for w in range(3)
+    ]
+    big = synthetic_session("oversized", OVERSIZED, seed=99)
+    ordinary = {s.calls[0].session_id for wave in waves for s in wave}
+    producer = await producer_factory()
+    with supervised([reconstruct, score]) as services:
+        async with topic_readers(
+            kafka_settings, names.trajectories, names.scored, names.deadletters
+        ) as readers:
+            trajectories, scored, letters = readers
+            try:
+                for n, wave in enumerate(waves, 1):
+                    # The oversized session goes with the second wave, its records among theirs.
+                    await _send(producer, names.events, [big, *wave] if n == 2 else wave)
+                    await _until(readers, services, _holds(trajectories, n * WAVE))
+                await _until(readers, services, _holds(scored, 3 * WAVE))
+                await _until(readers, services, _holds(letters, 1))
+                for reader in readers:
+                    await reader.settle(2.0)
+            except TimeoutError:
+                raise AssertionError(
+                    f"{len(trajectories.records)} of {3 * WAVE} trajectories, "
+                    f"{len(scored.records)} scores; reconstructor started "
+                    f"{reconstruct.starts} times:\n{reconstruct.tail()}"
+                ) from None
+    made = [t.session_id for t in trajectories.of(Trajectory)]
+    scores = [s.trajectory.session_id for s in scored.of(Scored)]
+    dead = letters.of(DeadLetter)
+    assert set(made) == set(scores) == ordinary
+    assert repeats(made) == repeats(scores) == 0
+    [letter] = dead
+    assert letter.key == b"oversized" and letter.error_type == "RecordTooLargeError"
+    assert "over the" in letter.error_message and letter.source_topic == names.events
+    assert reconstruct.starts == score.starts == 1, reconstruct.tail()
+    chaos_report(
+        fault="a session whose per_call trajectory exceeds the record limit",
+        load=f"1 session of 60 calls (18.6 MB per_call) amid {len(ordinary)} sessions, "
+        "one partition",
+        lost=len(ordinary - set(made)) + len(ordinary - set(scores)),
+        duplicated=repeats(made) + repeats(scores),
+        errors=f"0; the oversized session dead-lettered ({letter.error_type}), "
+        f"{reconstruct.starts - 1} restarts",
+    )
