@@ -55,5 +55,6 @@ def replay(
     click.echo(
         f"{report.trajectories} trajectories into {report.topic} ({statuses}) from "
         f"{report.records} records; {report.unfinished_sessions} sessions still running, "
-        f"{report.undecodable} undecodable records skipped"
+        f"{report.undecodable} undecodable records skipped, "
+        f"{len(report.oversized)} sessions over the record budget left out"
     )

@@ -86,3 +86,21 @@ async def test_replay_and_check_commands(
     assert "1 trajectories checked: 0 violations" in result.output
     bad = await asyncio.to_thread(run, "replay", "--strategy", "nope", "--to", "y")
     assert bad.exit_code == 1 and "nope" in bad.output
+
+
+async def test_a_replayed_trajectory_over_the_record_budget_is_left_out_and_reported(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    producer_factory: ProducerFactory,
+) -> None:
+    """per_call over 60 calls of 4k-token contexts: 18.6 MB, over the budget; the rest goes out."""
+    producer = await producer_factory()
+    big = synthetic_session(
+        "big", SyntheticShape(turns=60, system_tokens=4000, tool_result_tokens=1000)
+    )
+    small = synthetic_session("small", SHAPE, seed=1)
+    await _send(producer, rollstream_topics.events, [*big.records, *small.records])
+    report = await replay(kafka_settings, "per_call", "big", progress=lambda _: None)
+    assert (report.trajectories, report.oversized) == (1, ["big"])
+    [trajectory] = await read_records(kafka_settings, report.topic, Trajectory, 1, settle_s=1.0)
+    assert trajectory.session_id == "small"

@@ -3,11 +3,14 @@
 The events topic is the replay source. A replay reads it from the beginning (or from a time),
 stops at the end offsets it saw when it started, and writes to ``<prefix>.trajectories.<name>``,
 leaving the live pipeline and its consumer group alone. It joins no group and commits nothing:
-a replay is re-run from scratch into a new name rather than resumed.
+a replay is re-run from scratch into a new name rather than resumed. A trajectory over the
+record budget goes out without its messages, or is left out and named in the report (a replay
+has no dead-letter transaction), never sent to fail in the producer.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,15 +20,18 @@ from aiokafka import AIOKafkaProducer
 
 from rollstream.admin import TopicAdmin
 from rollstream.clients import behind, make_consumer, make_producer, topic_partitions
+from rollstream.consumers.oversized import encode_trajectory
 from rollstream.consumers.reconstruct.buffers import PartitionBuffers, build_trajectory
 from rollstream.consumers.reconstruct.events import seek
 from rollstream.consumers.reconstruct.strategies import get_strategy
-from rollstream.errors import ConfigurationError, SerializationError
+from rollstream.errors import ConfigurationError, RecordTooLargeError, SerializationError
 from rollstream.models.family import Family
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import AvroSerializer, TopicNames, TopicSpec, topic_specs
 from rollstream.schemas.trajectories import Trajectory
 from rollstream.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -38,6 +44,7 @@ class ReplayReport:
     trajectories: int = 0
     by_status: dict[str, int] = field(default_factory=dict)
     unfinished_sessions: int = 0  # no SessionEnded before the end offsets: still running
+    oversized: list[str] = field(default_factory=list)  # sessions over the record budget: left out
 
 
 async def replay(
@@ -126,7 +133,13 @@ async def _emit(
     serializer: AvroSerializer,
 ) -> None:
     key = (trajectory.group_id or trajectory.session_id).encode()
-    await producer.send(output, serializer.encode(trajectory), key=key)
+    try:
+        encoded = encode_trajectory(serializer, key, trajectory)
+    except RecordTooLargeError as exc:
+        log.warning("replay: session %s left out: %s", trajectory.session_id, exc)
+        report.oversized.append(trajectory.session_id)
+        return
+    await producer.send(output, encoded.value, key=key)
     report.trajectories += 1
     status = trajectory.status.value
     report.by_status[status] = report.by_status.get(status, 0) + 1
