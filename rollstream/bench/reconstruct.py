@@ -1,6 +1,6 @@
 """``rollstream bench reconstruct``: reconstruction throughput, and SessionEnded → trajectory.
 
-Two measurements:
+Three measurements:
 
 - **Throughput per process**, in-process without Kafka: synthetic sessions of 50 calls whose
   prompts grow from 8k to 32k tokens, delta-encoded as the interceptor writes them and Avro
@@ -11,6 +11,8 @@ Two measurements:
   process) on fresh topics, sessions produced at a steady rate (each session's records spread
   over a second, sessions overlapping). Per session, the time from handing its SessionEnded to
   the producer until its trajectory reaches a ``read_committed`` consumer.
+- **Long sessions**, in-process: the cost per call of sessions of 100 to 10,000 calls whose
+  context grows to 100k tokens (:mod:`rollstream.bench.reconstruct_long`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 
 from rollstream.admin import TopicAdmin
 from rollstream.bench.common import percentile, process_cpu_seconds, process_rss_mb, spawn_pinned
+from rollstream.bench.reconstruct_long import measure_long_sessions
 from rollstream.clients import make_consumer, make_producer, topic_partitions
 from rollstream.consumers.reconstruct.buffers import PartitionBuffers, build_trajectory
 from rollstream.consumers.reconstruct.strategies import get_strategy
@@ -43,7 +46,7 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class ReconstructBenchConfig:
-    """The sizes of one run (the defaults take under a minute)."""
+    """The sizes of one run (the defaults take a few minutes)."""
 
     # Throughput: sessions of ``calls`` calls, prompts from system_tokens growing by
     # completion_tokens + tool_result_tokens a call (8000 -> 32010 tokens with the defaults).
@@ -67,6 +70,12 @@ class ReconstructBenchConfig:
     service_strategy: str = "prefix_merge"
     drain_timeout_s: float = 30.0
     startup_timeout_s: float = 90.0
+    # Long sessions: one session per size, contexts growing to long_final_tokens (empty: skip).
+    long_calls: tuple[int, ...] = (100, 2_000, 10_000)
+    long_final_tokens: int = 100_000
+    long_system_tokens: int = 2_000
+    long_rounds: int = 3
+    long_strategy: str = "prefix_merge"
 
 
 # Throughput -------------------------------------------------------------------------------
@@ -308,13 +317,26 @@ async def measure_end_to_end(
 async def run_reconstruct_bench(
     config: ReconstructBenchConfig, kafka: KafkaSettings | None, progress: Progress = print
 ) -> dict[str, Any]:
-    """Both measurements (the end-to-end one only with ``kafka`` and ``config.e2e``)."""
+    """All three measurements (end to end only with ``kafka`` and ``config.e2e``)."""
     progress(
         f"throughput: {config.sessions} sessions of {config.calls} calls, in-process, "
         f"{config.rounds} rounds"
     )
     throughput = measure_throughput(config, progress)
     result: dict[str, Any] = {"config": asdict(config), "throughput": throughput}
+    if config.long_calls:
+        progress(
+            f"long sessions: {', '.join(f'{n:,}' for n in config.long_calls)} calls, contexts "
+            f"growing to {config.long_final_tokens:,} tokens, in-process"
+        )
+        result["long_sessions"] = measure_long_sessions(
+            config.long_calls,
+            config.long_final_tokens,
+            config.long_system_tokens,
+            config.long_rounds,
+            config.long_strategy,
+            progress,
+        )
     if kafka is not None and config.e2e:
         progress(f"end to end: the reconstructor service over Kafka ({kafka.bootstrap_servers})")
         e2e = await measure_end_to_end(config, kafka, progress)

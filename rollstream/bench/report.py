@@ -10,6 +10,7 @@ from rollstream.bench.common import machine
 from rollstream.bench.fidelity_report import fidelity_section
 from rollstream.bench.pipeline_report import pipeline_section
 from rollstream.bench.publisher_report import publisher_section
+from rollstream.bench.reconstruct_long import long_sessions_section
 from rollstream.bench.scale_report import scale_section
 from rollstream.bench.suite import header_lines
 from rollstream.bench.summary import update_readme
@@ -279,11 +280,15 @@ def _node_section(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _reconstruct_and_long_section(result: dict[str, Any]) -> list[str]:
+    return [*_reconstruct_section(result), *long_sessions_section(result.get("long_sessions"))]
+
+
 SECTIONS = {
     "backend": _backend_section,
     "interceptor": _interceptor_section,
     "node": _node_section,
-    "reconstruct": _reconstruct_section,
+    "reconstruct": _reconstruct_and_long_section,
     "publisher": publisher_section,
     "pipeline": pipeline_section,
     "scale": scale_section,

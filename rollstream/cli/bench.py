@@ -151,6 +151,13 @@ def interceptor(
 )
 @click.option("--partitions", default=ReconstructBenchConfig.partitions, show_default=True)
 @click.option("--e2e/--no-e2e", default=True, show_default=True, help="Also measure through Kafka.")
+@click.option(
+    "--long-calls",
+    default=",".join(map(str, ReconstructBenchConfig.long_calls)),
+    show_default=True,
+    help="Long sessions: calls per session, comma-separated (contexts grow to 100k tokens); "
+    "empty to skip.",
+)
 @settings_options(KafkaSettings, "kafka")
 def reconstruct(
     kafka: KafkaSettings,
@@ -164,11 +171,13 @@ def reconstruct(
     e2e_calls: int,
     partitions: int,
     e2e: bool,
+    long_calls: str,
 ) -> None:
-    """Reconstruction calls/s per process, and SessionEnded → trajectory latency via Kafka.
+    """Reconstruction calls/s, SessionEnded → trajectory latency, long sessions' cost per call.
 
-    The end-to-end part needs a broker (`rollstream kafka start`) and runs the reconstructor
-    service on topics under the prefix `bench-<time>`, deleted afterwards.
+    The long-session part times sessions of 100 to 10,000 calls in-process. The end-to-end
+    part needs a broker (`rollstream kafka start`) and runs the reconstructor service on
+    topics under the prefix `bench-<time>`, deleted afterwards.
     """
     import time
 
@@ -181,6 +190,7 @@ def reconstruct(
         e2e_calls=e2e_calls,
         partitions=partitions,
         e2e=e2e,
+        long_calls=tuple(int(n) for n in long_calls.split(",") if n.strip()),
     )
     bench_kafka = kafka.model_copy(update={"topic_prefix": f"bench-{int(time.time())}"})
 
