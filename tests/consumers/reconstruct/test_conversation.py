@@ -79,7 +79,7 @@ def test_text_parts_are_joined_and_other_parts_ignored() -> None:
 
 def test_the_trajectory_carries_the_task_the_artifacts_and_the_conversation() -> None:
     task = Task(task_id="t", group_id="g", instruction="do", harness="pi", submitted_at=T0)
-    buffer = SessionBuffer("s", first_offset=0, last_offset=0, last_seen=0.0)
+    buffer = SessionBuffer("s", first_offset=0, last_offset=0, last_time=0.0)
     buffer.started = SessionStarted(
         session_id="s", task_id="t", group_id="g", harness="pi", started_at=T0, task=task
     )
