@@ -10,17 +10,22 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mitmproxy import http
 from mitmproxy.test import tflow
 
 from rollstream.consumers.reconstruct.calls import resolve_calls
 from rollstream.interceptor.addon import RollstreamAddon
-from rollstream.interceptor.recorder import NOT_BUILT, TOO_LARGE
+from rollstream.interceptor.recorder import NOT_BUILT, TOO_LARGE, CallRecorder
+from rollstream.interceptor.recording import CallState
+from rollstream.interceptor.sessions import SessionLedger
 from rollstream.interceptor.settings import InterceptorSettings
-from rollstream.schemas import RECORD_BUDGET_BYTES, CallStatus, TokenIds
+from rollstream.schemas import RECORD_BUDGET_BYTES, ApiKind, CallStatus, TokenIds
 from tests.interceptor.published import Published
 
 SYSTEM = list(range(100, 200))  # the prompt every call of the session starts with
@@ -164,3 +169,55 @@ async def test_a_call_keeps_the_policy_version_it_was_sent_with() -> None:
     unsent.request.content = b"not json"  # refused before going upstream: the version now
     await addon.request(unsent)
     assert [r.policy_version for r in published.records] == [3, 4]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 40_000), min_size=3, max_size=3),
+    tokens=st.integers(0, 6_000),
+    budget=st.integers(2_000, 60_000),
+    seed=st.integers(0, 2**32),
+)
+def test_every_record_fits_and_only_kept_parts_become_bases(
+    sizes: list[int], tokens: int, budget: int, seed: int
+) -> None:
+    rng = random.Random(seed)
+    published = Published()
+    recorder = CallRecorder(SessionLedger(), published, budget=budget)
+
+    def noise(n: int) -> str:  # incompressible text
+        return base64.b64encode(rng.randbytes(n)).decode()
+
+    harness_size, upstream_size, answer_size = sizes
+    state = CallState(
+        ApiKind.CHAT_COMPLETIONS, "s", {"messages": [{"content": noise(harness_size)}]}
+    )
+    state.upstream_request = {"messages": [{"content": noise(upstream_size)}]}
+    state.response = {"choices": [{"message": {"content": noise(answer_size)}}]}
+    state.capture.set_prompt_token_ids([rng.randrange(2**32) for _ in range(tokens)])
+    state.capture.completion_token_ids = [1, 2]
+    state.capture.saw_token_ids = True
+    record = recorder.record(state, "m", 0)
+
+    assert record is not None and published.records == [record]
+    assert published.sizes[0] <= budget
+    sizes_left = [p.size for p in record.left_out]
+    assert sizes_left == sorted(sizes_left, reverse=True)  # the largest parts go first
+    left = {p.part for p in record.left_out}
+    assert (record.harness_request is None) == ("harness_request" in left)
+    assert (record.upstream_request is None) == ("upstream_request" in left)
+    assert (record.response is None) == ("response" in left)
+    assert (record.prompt is None) == ("tokens" in left)
+    # The same call again: it names the first as a base for exactly the parts it kept.
+    again = CallState(ApiKind.CHAT_COMPLETIONS, "s", state.harness_request)
+    again.upstream_request = state.upstream_request
+    second = recorder.record(again, "m", 0)
+    assert second is not None
+    assert {p.reason for p in [*record.left_out, *second.left_out]} <= {TOO_LARGE}
+    assert recorder.counts.too_large == bool(record.left_out) + bool(second.left_out)
+    for part, base in (
+        ("harness_request", second.harness_request_base),
+        ("upstream_request", second.upstream_request_base),
+    ):
+        named = base is not None and base.base_call_id == record.call_id
+        assert not (part in left and named)
