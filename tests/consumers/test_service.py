@@ -32,6 +32,7 @@ from rollstream.schemas.trajectories import Trajectory, TrajectoryStatus
 from rollstream.settings import KafkaSettings
 from tests.conftest import ProducerFactory
 from tests.kafka_reading import read_records
+from tests.schemas.samples import ENDED
 
 pytestmark = pytest.mark.integration
 SHAPE = SyntheticShape(turns=4, system_tokens=64, tool_result_tokens=16, completion_tokens=8)
@@ -314,3 +315,49 @@ async def test_a_trajectory_over_the_record_budget_is_dead_lettered_and_the_rest
     assert letter.offset == len(before.records) and letter.value is None  # its first record
     assert "over the" in letter.error_message and not letter.retriable
     assert service.metrics.oversized_dead_letters == 1
+
+
+async def test_a_state_over_the_record_budget_is_written_in_chunks_and_read_back_whole(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    producer_factory: ProducerFactory,
+) -> None:
+    """One session left open holds its partition's commit offset while 4,300 sessions end after
+    it, each with a 4 KB id: the state remembers them all (17.3 MB, over 16 MiB). It
+    goes out in chunks; an instance started afterwards reads it back and, re-reading from the
+    open session, emits none of them twice."""
+    producer = await producer_factory()
+    holder = synthetic_session("holder", SHAPE)
+    ended = [
+        ENDED.model_copy(update={"session_id": f"{i:05d}-{'x' * 4000}", "call_count": 0})
+        for i in range(4300)
+    ]
+    settings = ReconstructSettings(strategy="prefix_merge", instance="t-state", wait_for_calls_s=1)
+    async with Reconstructor(settings, kafka_settings) as first:
+        stop, task = _run(first)
+        try:
+            await _send_to(producer, rollstream_topics.events, [holder.records[0], *ended])
+            await read_records(
+                kafka_settings, rollstream_topics.trajectories, Trajectory, len(ended), timeout=90
+            )
+        finally:
+            stop.set()
+            await task
+    async with Reconstructor(settings, kafka_settings) as second:
+        stop, task = _run(second)
+        try:
+            await _send_to(producer, rollstream_topics.events, holder.records[1:])
+            trajectories = await read_records(
+                kafka_settings,
+                rollstream_topics.trajectories,
+                Trajectory,
+                len(ended) + 1,
+                timeout=90,
+                settle_s=2.0,
+            )
+        finally:
+            stop.set()
+            await task
+    counts = collections.Counter(t.session_id for t in trajectories)
+    assert len(counts) == len(ended) + 1 and max(counts.values()) == 1
+    assert counts["holder"] == 1 and second.metrics.trajectories == 1

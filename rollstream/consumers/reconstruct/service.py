@@ -35,7 +35,7 @@ from rollstream.consumers.reconstruct.buffers import (
     build_trajectory,
 )
 from rollstream.consumers.reconstruct.settings import ReconstructSettings
-from rollstream.consumers.reconstruct.state import encode_state, load_states, state_key
+from rollstream.consumers.reconstruct.state import load_states, state_key, state_records
 from rollstream.consumers.reconstruct.strategies import NEEDS_TOKENIZER, get_strategy
 from rollstream.errors import (
     ConfigurationError,
@@ -109,6 +109,7 @@ class Reconstructor:
         )
         self.serializer = AvroSerializer()
         self.partitions: dict[TopicPartition, PartitionBuffers] = {}
+        self._state_chunks: dict[TopicPartition, int] = {}  # records of each partition's state
         self.metrics = ReconstructMetrics(by_status={})
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
@@ -154,6 +155,7 @@ class Reconstructor:
         for tp in tps:
             committed = await self._consumer.committed(tp)
             self.partitions[tp] = PartitionBuffers.from_state(states.get(tp), committed)
+            self._state_chunks[tp] = int(states[tp].get("chunks", 1)) if tp in states else 0
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll, buffer, emit; until ``stop`` is set."""
@@ -311,6 +313,14 @@ class Reconstructor:
             if committed is not None:
                 offsets[tp] = committed
         dead, self._dead = self._dead, []
+        states = {
+            tp: state_records(
+                state_key(self.settings.group_id, tp),
+                self.partitions[tp].state(),
+                self._state_chunks.get(tp, 0),
+            )
+            for tp in touched
+        }
         async with self._producer.transaction():
             for key, value in outputs:
                 await self._producer.send(self.output, value, key=key)
@@ -318,13 +328,13 @@ class Reconstructor:
                 await self._producer.send(
                     self.names.deadletters, self.serializer.encode(letter), key=letter.key
                 )
-            for tp in touched:
-                state = encode_state(self.partitions[tp].state())
-                await self._producer.send(
-                    self.names.state, state, key=state_key(self.settings.group_id, tp)
-                )
+            for records in states.values():
+                for record_key, state in records:
+                    await self._producer.send(self.names.state, state, key=record_key)
             if offsets:
                 await self._producer.send_offsets_to_transaction(offsets, self.settings.group_id)
+        for tp, records in states.items():
+            self._state_chunks[tp] = sum(value is not None for _, value in records)
         self.metrics.transactions += 1
         self.metrics.trajectories += len(outputs)
         self.metrics.dead_letters += len(dead)
