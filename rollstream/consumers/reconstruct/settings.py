@@ -35,12 +35,14 @@ class ReconstructSettings(BaseSettings):
     wait_for_calls_s: float = Field(
         default=10.0,
         ge=0,
-        description="After SessionEnded, how long to wait for calls still on their way.",
+        description="After SessionEnded, how long to wait for calls still on their way "
+        "(counted from its record's timestamp).",
     )
     idle_timeout_s: float = Field(
         default=3600.0,
         gt=0,
-        description="A session with no SessionEnded and no record for this long is abandoned.",
+        description="A session with no SessionEnded and no record for this long is abandoned "
+        "(counted in the records' timestamps, so a restart does not restart the count).",
     )
     tokenizer: Path | None = Field(
         default=None,
