@@ -105,8 +105,11 @@ class Backlog:
                 self.spool.commit(taken.spooled[count - 1])
             except SpoolError as exc:  # remembered in memory: not sent twice by this process
                 self._spool_failed(exc)
-        else:
+        elif self._memory[:count] == taken.records[:count]:
             del self._memory[:count]
+        else:
+            # Moved from memory to the spool while they were being sent: they head it now.
+            self.drop_copies(taken.records[:count])
         self._update()
 
     def drop_copies(self, records: list[Record]) -> None:

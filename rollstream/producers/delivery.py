@@ -1,15 +1,21 @@
 """Sending one batch to Kafka and telling, record by record, what became of it.
 
+Acknowledgements are awaited for as long as the producer keeps retrying (an idempotent
+producer retries a batch until the broker takes it, and the broker drops the copies of a retry):
+giving up on a batch and sending it again through another producer would write it twice once
+the broker is back. While the wait lasts, ``Producers.waiting`` is called every ``step`` seconds
+so the caller can make the batch durable and keep its other records moving to the spool.
+
 A record the broker (or the client) refuses for its size is not an outage: retrying cannot help,
 and spooling it would hold every later record behind it for good. Such records are isolated (a
 batch refused as a whole is sent again one record at a time, since together they may exceed a
-limit each one fits) and reported as rejected with the broker's reason; the caller sets them
-aside and carries on.
+limit each one fits) and reported as rejected with the reason; the caller sets them aside.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -32,7 +38,7 @@ SIZE_ERRORS: tuple[type[KafkaError], ...] = (
 
 
 class Producers(Protocol):
-    """Where ``deliver`` gets a producer, and how it asks for a fresh one."""
+    """Where ``deliver`` gets a producer, and what it tells about the broker."""
 
     async def get(self) -> AIOKafkaProducer | None:
         """A started producer; None when the broker cannot be reached (``failed`` was told)."""
@@ -41,7 +47,10 @@ class Producers(Protocol):
         """Replace the producer: a refused batch leaves a gap in its idempotence sequence."""
 
     def failed(self, exc: BaseException) -> None:
-        """The broker did not answer or refused for another reason: an outage."""
+        """The broker refused for a reason other than size, or did not answer: an outage."""
+
+    def waiting(self, seconds: float) -> None:
+        """Acknowledgements have been awaited ``seconds`` so far (called every ``step``)."""
 
 
 @dataclass
@@ -61,20 +70,40 @@ class Delivery:
 
 
 async def deliver(
-    producers: Producers, topic: str, batch: list[Record], timeout: float
+    producers: Producers, topic: str, batch: list[Record], timeout: float, step: float
 ) -> Delivery:
-    """Send ``batch`` in order; records refused for their size are isolated and rejected."""
+    """Send ``batch`` in order; records refused for their size are isolated and rejected.
+
+    ``timeout`` bounds handing the records to the producer (it waits for metadata and room);
+    acknowledgements are awaited as long as it takes, with ``waiting`` every ``step``.
+    """
     delivery = Delivery([False] * len(batch))
-    refused = await _send_together(producers, topic, batch, timeout, delivery)
-    if refused:
+    if await _send_together(producers, topic, batch, timeout, step, delivery):
         # Whatever was not acknowledged is sent again, one record at a time, in order.
         producers.discard()
-        await _send_alone(producers, topic, batch, timeout, delivery)
+        await _send_alone(producers, topic, batch, timeout, step, delivery)
     return delivery
 
 
+async def _acknowledged(
+    producers: Producers, futures: Collection[asyncio.Future[object]], step: float
+) -> None:
+    pending = set(futures)
+    waited = 0.0
+    while pending:
+        _, pending = await asyncio.wait(pending, timeout=step)
+        if pending:
+            waited += step
+            producers.waiting(waited)
+
+
 async def _send_together(
-    producers: Producers, topic: str, batch: list[Record], timeout: float, delivery: Delivery
+    producers: Producers,
+    topic: str,
+    batch: list[Record],
+    timeout: float,
+    step: float,
+    delivery: Delivery,
 ) -> bool:
     """One pass over the batch; whether anything was refused for its size."""
     producer = await producers.get()
@@ -89,21 +118,35 @@ async def _send_together(
                     futures[i] = await producer.send(topic, value, key=key)
                 except SIZE_ERRORS:
                     refused = True  # the client's own check: the record alone is too large
-            if futures:
-                await asyncio.wait(futures.values())
     except (KafkaError, TimeoutError, OSError) as exc:
         producers.failed(exc)
-        _settle(futures, delivery)
+        for future in futures.values():
+            future.add_done_callback(_consume)
         return False
-    failure = _settle(futures, delivery)
-    refused = refused or any(isinstance(f.exception(), SIZE_ERRORS) for f in _failed(futures))
+    await _acknowledged(producers, futures.values(), step)
+    failure: BaseException | None = None
+    for i, future in futures.items():
+        if future.cancelled():
+            continue
+        error = future.exception()
+        if error is None:
+            delivery.sent[i] = True
+        elif isinstance(error, SIZE_ERRORS):
+            refused = True
+        elif failure is None:
+            failure = error
     if failure is not None and not refused:
         producers.failed(failure)
     return refused
 
 
 async def _send_alone(
-    producers: Producers, topic: str, batch: list[Record], timeout: float, delivery: Delivery
+    producers: Producers,
+    topic: str,
+    batch: list[Record],
+    timeout: float,
+    step: float,
+    delivery: Delivery,
 ) -> None:
     for i, (key, value) in enumerate(batch):
         if delivery.sent[i]:
@@ -113,7 +156,9 @@ async def _send_alone(
             return
         try:
             async with asyncio.timeout(timeout):
-                await (await producer.send(topic, value, key=key))
+                future = await producer.send(topic, value, key=key)
+            await _acknowledged(producers, [future], step)
+            future.result()
         except SIZE_ERRORS as exc:
             delivery.rejected[i] = f"{type(exc).__name__}: {exc}"
             producers.discard()
@@ -124,30 +169,7 @@ async def _send_alone(
         delivery.sent[i] = True
 
 
-def _failed(futures: dict[int, asyncio.Future[object]]) -> list[asyncio.Future[object]]:
-    return [
-        f for f in futures.values() if f.done() and not f.cancelled() and f.exception() is not None
-    ]
-
-
 def _consume(future: asyncio.Future[object]) -> None:
-    # A future given up on (timeout) may still fail later: retrieve it, so asyncio logs nothing.
+    # A future given up on may still fail later: retrieve it, so asyncio logs nothing.
     if not future.cancelled():
         future.exception()
-
-
-def _settle(futures: dict[int, asyncio.Future[object]], delivery: Delivery) -> BaseException | None:
-    """Mark the acknowledged records sent; the first other failure."""
-    failure: BaseException | None = None
-    for i, future in futures.items():
-        if not future.done():
-            future.add_done_callback(_consume)
-            continue
-        if future.cancelled():
-            continue
-        exc = future.exception()
-        if exc is None:
-            delivery.sent[i] = True
-        elif failure is None:
-            failure = exc
-    return failure

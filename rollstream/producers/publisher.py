@@ -20,14 +20,12 @@ import contextlib
 import logging
 from pathlib import Path
 
-from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from rollstream.clients import make_producer
 from rollstream.errors import RecordTooLargeError
 from rollstream.producers.backlog import Backlog, Record
+from rollstream.producers.connection import BrokerConnection
 from rollstream.producers.delivery import deliver
 from rollstream.producers.metrics import PublisherMetrics
 from rollstream.producers.rejected import RejectedRecords
@@ -67,13 +65,6 @@ class PublisherSettings(BaseSettings):
     )
 
 
-# A batch is written as one message: half the broker's default message.max.bytes (1 MiB), so
-# batching never makes a message too large where the topics keep that default.
-_MAX_BATCH_BYTES = 512 * 1024
-#: How long ``stop()`` waits for a producer to close: a broker that hangs never lets it.
-_CLOSE_TIMEOUT_S = 5.0
-
-
 class CapturePublisher:
     """Sends records to one topic, in order, through a bounded queue and a disk spool."""
 
@@ -93,9 +84,10 @@ class CapturePublisher:
         # The batch being sent: spooled ahead of anything spooled meanwhile, or at stop().
         self._in_flight: list[Record] = []
         self._in_flight_spooled = False
-        self._producer: AIOKafkaProducer | None = None
+        self._connection = BrokerConnection(
+            kafka, self.metrics, settings.send_timeout_s, self._waiting
+        )
         self._task: asyncio.Task[None] | None = None
-        self._closing: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
         self._spooled = asyncio.Event()  # publish() overflowed into the spool
 
@@ -126,9 +118,7 @@ class CapturePublisher:
         if lost := self._backlog.drop_held():
             self.metrics.dropped += lost
             log.error("stopping with the spool unwritable: %d records held in memory lost", lost)
-        await self._close_producer()
-        if self._closing:
-            await asyncio.wait(self._closing, timeout=_CLOSE_TIMEOUT_S)
+        await self._connection.close()
 
     async def __aenter__(self) -> CapturePublisher:
         await self.start()
@@ -258,15 +248,31 @@ class CapturePublisher:
 
     async def _send(self, batch: list[Record]) -> tuple[int, int]:
         """Send in order; how many leading records were dealt with, and how many were sent."""
-        timeout = self.settings.send_timeout_s
-        delivery = await deliver(_ProducerSource(self), self.topic, batch, timeout)
+        timeout, step = self.settings.send_timeout_s, self.settings.retry_interval_s
+        delivery = await deliver(self._connection, self.topic, batch, timeout, step)
         settled = delivery.settled
         for i in sorted(delivery.rejected):
             if i < settled:  # a later one is rejected when its turn comes, not twice
                 self._reject(*batch[i], delivery.rejected[i])
         sent = [value for i, (_, value) in enumerate(batch[:settled]) if delivery.sent[i]]
         self.metrics.bytes_published += sum(len(v) for v in sent)
+        if sent:
+            self.metrics.connected = True
         return settled, len(sent)
+
+    def _waiting(self, seconds: float) -> None:
+        """Acks awaited for ``seconds``: past send_timeout_s, what is in hand goes to the spool.
+
+        The producer keeps the batch and retries it (sending it again through another would
+        write it twice once the broker is back); the spooled copies make it durable meanwhile,
+        and are dropped again once it is acknowledged.
+        """
+        if seconds < self.settings.send_timeout_s:
+            return
+        if seconds < self.settings.send_timeout_s + self.settings.retry_interval_s:
+            self._connection.unavailable(TimeoutError(f"no acknowledgement within {seconds:g} s"))
+        self._spool_queue()  # the batch in hand first, then the queue
+        self._backlog.flush()
 
     async def _drain_spool(self) -> bool:
         """Send waiting records in order; False if no progress can be made now."""
@@ -317,81 +323,3 @@ class CapturePublisher:
             reason,
             where,
         )
-
-    # -- the producer ------------------------------------------------------------------------
-
-    async def _ensure_producer(self) -> AIOKafkaProducer | None:
-        if self._producer is not None:
-            return self._producer
-        producer = make_producer(
-            self.kafka,
-            request_timeout_ms=5000,
-            retry_backoff_ms=200,
-            # This class batches already (see _next_batch): a producer-side linger only adds
-            # sender wake-ups, about half a millisecond of CPU per batch. aiokafka's default
-            # batch size (16 KiB) is smaller than one record carrying an 8k-token prompt, and a
-            # Kafka request carries one batch per partition: every record would be a request.
-            linger_ms=0,
-            max_batch_size=_MAX_BATCH_BYTES,
-        )
-        try:
-            await asyncio.wait_for(producer.start(), self.settings.send_timeout_s)
-        except (KafkaError, TimeoutError, OSError) as exc:
-            self._failed(exc)
-            with contextlib.suppress(Exception):
-                await producer.stop()
-            return None
-        self._producer = producer
-        self.metrics.connected = True
-        return producer
-
-    def _failed(self, exc: BaseException) -> None:
-        self.metrics.send_failures += 1
-        self.metrics.connected = False
-        message = f"{type(exc).__name__}: {exc}"
-        if message != self.metrics.last_error:
-            log.warning("broker unavailable (%s); records go to the spool", message)
-        self.metrics.last_error = message
-        # A producer whose sends failed is replaced: its idempotence state may be poisoned.
-        self._discard()
-
-    def _discard(self) -> None:
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            # Closing waits for its in-flight requests; the sending loop must not.
-            task = asyncio.get_running_loop().create_task(_quiet_stop(producer))
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
-
-    async def _close_producer(self) -> None:
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            # An idempotent producer retries its batches for as long as the broker hangs: what
-            # it held is in the spool by now, so the close is bounded, not the process's exit.
-            try:
-                await asyncio.wait_for(_quiet_stop(producer), _CLOSE_TIMEOUT_S)
-            except TimeoutError:
-                log.warning("the broker does not answer; producer closed unflushed (spooled)")
-
-
-class _ProducerSource:
-    """The publisher's producer as ``deliver`` asks for it."""
-
-    def __init__(self, publisher: CapturePublisher) -> None:
-        self.publisher = publisher
-
-    async def get(self) -> AIOKafkaProducer | None:
-        return await self.publisher._ensure_producer()
-
-    def discard(self) -> None:
-        self.publisher._discard()
-
-    def failed(self, exc: BaseException) -> None:
-        self.publisher._failed(exc)
-
-
-async def _quiet_stop(producer: AIOKafkaProducer) -> None:
-    # It ends once the producer's pending batches are sent or expire; an idempotent producer's
-    # never expire while the broker hangs, hence the bound in _close_producer.
-    with contextlib.suppress(Exception):
-        await producer.stop()

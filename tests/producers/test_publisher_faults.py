@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError
 
+from rollstream.producers.connection import BrokerConnection
 from rollstream.producers.publisher import CapturePublisher, PublisherSettings
 from rollstream.producers.rejected import RejectedRecords
 from rollstream.producers.spool import Spool, SpoolError
@@ -72,6 +73,20 @@ class FakeProducer:
         pass
 
 
+class FakeConnection(BrokerConnection):
+    """Producers for a FakeBroker: none while it is away."""
+
+    def __init__(self, broker: FakeBroker, real: BrokerConnection) -> None:
+        super().__init__(real.kafka, real.metrics, real.start_timeout_s, real.waiting)
+        self.broker = broker
+
+    async def _start(self) -> Any:
+        if not self.broker.up:
+            self.failed(KafkaConnectionError("broker away"))
+            return None
+        return FakeProducer(self.broker)
+
+
 class Disk:
     """Makes a spool's appends fail while ``full``."""
 
@@ -98,16 +113,11 @@ class OnFakeBroker(CapturePublisher):
             KafkaSettings(), PublisherSettings.model_validate(settings), "t", spool_dir
         )
         self.broker = broker
+        self._connection = FakeConnection(broker, self._connection)
         self.disk = Disk(self.spool)
         self.spun = False
         self._turns = 0
         self._yielded = True
-
-    async def _ensure_producer(self) -> Any:
-        if not self.broker.up:
-            self._failed(KafkaConnectionError("broker away"))
-            return None
-        return FakeProducer(self.broker)
 
     def _turn(self) -> None:
         # A turn of the sending loop that did not give the event loop back since the last one
@@ -201,6 +211,30 @@ async def test_stop_spools_the_batch_in_hand_when_the_broker_hangs(tmp_path: Pat
     publisher.publish(b"k", b"3")  # queued behind it
     await publisher.stop(timeout=0.2)
     assert [r.value for r in Spool(tmp_path).read()] == _values(4)  # in order, nothing lost
+
+
+async def test_a_batch_acknowledged_late_is_spooled_meanwhile_and_sent_once(
+    tmp_path: Path,
+) -> None:
+    """Acks later than send_timeout_s: the batch is made durable, and not sent a second time.
+
+    Giving up on the batch and sending it again through a new producer would write it twice
+    once the broker answers (the first producer's retry lands too).
+    """
+    broker = FakeBroker()
+    broker.hang = True
+    publisher = OnFakeBroker(tmp_path, broker, send_timeout_s=0.1)
+    async with publisher:
+        for value in _values(3):
+            publisher.publish(b"k", value)
+        await _until(lambda: len(Spool(tmp_path).read()) == 3)  # durable while unanswered
+        assert not publisher.metrics.connected
+        publisher.publish(b"k", b"3")  # behind it, in the spool
+        await _until(lambda: len(Spool(tmp_path).read()) == 4)
+        broker.release()
+        await _until(lambda: publisher.spool.empty() and len(broker.log) >= 4)
+        await asyncio.sleep(0.1)  # time for a copy to go out, if one were to
+    assert broker.log == _values(4)
 
 
 @pytest.mark.parametrize("outcome", ["acknowledged", "failed"])
