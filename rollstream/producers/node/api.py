@@ -18,8 +18,9 @@ from rollstream.clients import make_producer
 from rollstream.errors import RollstreamError
 from rollstream.harnesses.presets import HarnessContext, preset
 from rollstream.interceptor.registry import CONTEXT_MODES
+from rollstream.producers.node.history import SessionSummary
 from rollstream.producers.node.service import CONTEXT_METADATA
-from rollstream.producers.node.session import Session, harness_options
+from rollstream.producers.node.session import harness_options
 from rollstream.producers.node.workspace import WorkspaceError, check_workspace
 from rollstream.schemas import Task, utcnow
 
@@ -52,17 +53,16 @@ def task_from_document(doc: Any) -> Task:
     return task
 
 
-def session_view(session: Session) -> dict[str, Any]:
+def session_view(summary: SessionSummary) -> dict[str, Any]:
     """One session as the API shows it."""
-    ended = session.ended
     return {
-        "session_id": session.session_id,
-        "sample": session.sample,
-        "stage": session.stage.value,
-        "status": ended.status.value if ended else None,
-        "exit_code": ended.exit_code if ended else None,
-        "call_count": ended.call_count if ended else None,
-        "error": ended.error if ended else session.error,
+        "session_id": summary.session_id,
+        "sample": summary.sample,
+        "stage": summary.stage,
+        "status": summary.status,
+        "exit_code": summary.exit_code,
+        "call_count": summary.call_count,
+        "error": summary.error,
     }
 
 
@@ -105,7 +105,7 @@ class NodeApi:
     async def status(self, request: web.Request) -> web.Response:
         """The task's sessions on this node; 404 when this node has none."""
         task_id = request.match_info["task_id"]
-        sessions = self.node.scheduler.sessions(task_id)
+        sessions = self.node.scheduler.summaries(task_id)
         if not sessions:
             return web.json_response({"error": f"no task {task_id!r} on this node"}, status=404)
         views = [session_view(s) for s in sessions]
@@ -131,8 +131,9 @@ class NodeApi:
         )
 
     async def metrics(self, request: web.Request) -> web.Response:
-        """Prometheus text: sessions per stage now and at most, tasks taken, records published."""
+        """Prometheus text: sessions per stage, tasks taken and handed over, commits, records."""
         meter = self.node.scheduler.meter
+        intake = self.node.intake.metrics
         lines = ["# TYPE rollstream_node_sessions gauge"]
         lines += [f'rollstream_node_sessions{{stage="{k}"}} {v}' for k, v in meter.current.items()]
         lines.append("# TYPE rollstream_node_sessions_peak gauge")
@@ -142,6 +143,24 @@ class NodeApi:
         lines += [
             "# TYPE rollstream_node_tasks_total counter",
             f"rollstream_node_tasks_total {self.node.tasks_seen}",
+            "# TYPE rollstream_node_samples_skipped_total counter",
+            f"rollstream_node_samples_skipped_total {intake.samples_skipped}",
+            "# TYPE rollstream_node_samples_withdrawn_total counter",
+            f"rollstream_node_samples_withdrawn_total {intake.samples_withdrawn}",
+            "# TYPE rollstream_node_sessions_handed_back_total counter",
+            f"rollstream_node_sessions_handed_back_total {intake.sessions_handed_back}",
+            "# TYPE rollstream_node_commits_failed_total counter",
+            f"rollstream_node_commits_failed_total {intake.commits_failed}",
+            "# TYPE rollstream_node_progress_left_out_total counter",
+            f"rollstream_node_progress_left_out_total {intake.progress_left_out}",
+            "# TYPE rollstream_node_partitions_behind gauge",
+            f"rollstream_node_partitions_behind {self.node.intake.partitions_behind}",
+            "# TYPE rollstream_node_intake_paused gauge",
+            f"rollstream_node_intake_paused {int(intake.paused)}",
+            "# TYPE rollstream_node_samples_queued gauge",
+            f"rollstream_node_samples_queued {self.node.scheduler.queued}",
+            "# TYPE rollstream_node_sessions_kept gauge",
+            f"rollstream_node_sessions_kept {len(self.node.scheduler.finished)}",
             "# TYPE rollstream_records_published_total counter",
             f"rollstream_records_published_total {self.node.publisher.metrics.published}",
         ]

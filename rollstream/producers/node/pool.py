@@ -8,7 +8,12 @@ session instead of waiting for an init, and no more than ``prewarm`` runtimes si
 
 Cancelling a task takes its sessions out of the queues and cancels the init or run in progress
 (the runner kills the harness's process group); each of them still goes through post-run and
-ends ``cancelled`` with a SessionEnded.
+ends ``cancelled`` with a SessionEnded. Withdrawing sessions (a node giving up their task's
+partition) takes back those whose harness has not started: no records, sandbox removed, and
+their samples are left to whichever node takes the partition.
+
+An ended session is forgotten at once: ``on_ended`` is told, and a summary of it stays in
+``finished`` (bounded) for the API.
 """
 
 from __future__ import annotations
@@ -19,11 +24,12 @@ import itertools
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Coroutine, Iterable, Iterator
+from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from rollstream.producers.node.history import FinishedSessions, SessionSummary
 from rollstream.producers.node.session import Session, SessionRunner, Stage
 from rollstream.producers.node.settings import NodeSettings
 from rollstream.schemas.sessions import SessionStatus
@@ -95,11 +101,11 @@ class _SessionQueue:
         # held by a worker, never in between, so ``remove`` cannot miss it.
         return heapq.heappop(self._heap)[2]
 
-    def remove(self, task_id: str) -> list[Session]:
-        """Take out and return the sessions of ``task_id``."""
-        taken = [s for _, _, s in self._heap if s.task.task_id == task_id]
+    def remove(self, chosen: Callable[[Session], bool]) -> list[Session]:
+        """Take out and return the sessions ``chosen`` picks."""
+        taken = [s for _, _, s in self._heap if chosen(s)]
         if taken:
-            self._heap = [e for e in self._heap if e[2].task.task_id != task_id]
+            self._heap = [e for e in self._heap if not chosen(e[2])]
             heapq.heapify(self._heap)
         return taken
 
@@ -107,9 +113,17 @@ class _SessionQueue:
 class NodeScheduler:
     """Runs sessions through init, run and post with bounded pools and pre-warming."""
 
-    def __init__(self, runner: SessionRunner, settings: NodeSettings | None = None) -> None:
+    def __init__(
+        self,
+        runner: SessionRunner,
+        settings: NodeSettings | None = None,
+        on_ended: Callable[[Session], None] | None = None,
+    ) -> None:
         self.runner = runner
         self.settings = settings or runner.settings
+        #: Told of every session once it is over (ended, or withdrawn), after its teardown.
+        self.on_ended = on_ended
+        self.finished = FinishedSessions(self.settings.finished_sessions_kept)
         self.meter = StageMeter()
         self._intake = _SessionQueue()
         self._ready = _SessionQueue()
@@ -164,36 +178,117 @@ class NodeScheduler:
 
     def cancel(self, task_id: str) -> int:
         """Cancel the task's sessions not yet in post-run; how many were cancelled."""
-        queued = self._intake.remove(task_id)
-        ready = self._ready.remove(task_id)
+        return len(self._cancel(self._tasks.get(task_id, []), "task cancelled"))
+
+    def hand_back(self, sessions: Collection[Session], reason: str) -> list[Session]:
+        """Cancel ``sessions`` (those not yet in post-run) so that they run again elsewhere.
+
+        Each ends ``cancelled`` with ``reason`` and ``handed_back`` set; the ones cancelled.
+        """
+        cancelled = self._cancel(sessions, reason)
+        for session in cancelled:
+            session.handed_back = True
+        return cancelled
+
+    def _cancel(self, sessions: Collection[Session], reason: str) -> list[Session]:
+        ids = {s.session_id for s in sessions}
+        queued = self._intake.remove(lambda s: s.session_id in ids)
+        ready = self._ready.remove(lambda s: s.session_id in ids)
         for _ in ready:
             self.meter.leave("ready")
             self._slots.release()
         for session in (*queued, *ready):
-            session.cancel()
+            session.cancel(reason)
             self._to_post(session)
         # What is left before post-run is in init or run. A stage that finished in this very
         # loop step, its worker not yet resumed, is still counted cancelled: cancel wins ties.
         running = [
-            s
-            for s in self._tasks.get(task_id, [])
-            if s.stage not in (Stage.POST, Stage.ENDED) and s.status is None
+            s for s in sessions if s.stage not in (Stage.POST, Stage.ENDED) and s.status is None
         ]
         for session in running:
-            session.cancel()
+            session.cancel(reason)
             child = self._active.get(session.session_id)
             if child is not None:
                 child.cancel()  # the runner's process group dies with it
-        return len(queued) + len(ready) + len(running)
+        return [*queued, *ready, *running]
+
+    def withdraw(self, sessions: Collection[Session]) -> list[Session]:
+        """Take back the sessions of ``sessions`` whose harness has not started; those.
+
+        Queued ones leave the queue, ready ones give back their run slot, one in init has its
+        init cancelled: none of them emits a record, the sandboxes made are removed, and each
+        is then over (``on_ended`` sees it ``withdrawn``). Running sessions are not touched.
+        """
+        taken = [
+            s
+            for s in sessions
+            if s.status is None and s.stage in (Stage.QUEUED, Stage.INIT, Stage.READY)
+        ]
+        ids = {s.session_id for s in taken}
+        queued = self._intake.remove(lambda s: s.session_id in ids)
+        ready = self._ready.remove(lambda s: s.session_id in ids)
+        for _ in ready:
+            self.meter.leave("ready")
+            self._slots.release()
+        for session in taken:
+            session.withdrawn = True
+            # Decided now: an init that finished this very step must not queue it for a run.
+            session.cancel("withdrawn before its harness started")
+        for session in queued:
+            session.stage = Stage.ENDED  # nothing was made for it
+            self._over(session)
+        for session in ready:
+            self._to_post(session)  # its sandbox is removed there, nothing emitted
+        for session in taken:
+            child = self._active.get(session.session_id)
+            if child is not None:
+                child.cancel()  # in init: it goes to post-run, where only teardown happens
+        return taken
+
+    @property
+    def queued(self) -> int:
+        """Sessions waiting for an init slot."""
+        return len(self._intake)
+
+    @property
+    def held(self) -> int:
+        """Sessions submitted here and not over yet."""
+        return len(self._done)
 
     def sessions(self, task_id: str) -> list[Session]:
-        """The sessions of ``task_id`` submitted here, in any stage."""
+        """The sessions of ``task_id`` on this node that are not over yet, in any stage."""
         return list(self._tasks.get(task_id, []))
 
-    def forget(self, task_id: str) -> None:
-        """Drop a finished task's sessions from memory."""
-        for session in self._tasks.pop(task_id, []):
-            self._done.pop(session.session_id, None)
+    def summaries(self, task_id: str) -> list[SessionSummary]:
+        """What the node knows of ``task_id``'s sessions: those ended (kept), then the others."""
+        live = [SessionSummary.of(s) for s in self._tasks.get(task_id, [])]
+        return self.finished.of(task_id) + live
+
+    async def wait(self, sessions: Iterable[Session], timeout: float | None = None) -> bool:
+        """Wait until ``sessions`` are over, at most ``timeout`` seconds; whether they are."""
+        futures = [f for s in sessions if (f := self._done.get(s.session_id)) is not None]
+        if not futures:
+            return True
+        _, pending = await asyncio.wait(futures, timeout=timeout)
+        return not pending
+
+    def _over(self, session: Session) -> None:
+        """``session`` is over: forget it (a summary stays in ``finished``), tell ``on_ended``."""
+        done = self._done.pop(session.session_id, None)
+        if done is not None and not done.done():
+            done.set_result(None)
+        siblings = self._tasks.get(session.task.task_id)
+        if siblings is not None:
+            siblings[:] = [s for s in siblings if s is not session]
+            if not siblings:
+                del self._tasks[session.task.task_id]
+        if not session.withdrawn:
+            self.finished.add(session.task.task_id, SessionSummary.of(session))
+        if self.on_ended is not None:
+            try:
+                self.on_ended(session)
+            except Exception:
+                log.exception("session %s: on_ended failed", session.session_id)
 
     async def join(self, task_id: str | None = None) -> list[Session]:
         """Wait until every session (of ``task_id``, or all) has ended; those sessions."""
@@ -244,7 +339,7 @@ class NodeScheduler:
             ready = session.status is None and bool(
                 await self._stage(session, "init", self.runner.init(session))
             )
-            if ready and session.status is None:
+            if ready and session.status is None:  # a withdrawn session has a status
                 self.meter.enter("ready")
                 self._ready.put(session)
             else:
@@ -270,6 +365,13 @@ class NodeScheduler:
     async def _post_worker(self) -> None:
         while True:
             session = await self._post.get()
+            if session.withdrawn:  # its harness never started: no records, only the sandbox
+                try:
+                    await asyncio.shield(self.runner.teardown(session))
+                except Exception:
+                    log.exception("session %s: teardown failed", session.session_id)
+                self._over(session)
+                continue
             with self.meter.measure("post", session.session_id):
                 try:
                     await self.runner.post(session)
@@ -278,6 +380,4 @@ class NodeScheduler:
                 finally:
                     # Shielded: a stopping worker must not leave a sandbox behind.
                     await asyncio.shield(self.runner.teardown(session))
-            done = self._done.get(session.session_id)
-            if done is not None and not done.done():
-                done.set_result(None)
+            self._over(session)

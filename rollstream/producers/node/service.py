@@ -1,30 +1,23 @@
 """The rollout node as a service: tasks from Kafka in, sessions run, lifecycle records out.
 
-Tasks are read in a consumer group, so several nodes share the stream. A task's offset is
-committed once every session of it has ended (and of every earlier task on its partition): a
-node that crashes mid-task runs it again on restart — at least once, the safe side for
-training data, since a re-run adds fresh samples and never repeats a session id. SessionStarted
-and SessionEnded go through the capture publisher (spooled while the broker is away), keyed by
+Tasks are read in a consumer group, so several nodes share the stream; ``intake`` holds what
+the group guarantees (each sample of a task completes on one node across joins and leaves,
+at least once across a crash, a backlog left on the topic for other nodes). SessionStarted and
+SessionEnded go through the capture publisher (spooled while the broker is away), keyed by
 session id, onto the events topic beside the interceptor's calls.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.errors import KafkaError
-from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from rollstream.clients import make_consumer, make_producer, ordinary_tasks
-from rollstream.consumers.deadletters import dead_letter
 from rollstream.control import PolicyFollower
-from rollstream.errors import BrokerError, SerializationError
+from rollstream.errors import BrokerError
+from rollstream.producers.node.intake import TaskIntake
 from rollstream.producers.node.pool import NodeScheduler
 from rollstream.producers.node.runtime import make_runtime
 from rollstream.producers.node.session import SessionRunner
@@ -36,7 +29,6 @@ from rollstream.schemas import (
     PolicyVersion,
     SessionEnded,
     SessionStarted,
-    Task,
     TopicNames,
 )
 from rollstream.settings import KafkaSettings, StatePaths
@@ -46,25 +38,6 @@ log = logging.getLogger(__name__)
 _REGISTRATION_TIMEOUT = aiohttp.ClientTimeout(total=2)
 #: Task metadata naming the interceptor's context mode for the task's sessions (exact|ordinary).
 CONTEXT_METADATA = "context"
-_LETTER_TIMEOUT_S = 10.0
-_LETTER_BACKOFF_S = 60.0
-
-
-@dataclass
-class _Pending:
-    """Tasks of one partition in offset order, and which of them are done."""
-
-    offsets: list[tuple[int, str]] = field(default_factory=list)
-    done: set[str] = field(default_factory=set)
-
-    def committable(self) -> int | None:
-        """The offset after the longest run of finished tasks from the front."""
-        last = None
-        while self.offsets and self.offsets[0][1] in self.done:
-            offset, task_id = self.offsets.pop(0)
-            self.done.discard(task_id)
-            last = offset + 1
-        return last
 
 
 class Node:
@@ -88,17 +61,11 @@ class Node:
         self.runtime = make_runtime(settings)
         self.runner = SessionRunner(settings, self.runtime, self._emit, self._calls_of)
         self.scheduler = NodeScheduler(self.runner, settings)
+        self.intake = TaskIntake(settings, kafka, self.scheduler, self.serializer)
+        self.scheduler.on_ended = self.intake.on_ended
         self.policy = PolicyFollower(kafka, self._on_policy)
-        self.tasks_seen = 0
-        self._consumer: AIOKafkaConsumer | None = None
-        self._letters: AIOKafkaProducer | None = None  # dead letters, made on first use
-        self._letters_retry_at = 0.0  # loop time before which dead letters are not tried
         self._http: aiohttp.ClientSession | None = None
-        self._intake: asyncio.Task[None] | None = None
-        self._pending: dict[TopicPartition, _Pending] = {}
-        self._watchers: set[asyncio.Task[None]] = set()
         self._api: web.AppRunner | None = None
-        self._stopping = False
         self.port = settings.port
 
     def _on_policy(self, version: PolicyVersion) -> None:
@@ -117,30 +84,18 @@ class Node:
         await self._api.setup()
         await web.TCPSite(self._api, self.settings.host, self.settings.port).start()
         self.port = self._api.addresses[0][1]
-        self._consumer = make_consumer(self.kafka, group_id=self.settings.group)
-        self._consumer.subscribe([self.names.tasks])
-        with ordinary_tasks():  # an interceptor may share this loop (see ordinary_tasks)
-            await self._consumer.start()
-        self._intake = asyncio.create_task(self._take_tasks(), name="node-intake")
+        await self.intake.start()
 
     async def stop(self) -> None:
-        """Stop taking tasks, cancel running sessions (they still end), flush the records."""
-        self._stopping = True
-        if self._intake is not None:
-            self._intake.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._intake
+        """Hand the task partitions over, stop what still runs, flush the records.
+
+        Running sessions get ``handoff_timeout_s`` to finish; the others are cancelled and
+        their samples left to the partitions' next owner (``intake``).
+        """
+        await self.intake.stop()
         await self.scheduler.close()
         await self.runtime.close()
-        for watcher in list(self._watchers):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await watcher
-        await self._commit()
         await self.policy.stop()
-        if self._consumer is not None:
-            await self._consumer.stop()
-        if self._letters is not None:
-            await self._letters.stop()
         if self._api is not None:
             await self._api.cleanup()
         if self._http is not None:
@@ -155,99 +110,14 @@ class Node:
         await self.stop()
 
     @property
+    def tasks_seen(self) -> int:
+        """Task records taken off the topic (a record taken again after a move counts again)."""
+        return self.intake.metrics.tasks
+
+    @property
     def url(self) -> str:
         """The HTTP API's base URL."""
         return f"http://{self.settings.host}:{self.port}"
-
-    async def _take_tasks(self) -> None:
-        assert self._consumer is not None
-        while True:
-            batch = await self._consumer.getmany(timeout_ms=500)
-            for tp, messages in batch.items():
-                for message in messages:
-                    task = await self._decode(message)
-                    pending = self._pending.setdefault(tp, _Pending())
-                    if task is None:  # nothing to run (dead-lettered): done at once
-                        pending.offsets.append((message.offset, f"@{message.offset}"))
-                        pending.done.add(f"@{message.offset}")
-                        continue
-                    pending.offsets.append((message.offset, task.task_id))
-                    self.tasks_seen += 1
-                    self.scheduler.submit(task)
-                    watcher = asyncio.create_task(self._watch(tp, task.task_id))
-                    self._watchers.add(watcher)
-                    watcher.add_done_callback(self._watchers.discard)
-            await self._commit()
-
-    async def _decode(self, message: ConsumerRecord) -> Task | None:
-        try:
-            return self.serializer.decode_as(message.value or b"", Task)
-        except SerializationError as exc:
-            log.error(
-                "task record %s[%d]@%d cannot be decoded, dead-lettered: %s",
-                message.topic,
-                message.partition,
-                message.offset,
-                exc,
-            )
-            await self._dead_letter(message, exc)
-            return None
-
-    async def _dead_letter(self, message: ConsumerRecord, exc: Exception) -> None:
-        """Write the record to the dead-letter topic; if the broker refuses, the log says so.
-
-        Sent before the offset is committed past it. Poison is rare: the producer is made on
-        first use.
-        """
-        loop = asyncio.get_running_loop()
-        if loop.time() < self._letters_retry_at:
-            # The broker refused a moment ago: the intake must not stall on every poison record.
-            log.error("not dead-lettered (retrying later): %s@%d", message.topic, message.offset)
-            return
-        letter = self.serializer.encode(dead_letter(message, exc, self.settings.group))
-        try:
-            producer = await self._letter_producer()
-            await asyncio.wait_for(
-                producer.send_and_wait(self.names.deadletters, letter, key=message.key),
-                _LETTER_TIMEOUT_S,
-            )
-        except (KafkaError, TimeoutError, OSError) as error:
-            self._letters_retry_at = loop.time() + _LETTER_BACKOFF_S
-            log.error("could not dead-letter %s@%d: %s", message.topic, message.offset, error)
-
-    async def _letter_producer(self) -> AIOKafkaProducer:
-        """The dead-letter producer, started once it could start (a failed start is retried)."""
-        if self._letters is not None:
-            return self._letters
-        producer = make_producer(self.kafka)
-        try:
-            with ordinary_tasks():
-                await asyncio.wait_for(producer.start(), _LETTER_TIMEOUT_S)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await producer.stop()
-            raise
-        self._letters = producer
-        return producer
-
-    async def _watch(self, tp: TopicPartition, task_id: str) -> None:
-        await self.scheduler.join(task_id)
-        if self._stopping:
-            return  # cut short by this node's shutdown: left uncommitted, so it runs again
-        self._pending[tp].done.add(task_id)
-        await self._commit()
-
-    async def _commit(self) -> None:
-        if self._consumer is None:
-            return
-        offsets = {}
-        for tp, pending in self._pending.items():
-            offset = pending.committable()
-            if offset is not None:
-                offsets[tp] = offset
-        if offsets:
-            with contextlib.suppress(Exception):  # a rebalance meanwhile: re-run, not lost
-                await self._consumer.commit(offsets)
 
     async def _emit(self, record: AvroRecord) -> None:
         session = str(getattr(record, "session_id", ""))

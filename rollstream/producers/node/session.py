@@ -84,15 +84,20 @@ class Session:
     timings: dict[str, float] = field(default_factory=dict)
     #: The policy version current when the session was created (what its records carry).
     policy_version: int = 0
+    #: Given back before its harness started: no records, its sample is still to run.
+    withdrawn: bool = False
+    #: Cut short to give its task's partition to another node: it ends ``cancelled`` and its
+    #: sample runs again on the partition's next owner.
+    handed_back: bool = False
 
     def fail(self, status: SessionStatus, error: str) -> None:
         """Decide the outcome now; the first cause wins (a later cancel changes nothing)."""
         if self.status is None:
             self.status, self.error = status, error
 
-    def cancel(self) -> None:
-        """The task was cancelled: end this session ``cancelled`` unless already decided."""
-        self.fail(SessionStatus.CANCELLED, "task cancelled")
+    def cancel(self, reason: str = "task cancelled") -> None:
+        """End this session ``cancelled`` (for ``reason``) unless already decided."""
+        self.fail(SessionStatus.CANCELLED, reason)
 
     @property
     def cancelled(self) -> bool:

@@ -68,3 +68,28 @@ class NodeSettings(BaseSettings):
         description="The interceptor's admin URL, asked how many calls each session made.",
     )
     group: str = Field(default="rollstream-node", description="Consumer group over the tasks.")
+    handoff_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=240,
+        description="When the node leaves or a rebalance takes task partitions from it: how "
+        "long the running sessions of their tasks may take to finish before they are cancelled "
+        "and run again by the partitions' next owner. Meanwhile the group's rebalance waits.",
+    )
+    max_queued: int | None = Field(
+        default=None,
+        ge=1,
+        description="Samples waiting for an init slot above which the node stops taking tasks "
+        "off the topic (a backlog stays there for other nodes); default: max_run + prewarm.",
+    )
+    finished_sessions_kept: int = Field(
+        default=10_000,
+        ge=1,
+        description="Ended sessions whose summary GET /tasks/{id} still shows; past it the "
+        "oldest tasks are forgotten.",
+    )
+
+    @property
+    def queue_bound(self) -> int:
+        """``max_queued``, or its default from the run slots."""
+        return self.max_queued if self.max_queued is not None else self.max_run + self.prewarm

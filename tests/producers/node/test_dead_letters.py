@@ -43,11 +43,11 @@ async def test_a_broker_refusing_dead_letters_costs_one_attempt_then_a_back_off(
     )
     began = time.monotonic()
     async with asyncio.timeout(30):
-        await node._dead_letter(_poison(1), SerializationError("bad"))
+        await node.intake._dead_letter(_poison(1), SerializationError("bad"))
         first = time.monotonic() - began
-        await node._dead_letter(_poison(2), SerializationError("bad"))
+        await node.intake._dead_letter(_poison(2), SerializationError("bad"))
     assert time.monotonic() - began - first < 0.5  # the second does not try again
-    assert node._letters is None  # a producer that never started is not kept
+    assert node.intake._letters is None  # a producer that never started is not kept
     messages = [r.getMessage() for r in caplog.records]
     assert any("could not dead-letter rollstream.tasks@1" in m for m in messages), messages
     assert any("not dead-lettered (retrying later): rollstream.tasks@2" in m for m in messages)

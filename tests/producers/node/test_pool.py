@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rollstream.producers.node.pool import NodeScheduler, StageSpan
-from rollstream.producers.node.session import Stage
+from rollstream.producers.node.session import Session, Stage
 from rollstream.producers.node.settings import NodeSettings
 from rollstream.schemas.sessions import SessionEnded, SessionStarted, SessionStatus
 from tests.producers.node.helpers import (
@@ -160,3 +160,50 @@ async def test_higher_priority_tasks_start_first(tmp_path: Path) -> None:
     async with scheduler:
         await scheduler.join()
     assert [r.task_id for r in sink.started()] == ["high", "low"]
+
+
+async def test_withdrawn_sessions_emit_nothing_and_handed_back_ones_end_cancelled(
+    tmp_path: Path,
+) -> None:
+    sink = Sink()
+    runner = make_runner(tmp_path, sink, max_init=1, max_run=1, prewarm=1)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    task = command_task(f'sleep 300 & echo $! > {pids}/"$ROLLSTREAM_SESSION"; wait', samples=4)
+    over: list[Session] = []
+    async with NodeScheduler(runner, on_ended=over.append) as scheduler:
+        sessions = scheduler.submit(task)
+        await wait_for_files([pids / sessions[0].session_id])
+        while sessions[1].stage is not Stage.READY:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+        # One runs, one is initialized and waits for the run slot, two are queued.
+        withdrawn = scheduler.withdraw(sessions)
+        assert withdrawn == sessions[1:]
+        assert scheduler.hand_back(sessions, "moved") == sessions[:1]
+        await asyncio.wait_for(scheduler.wait(sessions), 15)
+        assert scheduler.held == 0 and all(n == 0 for n in scheduler.meter.current.values())
+        [summary] = scheduler.summaries(task.task_id)  # withdrawn ones leave no trace
+    assert [type(r) for r in sink.records] == [SessionStarted, SessionEnded]
+    [ended] = sink.ended()
+    assert ended.session_id == sessions[0].session_id == summary.session_id
+    assert ended.status is SessionStatus.CANCELLED and ended.error == "moved"
+    assert sessions[0].handed_back and all(s.withdrawn for s in sessions[1:])
+    assert sorted(s.sample for s in over) == [0, 1, 2, 3]  # each told once, after teardown
+    assert len(list(pids.iterdir())) == 1  # no withdrawn session started a harness
+    assert not list((tmp_path / "sessions").iterdir())
+
+
+async def test_ended_sessions_are_forgotten_and_only_a_bounded_summary_is_kept(
+    tmp_path: Path,
+) -> None:
+    runner = make_runner(tmp_path, Sink(), finished_sessions_kept=5)
+    async with NodeScheduler(runner) as scheduler:
+        for i in range(4):
+            scheduler.submit(command_task("true", samples=2, task_id=f"t{i}"))
+        await scheduler.join()
+        assert scheduler.held == 0
+        assert all(scheduler.sessions(f"t{i}") == [] for i in range(4))
+        assert len(scheduler.finished) <= 5
+        assert scheduler.summaries("t0") == []  # the oldest task is forgotten
+        latest = scheduler.summaries("t3")
+        assert [(s.stage, s.status) for s in latest] == [("ended", "completed")] * 2
