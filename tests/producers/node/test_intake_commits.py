@@ -1,0 +1,61 @@
+"""The intake's commits: progress committed as sessions end, a failed commit never swallowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka.errors import CommitFailedError
+from aiokafka.structs import TopicPartition
+
+from rollstream.producers.node.intake import TaskIntake, _Origin
+from rollstream.producers.node.pool import NodeScheduler
+from rollstream.producers.node.progress import PartitionProgress, decode
+from rollstream.schemas import AvroSerializer
+from rollstream.settings import KafkaSettings
+from tests.producers.node.helpers import Sink, command_task, make_runner
+
+TP = TopicPartition("rollstream.tasks", 0)
+
+
+class RefusingOnce:
+    """Stands in for the consumer's commit: the first refused (the group moved on), then kept."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.kept: list[dict[TopicPartition, Any]] = []
+
+    async def commit(self, offsets: dict[TopicPartition, Any]) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            raise CommitFailedError("the group has already rebalanced")
+        self.kept.append(offsets)
+
+
+async def test_a_refused_commit_is_logged_counted_kept_behind_and_retried(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    runner = make_runner(tmp_path, Sink())
+    scheduler = NodeScheduler(runner)
+    intake = TaskIntake(runner.settings, KafkaSettings(), scheduler, AvroSerializer())
+    consumer = RefusingOnce()
+    intake._consumer = consumer
+    progress = intake._progress[TP] = PartitionProgress(7)
+    entry = progress.take(7, 2)
+    [first, second] = scheduler.submit(command_task("true", samples=2))
+    for session in (first, second):
+        intake._origins[session.session_id] = _Origin(TP, entry, session)
+    intake.on_ended(second)  # sample 1 done: the commit stays at 7, sample 1 named past it
+
+    assert not await intake.commit()
+    assert intake.metrics.commits_failed == 1 and intake.partitions_behind == 1
+    assert any("commit of" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
+
+    assert await intake.commit()  # tried again: now kept
+    [(offset, metadata)] = consumer.kept[0].values()
+    assert offset == 7 and decode(offset, metadata) == {7: frozenset({1})}
+    assert intake.partitions_behind == 0
+    intake.on_ended(first)
+    assert await intake.commit()
+    assert consumer.kept[-1] == {TP: (8, "")}
