@@ -273,7 +273,8 @@ class TaskIntake(ConsumerRebalanceListener):  # type: ignore[misc]
                             self._consumer.seek(tp, message.offset)
                             break
                         await self._take_one(tp, progress, message)
-            self._dirty.set()
+            if batch:
+                self._dirty.set()  # a dead-lettered record alone moves the commit point
 
     async def _take_one(
         self, tp: TopicPartition, progress: PartitionProgress, message: ConsumerRecord
