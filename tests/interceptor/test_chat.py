@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -176,6 +178,20 @@ def test_missing_ids_or_logprobs_are_visible() -> None:
     partial = Capture()
     partial.add_response({"prompt_token_ids": [1], "choices": [{"index": 0, "token_ids": [2]}]})
     assert partial.has_tokens and partial.logprobs is None
+
+
+def test_a_logprob_entry_without_a_number_is_missing_not_probability_one() -> None:
+    capture = Capture()
+    entries = [{"token": "a", "logprob": -0.5}, {"token": "b"}, {"token": "c", "logprob": None}]
+    capture.add_response(
+        {
+            "prompt_token_ids": [1],
+            "choices": [{"index": 0, "token_ids": [2, 3, 4], "logprobs": {"content": entries}}],
+        }
+    )
+    logprobs = capture.logprobs
+    assert logprobs is not None and logprobs[0] == -0.5
+    assert all(math.isnan(value) for value in logprobs[1:])
 
 
 def test_sglang_meta_info() -> None:

@@ -152,7 +152,7 @@ class Capture:
             self.set_prompt_token_ids(prompt)
         logprobs = choice.get("logprobs")
         if isinstance(logprobs, dict) and isinstance(entries := logprobs.get("content"), list):
-            self.completion_logprobs += [float(e.get("logprob", 0.0)) for e in entries]
+            self.completion_logprobs += [_logprob(e) for e in entries]
         elif ids and isinstance(ids, list):
             self.logprobs_complete = False
         meta = choice.get("meta_info")
@@ -193,3 +193,14 @@ class Capture:
         ):
             return None
         return self.completion_logprobs
+
+
+def _logprob(entry: object) -> float:
+    """One token's logprob; NaN (missing, as the trajectory records it) when the entry has none.
+
+    Never 0.0: that is probability 1, which a trainer would take for a real logprob.
+    """
+    value = entry.get("logprob") if isinstance(entry, dict) else None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return float("nan")
