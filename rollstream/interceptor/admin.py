@@ -35,6 +35,8 @@ def metrics_text(addon: RollstreamAddon, publisher: CapturePublisher) -> str:
         ("rollstream_records_spooled_total", "counter", m.spooled),
         ("rollstream_records_drained_total", "counter", m.drained),
         ("rollstream_records_dropped_total", "counter", m.dropped),
+        ("rollstream_records_rejected_total", "counter", m.rejected),
+        ("rollstream_spool_held_records", "gauge", m.held),
         ("rollstream_publish_bytes_total", "counter", m.bytes_published),
         ("rollstream_publish_queue_depth", "gauge", m.queue_depth),
         ("rollstream_spool_bytes", "gauge", m.spool_bytes),

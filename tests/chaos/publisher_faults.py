@@ -64,6 +64,14 @@ def signal_quietly(info: BrokerInfo, signum: signal.Signals) -> None:
         os.kill(info.pid, signum)
 
 
+async def kill_broker(broker: LocalBroker, info: BrokerInfo) -> None:
+    """SIGKILL the broker (stopped or not) and reap it: its ports are free once this returns."""
+    signal_quietly(info, signal.SIGKILL)
+    # stop() waits on the child process itself: /proc alone shows a dying JVM as gone while it
+    # still holds its sockets.
+    await asyncio.to_thread(broker.stop, 0.1)
+
+
 @dataclass
 class Calls:
     """What the harness side saw: sessions called, and the errors."""

@@ -16,7 +16,6 @@ come twice).
 from __future__ import annotations
 
 import asyncio
-import signal
 from pathlib import Path
 
 import pytest
@@ -28,9 +27,9 @@ from tests.chaos.publisher_faults import (
     Calls,
     admin,
     calls_by_id,
+    kill_broker,
     own_broker,
     sent,
-    signal_quietly,
     wait_metrics,
     wait_sent,
 )
@@ -67,15 +66,15 @@ async def test_a_full_spool_disk_during_an_outage_loses_nothing_and_blocks_nothi
                 await wait_metrics(proxy, {"rollstream_records_published_total": BEFORE})
                 info = broker.running()
                 assert info is not None
-                signal_quietly(info, signal.SIGKILL)  # while nothing is in flight
-                while broker.running() is not None:  # noqa: ASYNC110 - a process, no event
-                    await asyncio.sleep(0.1)
+                await kill_broker(broker, info)  # SIGKILL, while nothing is in flight
 
                 await calls.chat(proxy, SPOOLED, "spooled")
                 await wait_metrics(proxy, {"rollstream_records_spooled_total": SPOOLED})
                 filler = fill(disk)
                 await calls.chat(proxy, HELD, "held")
-                await wait_metrics(proxy, {"rollstream_spool_alarm": 1})
+                await wait_metrics(
+                    proxy, {"rollstream_spool_alarm": 1, "rollstream_spool_held_records": 1}
+                )
                 for _ in range(5):  # the admin port answers throughout the fault
                     assert (await admin(proxy, "/health"))["spool_alarm"] is True
                     await admin(proxy, "/metrics")
