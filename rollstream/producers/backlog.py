@@ -105,6 +105,8 @@ class Backlog:
                 self.spool.commit(taken.spooled[count - 1])
             except SpoolError as exc:  # remembered in memory: not sent twice by this process
                 self._spool_failed(exc)
+            else:
+                self._spool_ok()
         elif self._memory[:count] == taken.records[:count]:
             del self._memory[:count]
         else:

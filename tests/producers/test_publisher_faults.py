@@ -288,3 +288,26 @@ async def test_publish_sets_a_record_over_the_budget_aside_at_once(tmp_path: Pat
     assert publisher.metrics.rejected == 1
     [rejected] = RejectedRecords(tmp_path).read()
     assert rejected.value == huge and "record budget" in rejected.reason
+
+
+async def test_held_records_moved_to_the_spool_while_being_sent_are_not_sent_twice(
+    tmp_path: Path,
+) -> None:
+    """Records sent from memory (the disk was full) reach the spool before their acks come."""
+    broker = FakeBroker()
+    publisher = OnFakeBroker(tmp_path, broker, send_timeout_s=0.1)
+    async with publisher:
+        broker.up = False
+        publisher.disk.full = True
+        for value in _values(3):
+            publisher.publish(b"k", value)
+        await _until(lambda: publisher.metrics.held == 3)
+        broker.hang = True
+        broker.up = True
+        await _until(lambda: len(broker.hanging) == 3)  # sent from memory, unanswered
+        publisher.disk.full = False
+        await _until(lambda: len(Spool(tmp_path).read()) == 3)  # moved to the spool meanwhile
+        broker.release()
+        await _until(lambda: publisher.spool.empty() and publisher.metrics.held == 0)
+        await asyncio.sleep(0.1)  # time for a copy to go out, if one were to
+    assert broker.log == _values(3)
