@@ -201,8 +201,8 @@ async def test_ended_sessions_are_forgotten_and_only_a_bounded_summary_is_kept(
         for i in range(4):
             scheduler.submit(command_task("true", samples=2, task_id=f"t{i}"))
         await scheduler.join()
-        assert scheduler.held == 0
         assert all(scheduler.sessions(f"t{i}") == [] for i in range(4))
+        assert scheduler.held == 0
         assert len(scheduler.finished) <= 5
         assert scheduler.summaries("t0") == []  # the oldest task is forgotten
         latest = scheduler.summaries("t3")
