@@ -69,12 +69,13 @@ class NodeSettings(BaseSettings):
     )
     group: str = Field(default="rollstream-node", description="Consumer group over the tasks.")
     handoff_timeout_s: float = Field(
-        default=60.0,
+        default=25.0,
         gt=0,
         le=240,
         description="When the node leaves or a rebalance takes task partitions from it: how "
         "long the running sessions of their tasks may take to finish before they are cancelled "
-        "and run again by the partitions' next owner. Meanwhile the group's rebalance waits.",
+        "and run again by the partitions' next owner. Meanwhile the group's rebalance waits; "
+        "keep a supervisor's stop grace period above it.",
     )
     max_queued: int | None = Field(
         default=None,
