@@ -71,7 +71,6 @@ class CapturePublisher:
     def __init__(
         self, kafka: KafkaSettings, settings: PublisherSettings, topic: str, spool_dir: Path
     ) -> None:
-        self.kafka = kafka
         self.settings = settings
         self.topic = topic
         self.spool = Spool(settings.spool_dir or spool_dir)
@@ -90,6 +89,16 @@ class CapturePublisher:
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self._spooled = asyncio.Event()  # publish() overflowed into the spool
+
+    @property
+    def kafka(self) -> KafkaSettings:
+        """The cluster the publisher sends to (its connection's: one source of truth)."""
+        return self._connection.kafka
+
+    @kafka.setter
+    def kafka(self, kafka: KafkaSettings) -> None:
+        # Takes effect with the next producer (after a failure or a restart).
+        self._connection.kafka = kafka
 
     # -- lifecycle -------------------------------------------------------------------------
 

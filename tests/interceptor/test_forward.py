@@ -21,7 +21,6 @@ from rollstream.interceptor.forward import (
 )
 from rollstream.interceptor.sessions import affinity_key
 from rollstream.interceptor.settings import InterceptorSettings
-from rollstream.schemas import CallRecord
 
 UPSTREAM = Target("http", "127.0.0.1", 8000)
 
@@ -79,17 +78,20 @@ def _flow(url: str, headers: dict[str | bytes, str | bytes], body: object = None
 
 async def _through(
     flow: http.HTTPFlow, other: OtherTraffic = "forward", key: str | None = None
-) -> list[CallRecord]:
-    """The request hooks in mitmproxy's order: requestheaders, then request, addon first."""
+) -> list[bytes]:
+    """The request hooks in mitmproxy's order: requestheaders, then request, addon first.
+
+    Returns the record values the addon published (none is expected before a response).
+    """
     settings = InterceptorSettings(
         upstream="http://127.0.0.1:8000",
         mode="forward",
         other_traffic=other,
         upstream_api_key=SecretStr(key) if key else None,
     )
-    records: list[CallRecord] = []
+    records: list[bytes] = []
     addon, forward = (
-        RollstreamAddon(settings, records.append),
+        RollstreamAddon(settings, lambda _key, value: records.append(value)),
         ForwardAddon(settings.upstream, other),
     )
     forward.requestheaders(flow)

@@ -327,7 +327,7 @@ async def test_a_broker_outage_does_not_touch_the_harness_and_loses_no_call(
         messages: Any = [{"role": "user", "content": "hi"}]
         # Point the publisher at a broker that is not there, as if it had died.
         stack.publisher.kafka = KafkaSettings(bootstrap_servers="127.0.0.1:1", topic_prefix="x")
-        stack.publisher._failed(ConnectionError("broker gone"))  # drop the live producer
+        stack.publisher._connection.failed(ConnectionError("broker gone"))  # drop the producer
         for _ in range(3):
             answer = await client.chat.completions.create(
                 model="rollstream-tiny", messages=messages, max_tokens=3
