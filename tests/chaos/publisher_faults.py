@@ -153,9 +153,9 @@ async def wait_sent(proxy: InterceptorProcess, n: int, timeout: float = 90.0) ->
         await asyncio.sleep(0.2)
 
 
-async def calls_by_id(kafka: KafkaSettings, served: int) -> collections.Counter[str]:
-    """How often each call id is in the events topic: read until ``served`` ids (or 60 s, if
-    some are lost), then 3 s more, so that copies arriving late are counted too.
+async def calls_by_id(kafka: KafkaSettings, served: int) -> dict[str, list[CallRecord]]:
+    """Every copy of each call in the events topic, by call id: read until ``served`` ids (or
+    60 s, if some are lost), then 3 s more, so that copies arriving late are counted too.
     """
     async with topic_readers(kafka, TopicNames(kafka.topic_prefix).events) as [events]:
         loop = asyncio.get_running_loop()
@@ -163,4 +163,16 @@ async def calls_by_id(kafka: KafkaSettings, served: int) -> collections.Counter[
         while len({c.call_id for c in events.of(CallRecord)}) < served and loop.time() < deadline:
             await events.poll()
         await events.settle(3.0)
-    return collections.Counter(c.call_id for c in events.of(CallRecord))
+    copies: dict[str, list[CallRecord]] = collections.defaultdict(list)
+    for call in events.of(CallRecord):
+        copies[call.call_id].append(call)
+    return dict(copies)
+
+
+def resent_and_differing(copies: dict[str, list[CallRecord]]) -> tuple[int, int]:
+    """Copies beyond the first (re-sent, at least once: readers drop them by call id) and calls
+    whose copies differ, which no reader could drop: a real duplicate.
+    """
+    resent = sum(len(c) - 1 for c in copies.values())
+    differing = sum(1 for c in copies.values() if any(other != c[0] for other in c[1:]))
+    return resent, differing

@@ -22,13 +22,14 @@ import pytest
 
 from tests.chaos.conftest import ChaosReport
 from tests.chaos.interceptor_proc import InterceptorProcess
-from tests.chaos.pipeline import counting_backend, repeats
+from tests.chaos.pipeline import counting_backend
 from tests.chaos.publisher_faults import (
     Calls,
     admin,
     calls_by_id,
     kill_broker,
     own_broker,
+    resent_and_differing,
     sent,
     wait_metrics,
     wait_sent,
@@ -98,18 +99,18 @@ async def test_a_full_spool_disk_during_an_outage_loses_nothing_and_blocks_nothi
                 admin_checks += 1
             finally:
                 await proxy.stop()
-            counts = await calls_by_id(kafka, backend.served.ok)
-    lost = backend.served.ok - len(counts)
-    duplicated = repeats(list(counts.elements()))
+            copies = await calls_by_id(kafka, backend.served.ok)
+    lost = backend.served.ok - len(copies)
+    resent, duplicated = resent_and_differing(copies)
     chaos_report(
         fault="broker SIGKILL and the spool's disk full (1 MiB tmpfs), then space back, "
         "then the broker back",
         load=f"{calls.made} calls: {SPOOLED} spooled, {HELD} held in memory while the disk was "
-        f"full; admin port answered {admin_checks} of {admin_checks} checks",
+        f"full; admin port answered {admin_checks} of {admin_checks} checks; {resent} re-sent",
         lost=lost,
         duplicated=duplicated,
         errors=str(len(calls.errors) + backend.served.failed),
     )
     assert calls.errors == [] and backend.served.failed == 0
     assert backend.served.ok == calls.made == BEFORE + SPOOLED + HELD + AFTER
-    assert lost == 0 and duplicated == 0
+    assert lost == 0 and duplicated == 0 and resent == 0
