@@ -65,6 +65,9 @@ class PublisherSettings(BaseSettings):
     )
 
 
+_SETTLE_POLL_S = 0.02
+
+
 class CapturePublisher:
     """Sends records to one topic, in order, through a bounded queue and a disk spool."""
 
@@ -89,6 +92,7 @@ class CapturePublisher:
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self._spooled = asyncio.Event()  # publish() overflowed into the spool
+        self._accepted = 0  # records taken by publish(), in order (see settled())
 
     @property
     def kafka(self) -> KafkaSettings:
@@ -149,6 +153,7 @@ class CapturePublisher:
         except RecordTooLargeError as exc:
             self._reject(key, value, str(exc))
             return
+        self._accepted += 1
         try:
             self._queue.put_nowait((key, value))
         except asyncio.QueueFull:
@@ -157,6 +162,31 @@ class CapturePublisher:
             self._spool([(key, value)])
             self._spooled.set()  # the sending task drains the spool before anything newer
         self.metrics.queue_depth = self._queue.qsize()
+
+    async def settled(self, timeout: float) -> bool:
+        """Wait until every record published so far survives a crash of this process.
+
+        A record has settled once the broker acknowledged it or it is written to the spool,
+        whose next start sends it; one in the queue, in hand, or held in memory (the spool's
+        disk refused it) has not. Those always come after every settled one (the order is
+        kept), so counting them tells how far the settled prefix reaches. A caller that
+        records elsewhere that a record's effect is done (the node committing a sample as run
+        once its SessionEnded is published) waits here first. False after ``timeout``.
+        """
+        target = self._accepted
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._accepted - self._unsettled() < target:
+            if loop.time() >= deadline:
+                return False
+            # Polled: settling has many paths (acks, spooling, a disk coming back), and a
+            # caller waits once per commit, not per record.
+            await asyncio.sleep(_SETTLE_POLL_S)
+        return True
+
+    def _unsettled(self) -> int:
+        in_hand = 0 if self._in_flight_spooled else len(self._in_flight)
+        return self._queue.qsize() + in_hand + self._backlog.held
 
     # -- the sending task --------------------------------------------------------------------
 

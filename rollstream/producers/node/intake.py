@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
@@ -45,6 +46,9 @@ log = logging.getLogger(__name__)
 _LETTER_TIMEOUT_S = 10.0
 _LETTER_BACKOFF_S = 60.0
 _COMMIT_RETRY_S = 5.0  # a partition behind (a failed commit) is tried again this often
+# How long a commit waits for the lifecycle records before it: past the publisher's ack wait
+# (send_timeout_s, 10 s by default), after which they are spooled, hence safe, anyway.
+_SETTLE_S = 15.0
 _POST_RUN_S = 30.0  # for sessions cancelled at the hand-off bound to go through post-run
 HANDED_BACK = "handed back: this node gave up its task's partition; the sample runs again there"
 
@@ -58,6 +62,7 @@ class IntakeMetrics:
     samples_withdrawn: int = 0  # given back before their harness started
     sessions_handed_back: int = 0  # cancelled at the hand-off bound, to run again elsewhere
     commits_failed: int = 0
+    commits_deferred: int = 0  # lifecycle records not yet safe: the commit waits
     progress_left_out: int = 0  # metadata items left out for the broker's size limit
     paused: bool = False
 
@@ -78,8 +83,12 @@ class TaskIntake(ConsumerRebalanceListener):  # type: ignore[misc]
         kafka: KafkaSettings,
         scheduler: NodeScheduler,
         serializer: AvroSerializer,
+        settled: Callable[[float], Awaitable[bool]] | None = None,
     ) -> None:
         self.settings = settings
+        # Whether the lifecycle records published so far would survive a crash (the
+        # publisher's settled()): a sample is committed as run only once its SessionEnded has.
+        self._settled = settled
         self.kafka = kafka
         self.names = TopicNames(kafka.topic_prefix)
         self.scheduler = scheduler
@@ -223,6 +232,12 @@ class TaskIntake(ConsumerRebalanceListener):  # type: ignore[misc]
                         point.left_out,
                     )
             offsets = {tp: (point.offset, point.metadata) for tp, (_, point) in points.items()}
+            if self._settled is not None and not await self._settled(_SETTLE_S):
+                # A crash now would lose a SessionEnded whose sample the commit calls run:
+                # the sample would never run again and never end. Commit later instead.
+                self.metrics.commits_deferred += 1
+                log.warning("commit deferred: lifecycle records not yet acknowledged or spooled")
+                return False
             try:
                 await self._consumer.commit(offsets)
             except KafkaError as exc:

@@ -61,7 +61,9 @@ class Node:
         self.runtime = make_runtime(settings)
         self.runner = SessionRunner(settings, self.runtime, self._emit, self._calls_of)
         self.scheduler = NodeScheduler(self.runner, settings)
-        self.intake = TaskIntake(settings, kafka, self.scheduler, self.serializer)
+        self.intake = TaskIntake(
+            settings, kafka, self.scheduler, self.serializer, settled=self.publisher.settled
+        )
         self.scheduler.on_ended = self.intake.on_ended
         self.policy = PolicyFollower(kafka, self._on_policy)
         self._http: aiohttp.ClientSession | None = None

@@ -59,3 +59,43 @@ async def test_a_refused_commit_is_logged_counted_kept_behind_and_retried(
     intake.on_ended(first)
     assert await intake.commit()
     assert consumer.kept[-1] == {TP: (8, "")}
+
+
+class Settling:
+    """Stands in for the publisher's settled(): whether the lifecycle records would survive."""
+
+    def __init__(self) -> None:
+        self.safe = False
+        self.asked: list[float] = []
+
+    async def __call__(self, timeout: float) -> bool:
+        self.asked.append(timeout)
+        return self.safe
+
+
+async def test_a_sample_is_committed_as_run_only_once_its_session_ended_is_safe(
+    tmp_path: Path,
+) -> None:
+    """A crash between the commit and the SessionEnded leaving the process would otherwise
+    lose a sample for good: committed as run, it never runs again, and never ends."""
+    runner = make_runner(tmp_path, Sink())
+    scheduler = NodeScheduler(runner)
+    settled = Settling()
+    intake = TaskIntake(
+        runner.settings, KafkaSettings(), scheduler, AvroSerializer(), settled=settled
+    )
+    consumer = RefusingOnce()
+    consumer.calls = 1  # keeps every commit
+    intake._consumer = consumer
+    progress = intake._progress[TP] = PartitionProgress(7)
+    entry = progress.take(7, 1)
+    [session] = scheduler.submit(command_task("true"))
+    intake._origins[session.session_id] = _Origin(TP, entry, session)
+    intake.on_ended(session)
+
+    assert not await intake.commit()  # its SessionEnded is not acknowledged or spooled yet
+    assert consumer.kept == [] and intake.metrics.commits_deferred == 1
+    assert settled.asked and intake.partitions_behind == 1
+    settled.safe = True
+    assert await intake.commit()
+    assert consumer.kept == [{TP: (8, "")}]
