@@ -69,6 +69,11 @@ def _reconstruct(result: Result) -> str:
         f"{throughput['prompt_tokens_first'] // 1000}k-"
         f"{throughput['prompt_tokens_last'] // 1000}k-token prompts"
     )
+    long = result.get("long_sessions")
+    if long and long.get("sessions"):
+        costs = ", ".join(f"{s['ms_per_call']:.2f} ms at {s['calls']:,}" for s in long["sessions"])
+        last = long["sessions"][-1]["context_tokens_last"] // 1000
+        text += f"; per call in sessions growing to {last}k tokens: {costs} calls"
     e2e = result.get("end_to_end")
     if e2e:
         text += (

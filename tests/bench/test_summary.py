@@ -30,6 +30,16 @@ def test_each_row_reads_its_numbers_from_the_results(data: dict[str, Any]) -> No
     assert "12,345 sessions/min" not in before
 
 
+def test_the_reconstruction_row_gives_the_long_session_costs(data: dict[str, Any]) -> None:
+    long = data["benchmarks"]["reconstruct"].setdefault("long_sessions", {})
+    long["sessions"] = [
+        {"calls": 100, "ms_per_call": 0.5, "context_tokens_last": 99_000},
+        {"calls": 10_000, "ms_per_call": 0.25, "context_tokens_last": 101_000},
+    ]
+    row = next(line for line in summary_table(data) if line.startswith("| reconstruction"))
+    assert "0.50 ms at 100, 0.25 ms at 10,000 calls" in row and "101k tokens" in row
+
+
 def test_a_benchmark_without_results_has_no_row(data: dict[str, Any]) -> None:
     del data["benchmarks"]["pipeline"]
     table = summary_table(data)
