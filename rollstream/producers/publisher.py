@@ -58,10 +58,15 @@ class PublisherSettings(BaseSettings):
         "consumers that work per session, so a quarter second of delay is cheap.",
     )
     send_timeout_s: float = Field(
-        default=10.0, gt=0, description="How long a batch may wait for acks before spooling."
+        default=10.0,
+        gt=0,
+        description="How long a batch waits for acks before a copy is spooled "
+        "(the producer keeps retrying it; the copy is dropped once it is acknowledged).",
     )
     retry_interval_s: float = Field(
-        default=1.0, gt=0, description="Pause between attempts to reach an absent broker."
+        default=1.0,
+        gt=0,
+        description="Pause between attempts to reach an absent broker or an unwritable spool disk.",
     )
 
 
