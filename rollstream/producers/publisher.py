@@ -98,6 +98,7 @@ class CapturePublisher:
         self._stopping = asyncio.Event()
         self._spooled = asyncio.Event()  # publish() overflowed into the spool
         self._accepted = 0  # records taken by publish(), in order (see settled())
+        self._building: list[Record] = []  # the batch _next_batch lingers over
 
     @property
     def kafka(self) -> KafkaSettings:
@@ -178,11 +179,12 @@ class CapturePublisher:
         records elsewhere that a record's effect is done (the node committing a sample as run
         once its SessionEnded is published) waits here first. False after ``timeout``.
         """
-        target = self._accepted
+        target, dropped = self._accepted, self.metrics.dropped
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while self._accepted - self._unsettled() < target:
-            if loop.time() >= deadline:
+            if loop.time() >= deadline or self.metrics.dropped > dropped:
+                # A record dropped meanwhile (memory bound, disk full) may be one of ours.
                 return False
             # Polled: settling has many paths (acks, spooling, a disk coming back), and a
             # caller waits once per commit, not per record.
@@ -191,7 +193,7 @@ class CapturePublisher:
 
     def _unsettled(self) -> int:
         in_hand = 0 if self._in_flight_spooled else len(self._in_flight)
-        return self._queue.qsize() + in_hand + self._backlog.held
+        return self._queue.qsize() + len(self._building) + in_hand + self._backlog.held
 
     # -- the sending task --------------------------------------------------------------------
 
@@ -251,7 +253,19 @@ class CapturePublisher:
         return True
 
     async def _next_batch(self) -> list[Record]:
+        # Visible to settled() while it lingers: taken off the queue, in no spool yet. The
+        # caller puts it in hand (_send_in_hand) without yielding in between.
         batch: list[Record] = []
+        self._building = batch
+        try:
+            return await self._fill(batch)
+        except asyncio.CancelledError:
+            self._spool(batch)  # stop() gave up waiting: what was taken goes first, not lost
+            raise
+        finally:
+            self._building = []
+
+    async def _fill(self, batch: list[Record]) -> list[Record]:
         first = await self._next_record()
         if first is None or not self._add(batch, first):
             return batch

@@ -25,6 +25,17 @@ async def test_acknowledged_records_have_settled(tmp_path: Path) -> None:
         assert broker.log == _values(3)
 
 
+async def test_a_batch_lingering_for_more_records_has_not_settled(tmp_path: Path) -> None:
+    broker = FakeBroker()
+    async with OnFakeBroker(tmp_path, broker, linger_ms=400) as publisher:
+        publisher.publish(b"k", b"0")
+        await _until(lambda: publisher._queue.empty())  # taken off the queue, lingering
+        assert broker.log == [] and publisher.spool.empty()
+        assert not await publisher.settled(0)  # a crash now would lose it
+        assert await publisher.settled(5)
+        assert broker.log == [b"0"]
+
+
 async def test_a_hanging_broker_settles_them_through_the_spool(tmp_path: Path) -> None:
     broker = FakeBroker()
     broker.hang = True
