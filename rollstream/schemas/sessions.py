@@ -20,6 +20,19 @@ class SessionStatus(StrEnum):
     UNKNOWN = "unknown"
 
 
+#: ``SessionEnded.error`` of a session a rollout node cut short while handing its task's
+#: partition to another node: the sample runs again there, so this attempt is superseded.
+HANDED_BACK = "handed back: this node gave up its task's partition; the sample runs again there"
+#: The note (``TrajectoryStats.notes``) the reconstructor gives such a session's trajectory;
+#: readers that train on groups of samples leave it out (the sample's re-run takes its place).
+SUPERSEDED = "superseded: handed back to another node, whose re-run of the sample replaces it"
+
+
+def handed_back(ended: SessionEnded | None) -> bool:
+    """Whether ``ended`` closes a session cut short by a hand-over (see ``HANDED_BACK``)."""
+    return ended is not None and ended.error == HANDED_BACK
+
+
 class _SessionRecord(AvroRecord):
     """The fields that open both lifecycle records, in their Avro order."""
 

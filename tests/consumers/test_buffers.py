@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from rollstream.consumers.reconstruct.buffers import PartitionBuffers, Taken
+from rollstream.consumers.reconstruct.buffers import PartitionBuffers, Taken, build_trajectory
 from rollstream.consumers.reconstruct.service import Reconstructor
 from rollstream.consumers.reconstruct.settings import ReconstructSettings
+from rollstream.consumers.reconstruct.strategies import get_strategy
 from rollstream.errors import ConfigurationError
 from rollstream.producers.synthetic import SyntheticShape, synthetic_session
-from rollstream.schemas import SessionEnded
+from rollstream.schemas import SessionEnded, SessionStatus
+from rollstream.schemas.sessions import HANDED_BACK, SUPERSEDED
 from rollstream.schemas.trajectories import TrajectoryStatus
 from rollstream.settings import KafkaSettings
 from tests.schemas.samples import SCORED
@@ -168,6 +170,20 @@ def test_late_records_are_told_apart_from_a_reread_of_an_emitted_session() -> No
     assert again.add(3, records[2], at=101.0) is Taken.LATE  # offset 3 was past the emission
     assert again.add(3, records[2], at=101.0) is Taken.REREAD  # and now it is remembered
     assert again.late_records == 1
+
+
+@pytest.mark.parametrize("error", [HANDED_BACK, "harness exited 1", None])
+def test_a_session_a_node_handed_back_is_marked_superseded(error: str | None) -> None:
+    *records, ended = synthetic_session("h", SHAPE).records
+    assert isinstance(ended, SessionEnded)
+    ended = ended.model_copy(update={"status": SessionStatus.CANCELLED, "error": error})
+    buffers = PartitionBuffers(committed=0)
+    for offset, record in enumerate([*records, ended]):
+        buffers.add(offset, record, at=0.0)
+    [(buffer, status)] = buffers.ready(0.0, wait_s=5, idle_s=60)
+    trajectory = build_trajectory(buffer, status, get_strategy("prefix_merge"), "prefix_merge")
+    assert (SUPERSEDED in trajectory.stats.notes) is (error == HANDED_BACK)
+    assert trajectory.session_status is SessionStatus.CANCELLED
 
 
 def test_a_strategy_that_needs_a_tokenizer_is_refused_at_start() -> None:

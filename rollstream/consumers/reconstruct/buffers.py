@@ -34,6 +34,7 @@ from rollstream.schemas import (
     SessionStatus,
     utcnow,
 )
+from rollstream.schemas.sessions import SUPERSEDED, handed_back
 from rollstream.schemas.trajectories import Trajectory, TrajectoryStatus
 
 STATE_VERSION = 1
@@ -202,7 +203,10 @@ def build_trajectory(
         status=status,
         session_status=buffer.ended.status if buffer.ended else SessionStatus.UNKNOWN,
         segments=result.segments,
-        stats=result.stats,
+        # A hand-over's cut-short attempt: its sample runs again elsewhere (see SUPERSEDED).
+        stats=result.stats.model_copy(update={"notes": [*result.stats.notes, SUPERSEDED]})
+        if handed_back(buffer.ended)
+        else result.stats,
         policy_versions=sorted({c.policy_version for c in buffer.calls.values()}),
         created_at=utcnow(),
         task=buffer.started.task if buffer.started else None,

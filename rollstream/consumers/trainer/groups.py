@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from rollstream.consumers.trainer.ledger import OffsetLedger, Partition, StreamPosition
 from rollstream.consumers.trainer.settings import TrainerSettings
 from rollstream.schemas import Scored
+from rollstream.schemas.sessions import SUPERSEDED
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +84,10 @@ class StreamMetrics:
     """Counters of a stream; groups count groups, the rest count records.
 
     In batches mode ``dropped_stale`` counts records (staleness is judged per record there).
-    ``undecodable``, ``taskless`` and ``unusable`` count records skipped (and committed past):
-    not a Scored or Trajectory record; a trajectory that cannot be grouped (``taskless=skip``);
-    a record whose handling failed in any other way.
+    ``undecodable``, ``taskless``, ``superseded`` and ``unusable`` count records skipped (and
+    committed past): not a Scored or Trajectory record; a trajectory that cannot be grouped
+    (``taskless=skip``); an attempt a node cut short when it handed the task over (the sample's
+    re-run takes its place in the group); a record whose handling failed in any other way.
     """
 
     delivered_groups: int = 0
@@ -99,6 +101,7 @@ class StreamMetrics:
     late: int = 0
     taskless: int = 0
     unusable: int = 0
+    superseded: int = 0
 
 
 @dataclass
@@ -157,6 +160,13 @@ class GroupAssembler:
         if record is None:
             self.metrics.undecodable += 1
             self.ledger.finish(partition, offset, None)
+            return
+        if SUPERSEDED in record.trajectory.stats.notes:
+            # Counted as a member, it would close the group before the sample's re-run came
+            # (dropped as late), with a cut-short rollout scored in its place.
+            self.metrics.superseded += 1
+            self.ledger.finish(partition, offset, None)
+            log.info("skipping %s: %s", record.trajectory.trajectory_id, SUPERSEDED)
             return
         key: GroupKey | None = None
         size = self.settings.batch_size

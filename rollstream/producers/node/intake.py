@@ -40,6 +40,7 @@ from rollstream.producers.node.progress import PartitionProgress, TaskEntry
 from rollstream.producers.node.session import Session
 from rollstream.producers.node.settings import NodeSettings
 from rollstream.schemas import AvroSerializer, Task, TopicNames
+from rollstream.schemas.sessions import HANDED_BACK
 from rollstream.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,6 @@ _COMMIT_RETRY_S = 5.0  # a partition behind (a failed commit) is tried again thi
 # (send_timeout_s, 10 s by default), after which they are spooled, hence safe, anyway.
 _SETTLE_S = 15.0
 _POST_RUN_S = 30.0  # for sessions cancelled at the hand-off bound to go through post-run
-HANDED_BACK = "handed back: this node gave up its task's partition; the sample runs again there"
 
 
 @dataclass

@@ -15,6 +15,7 @@ from rollstream.consumers.trainer import (
     TrainerSettings,
 )
 from rollstream.schemas import Scored
+from rollstream.schemas.sessions import SUPERSEDED
 from tests.consumers.trainer.records import group_of, scored
 
 TOPIC = "rollstream.scored"
@@ -180,6 +181,30 @@ def test_an_incomplete_group_can_be_yielded_partial_instead() -> None:
     assert assembler.pop() is None  # c is younger
     assert assembler.metrics.partial_groups == 1 and assembler.metrics.delivered_groups == 1
     assert assembler.safe_offsets() == {(TOPIC, 0): 1}
+
+
+def test_an_attempt_handed_back_by_a_node_gives_its_place_to_the_re_run() -> None:
+    """A node handing its partition over cuts a long session short; the sample runs again on
+    the next owner under the same group. Counted as a member, the cut-short attempt would close
+    the group first and the re-run would be dropped as late."""
+    assembler = GroupAssembler(TrainerSettings())
+    cut = scored("h", 0, samples=2)
+    stats = cut.trajectory.stats.model_copy(update={"notes": [SUPERSEDED]})
+    cut = cut.model_copy(update={"trajectory": cut.trajectory.model_copy(update={"stats": stats})})
+    rerun = scored("h", 0, samples=2)
+    rerun = rerun.model_copy(
+        update={"trajectory": rerun.trajectory.model_copy(update={"trajectory_id": "re-run"})}
+    )
+    other = scored("h", 1, samples=2)
+    for offset, record in enumerate((cut, other, rerun)):
+        assembler.add((TOPIC, 0), offset, record, now=0.0)
+    group = assembler.pop()
+    assert isinstance(group, Group) and group.complete
+    assert sorted(r.trajectory.trajectory_id for r in group.records) == sorted(
+        r.trajectory.trajectory_id for r in (other, rerun)
+    )
+    assert assembler.metrics.superseded == 1 and assembler.metrics.late == 0
+    assert assembler.safe_offsets() == {(TOPIC, 0): 3}
 
 
 def test_groups_too_far_behind_the_policy_are_dropped_and_counted() -> None:
