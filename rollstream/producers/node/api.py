@@ -151,6 +151,8 @@ class NodeApi:
             f"rollstream_node_sessions_handed_back_total {intake.sessions_handed_back}",
             "# TYPE rollstream_node_commits_failed_total counter",
             f"rollstream_node_commits_failed_total {intake.commits_failed}",
+            "# TYPE rollstream_node_loop_failures_total counter",
+            f"rollstream_node_loop_failures_total {intake.loop_failures}",
             "# TYPE rollstream_node_commits_deferred_total counter",
             f"rollstream_node_commits_deferred_total {intake.commits_deferred}",
             "# TYPE rollstream_node_progress_left_out_total counter",

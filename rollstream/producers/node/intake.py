@@ -62,6 +62,7 @@ class IntakeMetrics:
     samples_withdrawn: int = 0  # given back before their harness started
     sessions_handed_back: int = 0  # cancelled at the hand-off bound, to run again elsewhere
     commits_failed: int = 0
+    loop_failures: int = 0  # the intake's or the committer's loop raised and was restarted
     commits_deferred: int = 0  # lifecycle records not yet safe: the commit waits
     progress_left_out: int = 0  # metadata items left out for the broker's size limit
     paused: bool = False
@@ -118,9 +119,23 @@ class TaskIntake(ConsumerRebalanceListener):  # type: ignore[misc]
         with ordinary_tasks():  # an interceptor may share this loop (see ordinary_tasks)
             await self._consumer.start()
         self._tasks = [
-            asyncio.create_task(self._take(), name="node-intake"),
-            asyncio.create_task(self._commit_often(), name="node-commits"),
+            asyncio.create_task(self._keep(self._take, "taking tasks"), name="node-intake"),
+            asyncio.create_task(self._keep(self._commit_often, "committing"), name="node-commits"),
         ]
+
+    async def _keep(self, loop: Callable[[], Awaitable[None]], what: str) -> None:
+        """Run ``loop`` for the node's life; an unexpected error is logged, counted, retried.
+
+        A loop that ended quietly would leave a node that looks healthy but no longer takes
+        tasks or commits what it ran.
+        """
+        while True:
+            try:
+                await loop()
+            except Exception:
+                self.metrics.loop_failures += 1
+                log.exception("%s failed; starting again in %g s", what, _COMMIT_RETRY_S)
+                await asyncio.sleep(_COMMIT_RETRY_S)
 
     async def stop(self) -> None:
         """Stop taking tasks, hand every partition over (see the module docs), leave."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +100,31 @@ async def test_a_sample_is_committed_as_run_only_once_its_session_ended_is_safe(
     settled.safe = True
     assert await intake.commit()
     assert consumer.kept == [{TP: (8, "")}]
+
+
+async def test_a_loop_that_raises_is_logged_counted_and_started_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the intake's loops were bare tasks: one exception and the node stopped taking
+    tasks (or committing) for good while its API still answered."""
+    monkeypatch.setattr("rollstream.producers.node.intake._COMMIT_RETRY_S", 0.0)
+    runner = make_runner(tmp_path, Sink())
+    intake = TaskIntake(runner.settings, KafkaSettings(), NodeScheduler(runner), AvroSerializer())
+    runs = 0
+    again = asyncio.Event()
+
+    async def flaky() -> None:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            raise RuntimeError("a bug in submit")
+        again.set()
+        await asyncio.Event().wait()  # runs on, as a loop does
+
+    task = asyncio.create_task(intake._keep(flaky, "taking tasks"))
+    await asyncio.wait_for(again.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert runs == 2 and intake.metrics.loop_failures == 1
+    assert any("taking tasks failed" in r.getMessage() for r in caplog.records)
