@@ -172,15 +172,19 @@ class Spool:
             if segment == self._segments()[-1] and self._torn:
                 self._repair()
                 return self.read(limit)
-            self.skipped_bytes += len(data) - start
+            # Skip to the next whole frame, not to the end: the damage is usually a few bytes,
+            # and every valid record after it must still be sent.
+            resume = _next_frame(data, start + 1)
+            self.skipped_bytes += resume - start
             log.error(
                 "spool segment %s is damaged at offset %d: %d bytes skipped",
                 segment,
                 start,
-                len(data) - start,
+                resume - start,
             )
             with contextlib.suppress(SpoolError):  # the offset is kept in memory meanwhile
-                self._mark_sent(segment, len(data))
+                self._mark_sent(segment, resume)
+            return self.read(limit)
         return []
 
     def commit(self, record: SpooledRecord) -> None:
@@ -259,3 +263,18 @@ def _parse(data: bytes, start: int, segment: Path, limit: int) -> list[SpooledRe
         records.append(SpooledRecord(key, body[_HEADER.size + k :], segment, end))
         pos = end
     return records
+
+
+def _next_frame(data: bytes, start: int) -> int:
+    """The first offset from ``start`` where a whole frame with a valid CRC begins, else the end.
+
+    A false match needs plausible lengths and a matching CRC-32 at once: about one in four
+    billion offsets, each of them scanned only after damage.
+    """
+    for pos in range(start, len(data) - _HEADER.size - _CRC.size + 1):
+        key_len, value_len = _HEADER.unpack_from(data, pos)
+        k = 0 if key_len == _NO_KEY else key_len
+        end = pos + _HEADER.size + k + value_len + _CRC.size
+        if end <= len(data) and _parse(data, pos, Path(), 1):
+            return pos
+    return len(data)

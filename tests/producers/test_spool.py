@@ -154,6 +154,21 @@ def test_a_sent_offset_the_disk_refuses_is_kept_in_memory(
     assert spool.pending_bytes == first[-1].segment.stat().st_size - first[-1].end
 
 
+def test_damage_skips_only_the_damaged_frame_not_the_records_after_it(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    spool.append([(b"k", b"first"), (b"k", b"second"), (None, b"third"), (b"k", b"fourth")])
+    [segment] = tmp_path.glob("spool-*.log")
+    data = bytearray(segment.read_bytes())
+    frame = len(data) // 4 + 1  # inside the second frame (the four are about equal)
+    data[frame + 9] ^= 0xFF  # a byte of its body: its CRC no longer matches
+    segment.write_bytes(bytes(data))
+    first = spool.read(1)
+    assert [r.value for r in first] == [b"first"]
+    spool.commit(first[0])
+    assert [r.value for r in spool.read()] == [b"third", b"fourth"]
+    assert 0 < spool.skipped_bytes < len(data) // 2
+
+
 def test_damage_in_the_middle_is_skipped_with_a_count_not_a_stall(tmp_path: Path) -> None:
     """Bytes that are no frame where a frame should start: skipped and counted, reading goes on."""
     spool = Spool(tmp_path, segment_bytes=64)
