@@ -146,6 +146,23 @@ def test_the_wait_after_session_ended_counts_from_the_ended_record() -> None:
     assert buffers.ready(None, wait_s=5, idle_s=60)[0][1] is TrajectoryStatus.INCOMPLETE
 
 
+def test_a_session_ended_delayed_in_transit_still_waits_for_its_calls() -> None:
+    """A producer retrying through a broker outage keeps a batch's first timestamp, and spooled
+    calls come later still: the wait counts from when the SessionEnded was read. Counted from
+    its old timestamp (the chaos broker-outage run), the session was closed incomplete at once
+    while its calls were on their way."""
+    started, call, other, ended = synthetic_session("a", SHAPE).records
+    buffers = PartitionBuffers(committed=0)
+    buffers.add(0, started, at=0.0, arrived=100.0)
+    buffers.add(1, call, at=1.0, arrived=100.0)
+    buffers.add(2, ended, at=2.0, arrived=100.0)  # sent at 2, acknowledged after the outage
+    buffers.advance(100.0)  # read to the end: the wall clock
+    assert buffers.ready(None, wait_s=5, idle_s=60) == []
+    buffers.add(3, other, at=101.0, arrived=103.0)  # from a spool, drained after the broker
+    [(buffer, status)] = buffers.ready(103.0, wait_s=5, idle_s=60)
+    assert status is TrajectoryStatus.COMPLETE and len(buffer.calls) == 2
+
+
 def test_late_records_are_told_apart_from_a_reread_of_an_emitted_session() -> None:
     """A call after its trajectory is late (dropped, counted); reading it again is not."""
     records = synthetic_session("a", SHAPE).records

@@ -6,12 +6,19 @@ session, so after a crash or a rebalance the new owner re-reads every record an 
 needs. Sessions already emitted whose records lie past that offset are remembered (and written
 with each transaction) so the re-read emits nothing twice.
 
-Time is the records' own (their Kafka timestamps, in seconds), not when they were read: a
-session's deadlines (the wait after SessionEnded, the idle timeout) follow from its records, so
-a restart or a rebalance that re-reads them reaches the same deadlines, and a session silent
-for long is closed as soon as its records are read again. A partition's clock is the newest
-record time read on it, moved on to the wall clock by the service once the partition is read
-to its end (nothing newer can be waiting then).
+Time is the records' own (their Kafka timestamps, in seconds), not when they were read: the
+idle timeout follows from a session's records, so a restart or a rebalance that re-reads them
+reaches the same deadline, and a session silent for long is closed as soon as its records are
+read again. A partition's clock is the newest record time read on it, moved on to the wall
+clock by the service once the partition is read to its end (nothing newer can be waiting then).
+
+The short wait after SessionEnded for calls still on their way is the exception: it counts from
+when the SessionEnded was read, if that is later than its timestamp. Records delayed in transit
+(a producer retrying a batch through a broker outage keeps the batch's first timestamp; a spool
+drains minutes later) carry old times, and the calls that such a SessionEnded waits for are
+delayed the same way: counted from the old time, the wait would be over before they could
+come. A restart re-reading the SessionEnded waits again, which costs seconds, not the hour of
+the idle timeout.
 """
 
 from __future__ import annotations
@@ -99,8 +106,14 @@ class PartitionBuffers:
         """Move the partition's clock on to ``now`` (never back)."""
         self.clock = max(self.clock, now)
 
-    def add(self, offset: int, record: AvroRecord, at: float) -> Taken:
-        """Take one decoded record of this partition, in offset order; ``at`` is its time."""
+    def add(
+        self, offset: int, record: AvroRecord, at: float, arrived: float | None = None
+    ) -> Taken:
+        """Take one decoded record of this partition, in offset order.
+
+        ``at`` is its time (its timestamp); ``arrived`` when it was read (wall clock), which
+        starts the wait after a SessionEnded if it is later (see the module docs).
+        """
         self.next_offset = offset + 1
         self.advance(at)
         session = getattr(record, "session_id", None)
@@ -124,7 +137,8 @@ class PartitionBuffers:
         elif isinstance(record, SessionStarted):
             buffer.started = record
         else:
-            buffer.ended, buffer.ended_time = record, at
+            buffer.ended = record
+            buffer.ended_time = max(at, arrived) if arrived is not None else at
         return Taken.BUFFERED
 
     def skip(self, offset: int) -> None:

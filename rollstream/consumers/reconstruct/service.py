@@ -227,7 +227,7 @@ class Reconstructor:
             self._dead.append(dead_letter(message, exc, self.settings.group_id))
             buffers.skip(message.offset)
             return
-        taken = buffers.add(message.offset, record, _record_time(message))
+        taken = buffers.add(message.offset, record, _record_time(message), time.time())
         if taken is Taken.LATE:
             self.metrics.late_records += 1
             log.warning(

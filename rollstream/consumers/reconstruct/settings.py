@@ -36,7 +36,7 @@ class ReconstructSettings(BaseSettings):
         default=10.0,
         ge=0,
         description="After SessionEnded, how long to wait for calls still on their way "
-        "(counted from its record's timestamp).",
+        "(counted from when it is read, or from its timestamp if that is later).",
     )
     idle_timeout_s: float = Field(
         default=3600.0,
