@@ -30,7 +30,12 @@ SUPERSEDED = "superseded: handed back to another node, whose re-run of the sampl
 
 def handed_back(ended: SessionEnded | None) -> bool:
     """Whether ``ended`` closes a session cut short by a hand-over (see ``HANDED_BACK``)."""
-    return ended is not None and ended.error == HANDED_BACK
+    # The outcome is the error's first note; others (a diff that failed) may follow it.
+    return (
+        ended is not None
+        and ended.status is SessionStatus.CANCELLED
+        and (ended.error or "").startswith(HANDED_BACK)
+    )
 
 
 class _SessionRecord(AvroRecord):
