@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from rollstream.admin import TopicAdmin
@@ -20,7 +22,12 @@ async def test_create_is_idempotent_and_reports_drift(
     async with TopicAdmin(kafka_settings) as admin:
         first = await admin.create(specs)
         assert all(r.created for r in first)
-        assert {r.name for r in first} <= set(await admin.list_topics())
+        # A created topic reaches the metadata a listing reads a moment later (seen once
+        # under load in a fresh-clone run): wait for it, bounded, rather than race it.
+        created = {r.name for r in first}
+        async with asyncio.timeout(30):
+            while not created <= set(await admin.list_topics()):  # noqa: ASYNC110
+                await asyncio.sleep(0.2)
 
         second = await admin.create(specs)
         assert not any(r.created for r in second)
