@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -50,6 +49,7 @@ from tests.chaos.pipeline import (
     topic_readers,
 )
 from tests.conftest import JAR_CACHE
+from tests.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -72,17 +72,6 @@ def _task(index: int) -> dict[str, Any]:
         "agent_timeout_s": 60,
         "metadata": {"harness.function": "rollstream.demo.agent:run"},
     }
-
-
-async def _until(condition: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
-    try:
-        async with asyncio.timeout(timeout):
-            while True:
-                if await condition():
-                    return
-                await asyncio.sleep(0.2)
-    except TimeoutError:
-        raise AssertionError(f"not within {timeout:.0f}s: {what}") from None
 
 
 class Run:
@@ -225,7 +214,7 @@ async def _exercise(run: Run, chaos_report: ChaosReport) -> None:
             await run.poll()
             return False
 
-    await _until(node_up, 60, "the node's API answers")
+    await until(node_up, 60, "the node's API answers", interval=0.2)
     async with aiohttp.ClientSession(base_url=run.node_url) as http:
         for i in range(TASKS):
             async with http.post("/tasks", json=_task(i)) as response:
@@ -236,7 +225,7 @@ async def _exercise(run: Run, chaos_report: ChaosReport) -> None:
         await run.poll()
         return 2 <= len(run.scored.records) < len(run.trajectories.records)
 
-    await _until(scoring, 90, "the first scores")
+    await until(scoring, 90, "the first scores", interval=0.2)
     run.restart("score")
 
     # 2. The node, with sessions running and some tasks done already.
@@ -245,7 +234,7 @@ async def _exercise(run: Run, chaos_report: ChaosReport) -> None:
         stages = await run.node_stages()
         return stages["run"] >= 2 and stages["ended"] >= 4
 
-    await _until(node_busy, 60, "sessions running on the node")
+    await until(node_busy, 60, "sessions running on the node", interval=0.2)
     killed_at = datetime.now(UTC)
     run.restart("node")
 
@@ -264,7 +253,9 @@ async def _exercise(run: Run, chaos_report: ChaosReport) -> None:
             and {s.trajectory.session_id for s in run.scored.of(Scored)} == sessions
         )
 
-    await _until(drained, 150, "every task re-run and every session reconstructed and scored")
+    await until(
+        drained, 150, "every task re-run and every session reconstructed and scored", interval=0.2
+    )
     for reader in (run.events, run.trajectories, run.scored):
         await reader.settle(2.0)
     _check(run, killed_at, chaos_report)

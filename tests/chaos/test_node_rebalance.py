@@ -17,10 +17,8 @@ committed before the partitions move, and the next owner runs only what nobody f
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import signal
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +44,7 @@ from tests.chaos.pipeline import (
     topic_readers,
 )
 from tests.conftest import JAR_CACHE
+from tests.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -78,17 +77,6 @@ async def _submit(kafka: KafkaSettings, names: TopicNames) -> None:
             await producer.send_and_wait(names.tasks, value, key=key, partition=i % 3)
     finally:
         await producer.stop()
-
-
-async def _until(condition: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
-    try:
-        async with asyncio.timeout(timeout):
-            while True:
-                if await condition():
-                    return
-                await asyncio.sleep(0.2)
-    except TimeoutError:
-        raise AssertionError(f"not within {timeout:.0f}s: {what}") from None
 
 
 class Lifecycle:
@@ -188,14 +176,16 @@ async def _exercise(
             await run.poll()
             return False
 
-    await _until(api_up, 60, "the first node's API answers")
+    await until(api_up, 60, "the first node's API answers", interval=0.2)
 
     # 1. The second node joins while the first runs sessions (it has finished some).
     async def first_busy() -> bool:
         await run.poll()
         return run.finished_on("a") >= 2 and run.running_on("a") >= 1
 
-    await _until(first_busy, 90, "the first node done with sessions and running others")
+    await until(
+        first_busy, 90, "the first node done with sessions and running others", interval=0.2
+    )
     nodes["b"].start()
 
     # 2. The first node leaves (SIGTERM) while it runs sessions, the second having taken
@@ -206,7 +196,9 @@ async def _exercise(
         second = run.finished_on("b") + run.running_on("b")
         return second >= 1 and run.running_on("a") >= 1
 
-    await _until(both_busy, 120, "the second node running sessions, the first running too")
+    await until(
+        both_busy, 120, "the second node running sessions, the first running too", interval=0.2
+    )
     running_at_leave = run.running_on("a")
     first = nodes["a"]
     assert first.proc is not None
@@ -218,13 +210,13 @@ async def _exercise(
         await run.poll()
         return not first.alive()
 
-    await _until(first_gone, 90, "the first node's clean stop")
+    await until(first_gone, 90, "the first node's clean stop", interval=0.2)
 
     async def all_done() -> bool:
         await run.poll()
         return len(run.completions()) == TASKS * SAMPLES
 
-    await _until(all_done, 150, "every sample completed")
+    await until(all_done, 150, "every sample completed", interval=0.2)
     await run.events.settle(3.0)
 
     completions = run.completions()

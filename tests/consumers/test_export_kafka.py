@@ -10,9 +10,8 @@ import json
 import os
 import signal
 import sys
-import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from rollstream.schemas.registry import current_schemas, history_schemas
 from rollstream.settings import KafkaSettings
 from tests.conftest import ProducerFactory, TopicFactory
 from tests.schemas.samples import ENDED, SCORED, TRAJECTORY
+from tests.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -314,13 +314,6 @@ async def test_a_newer_writers_records_are_exported_once_its_schema_is_learnt(
     _check_table(pq.read_table(out), expected)
 
 
-async def _until(check: Callable[[], bool], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.1)
-
-
 async def test_follow_writes_jsonl_rows_as_records_arrive(
     kafka_settings: KafkaSettings,
     rollstream_topics: TopicNames,
@@ -346,10 +339,10 @@ async def test_follow_writes_jsonl_rows_as_records_arrive(
         return [json.loads(line)["trajectory_id"] for line in text.splitlines()]
 
     try:
-        await _until(lambda: any("caught up" in line for line in lines))
+        await until(lambda: any("caught up" in line for line in lines))
         assert ids() == ["before"]
         await _produce(producer, rollstream_topics.scored, [_scored("after", [2, 2], 0.0)])
-        await _until(lambda: ids() == ["before", "after", "after"])
+        await until(lambda: ids() == ["before", "after", "after"])
     finally:
         stopping.set()
         report = await asyncio.wait_for(task, 30)
@@ -379,10 +372,10 @@ async def test_follow_in_a_subprocess_stops_on_sigint_with_a_readable_parquet_fi
 
     collecting = asyncio.create_task(collect(process.stderr))
     try:
-        await _until(lambda: any("caught up at 1 records" in line for line in stderr))
+        await until(lambda: any("caught up at 1 records" in line for line in stderr))
         after = _scored("after", [5], None)
         await _produce(producer, rollstream_topics.scored, [after])
-        await _until(lambda: any("2 records read, 3 rows written" in line for line in stderr))
+        await until(lambda: any("2 records read, 3 rows written" in line for line in stderr))
         process.send_signal(signal.SIGINT)
         summary = (await asyncio.wait_for(process.stdout.read(), 30)).decode()
         assert await asyncio.wait_for(process.wait(), 30) == 0, "".join(stderr)

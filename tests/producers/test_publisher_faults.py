@@ -9,7 +9,6 @@ test_publisher.py and tests/chaos.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from rollstream.producers.rejected import RejectedRecords
 from rollstream.producers.spool import Spool, SpoolError
 from rollstream.schemas import RECORD_BUDGET_BYTES
 from rollstream.settings import KafkaSettings
+from tests.waiting import until
 
 Record = tuple[bytes | None, bytes]
 
@@ -141,12 +141,6 @@ class OnFakeBroker(CapturePublisher):
         return await super()._next_batch()
 
 
-async def _until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():  # noqa: ASYNC110 - the publisher signals nothing to wait on
-            await asyncio.sleep(0.01)
-
-
 def _values(n: int, start: int = 0) -> list[bytes]:
     return [b"%d" % i for i in range(start, start + n)]
 
@@ -161,7 +155,7 @@ async def test_a_full_disk_and_an_absent_broker_make_the_sender_wait_not_spin(
         publisher.disk.full = True
         for value in _values(3):
             publisher.publish(b"k", value)
-        await _until(lambda: publisher.metrics.held == 3)
+        await until(lambda: publisher.metrics.held == 3)
         refused = publisher.disk.refused
         await asyncio.sleep(0.2)  # the sending task retries meanwhile, without spinning
         assert not publisher.spun and not publisher._task.done()  # type: ignore[union-attr]
@@ -169,13 +163,13 @@ async def test_a_full_disk_and_an_absent_broker_make_the_sender_wait_not_spin(
         assert publisher.disk.refused > refused  # it went on trying the disk
         for value in _values(2, 3):
             publisher.publish(b"k", value)  # still accepted, held behind the others
-        await _until(lambda: publisher.metrics.held == 5)
+        await until(lambda: publisher.metrics.held == 5)
 
         publisher.disk.full = False  # space back: held records go to the spool, in order
-        await _until(lambda: publisher.metrics.held == 0 and not publisher.metrics.spool_alarm)
+        await until(lambda: publisher.metrics.held == 0 and not publisher.metrics.spool_alarm)
         assert [r.value for r in Spool(tmp_path).read()] == _values(5)
         broker.up = True
-        await _until(lambda: publisher.spool.empty())
+        await until(lambda: publisher.spool.empty())
     assert broker.log == _values(5)  # each exactly once, in order
     assert publisher.metrics.dropped == 0 and not publisher.spun
 
@@ -190,11 +184,11 @@ async def test_records_held_in_memory_go_to_a_broker_back_before_the_disk(
         publisher.disk.full = True
         for value in _values(4):
             publisher.publish(b"k", value)
-        await _until(lambda: publisher.metrics.held == 4)
+        await until(lambda: publisher.metrics.held == 4)
         broker.up = True  # the disk is still full
-        await _until(lambda: broker.log == _values(4))
+        await until(lambda: broker.log == _values(4))
         publisher.publish(b"k", b"4")
-        await _until(lambda: broker.log == _values(5))
+        await until(lambda: broker.log == _values(5))
         assert publisher.metrics.held == 0 and publisher.spool.empty()
     assert not publisher.spun
 
@@ -207,7 +201,7 @@ async def test_stop_spools_the_batch_in_hand_when_the_broker_hangs(tmp_path: Pat
     await publisher.start()
     for value in _values(3):
         publisher.publish(b"k", value)
-    await _until(lambda: len(broker.hanging) == 3)  # the batch is in hand, unanswered
+    await until(lambda: len(broker.hanging) == 3)  # the batch is in hand, unanswered
     publisher.publish(b"k", b"3")  # queued behind it
     await publisher.stop(timeout=0.2)
     assert [r.value for r in Spool(tmp_path).read()] == _values(4)  # in order, nothing lost
@@ -227,12 +221,12 @@ async def test_a_batch_acknowledged_late_is_spooled_meanwhile_and_sent_once(
     async with publisher:
         for value in _values(3):
             publisher.publish(b"k", value)
-        await _until(lambda: len(Spool(tmp_path).read()) == 3)  # durable while unanswered
+        await until(lambda: len(Spool(tmp_path).read()) == 3)  # durable while unanswered
         assert not publisher.metrics.connected
         publisher.publish(b"k", b"3")  # behind it, in the spool
-        await _until(lambda: len(Spool(tmp_path).read()) == 4)
+        await until(lambda: len(Spool(tmp_path).read()) == 4)
         broker.release()
-        await _until(lambda: publisher.spool.empty() and len(broker.log) >= 4)
+        await until(lambda: publisher.spool.empty() and len(broker.log) >= 4)
         await asyncio.sleep(0.1)  # time for a copy to go out, if one were to
     assert broker.log == _values(4)
 
@@ -247,12 +241,12 @@ async def test_a_batch_spooled_while_in_flight_keeps_its_place_and_is_not_sent_t
     publisher = OnFakeBroker(tmp_path, broker, max_queue_records=2)
     async with publisher:
         publisher.publish(b"k", b"0")
-        await _until(lambda: len(broker.hanging) == 1)  # b"0" is in flight
+        await until(lambda: len(broker.hanging) == 1)  # b"0" is in flight
         for value in _values(3, 1):  # the third overflows the queue: all to the spool
             publisher.publish(b"k", value)
         assert [r.value for r in Spool(tmp_path).read()] == _values(4)
         broker.release(None if outcome == "acknowledged" else KafkaConnectionError("reset"))
-        await _until(lambda: publisher.spool.empty() and len(broker.log) >= 4)
+        await until(lambda: publisher.spool.empty() and len(broker.log) >= 4)
     assert broker.log == _values(4)  # once each, in order
 
 
@@ -267,9 +261,9 @@ async def test_a_record_too_large_for_the_topic_is_set_aside_and_later_ones_flow
         publisher.publish(b"k", b"a")
         publisher.publish(b"big", big)
         publisher.publish(b"k", b"b")
-        await _until(lambda: broker.log == [b"a", b"b"])
+        await until(lambda: broker.log == [b"a", b"b"])
         publisher.publish(b"k", b"c")
-        await _until(lambda: broker.log == [b"a", b"b", b"c"])
+        await until(lambda: broker.log == [b"a", b"b", b"c"])
     assert publisher.metrics.rejected == 1 and publisher.spool.empty()
     [rejected] = RejectedRecords(tmp_path).read()
     assert (rejected.key, rejected.value, rejected.topic) == (b"big", big, "t")
@@ -284,7 +278,7 @@ async def test_publish_sets_a_record_over_the_budget_aside_at_once(tmp_path: Pat
     async with publisher:
         publisher.publish(b"huge", huge)
         publisher.publish(b"k", b"after")
-        await _until(lambda: broker.log == [b"after"])
+        await until(lambda: broker.log == [b"after"])
     assert publisher.metrics.rejected == 1
     [rejected] = RejectedRecords(tmp_path).read()
     assert rejected.value == huge and "record budget" in rejected.reason
@@ -301,13 +295,13 @@ async def test_held_records_moved_to_the_spool_while_being_sent_are_not_sent_twi
         publisher.disk.full = True
         for value in _values(3):
             publisher.publish(b"k", value)
-        await _until(lambda: publisher.metrics.held == 3)
+        await until(lambda: publisher.metrics.held == 3)
         broker.hang = True
         broker.up = True
-        await _until(lambda: len(broker.hanging) == 3)  # sent from memory, unanswered
+        await until(lambda: len(broker.hanging) == 3)  # sent from memory, unanswered
         publisher.disk.full = False
-        await _until(lambda: len(Spool(tmp_path).read()) == 3)  # moved to the spool meanwhile
+        await until(lambda: len(Spool(tmp_path).read()) == 3)  # moved to the spool meanwhile
         broker.release()
-        await _until(lambda: publisher.spool.empty() and publisher.metrics.held == 0)
+        await until(lambda: publisher.spool.empty() and publisher.metrics.held == 0)
         await asyncio.sleep(0.1)  # time for a copy to go out, if one were to
     assert broker.log == _values(3)

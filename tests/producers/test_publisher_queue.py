@@ -7,11 +7,11 @@ queue-overflow paths, which need a burst larger than the queue while the sending
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 
 from rollstream.producers.publisher import CapturePublisher, PublisherSettings, Record
 from rollstream.settings import KafkaSettings
+from tests.waiting import until
 
 
 class Recording(CapturePublisher):
@@ -28,21 +28,15 @@ class Recording(CapturePublisher):
         return len(batch), len(batch)
 
 
-async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():  # noqa: ASYNC110 - the publisher signals nothing to wait on
-            await asyncio.sleep(0.01)
-
-
 async def test_an_overflow_while_idle_is_sent_at_once_and_in_order(tmp_path: Path) -> None:
     publisher = Recording(tmp_path, max_queue_records=1, linger_ms=0)
     async with publisher:
         await asyncio.sleep(0.05)  # the sending task waits on the empty queue
         publisher.publish(b"k", b"1")
         publisher.publish(b"k", b"2")  # the queue is full: both go to the spool
-        await _until(lambda: publisher.sent == [b"1", b"2"])
+        await until(lambda: publisher.sent == [b"1", b"2"])
         publisher.publish(b"k", b"3")
-        await _until(lambda: len(publisher.sent) == 3)
+        await until(lambda: len(publisher.sent) == 3)
     assert publisher.sent == [b"1", b"2", b"3"]
 
 
@@ -55,6 +49,6 @@ async def test_records_queued_after_an_overflow_never_overtake_the_spooled_ones(
             for i in range(5):
                 publisher.publish(b"k", f"{burst}-{i}".encode())
             await asyncio.sleep(0.01)
-        await _until(lambda: len(publisher.sent) == 100)
+        await until(lambda: len(publisher.sent) == 100)
     expected = [f"{burst}-{i}".encode() for burst in range(20) for i in range(5)]
     assert publisher.sent == expected

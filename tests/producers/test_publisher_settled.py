@@ -11,7 +11,8 @@ from pathlib import Path
 
 from rollstream.producers.spool import Spool
 from rollstream.schemas import RECORD_BUDGET_BYTES
-from tests.producers.test_publisher_faults import FakeBroker, OnFakeBroker, _until, _values
+from tests.producers.test_publisher_faults import FakeBroker, OnFakeBroker, _values
+from tests.waiting import until
 
 
 async def test_acknowledged_records_have_settled(tmp_path: Path) -> None:
@@ -29,7 +30,7 @@ async def test_a_batch_lingering_for_more_records_has_not_settled(tmp_path: Path
     broker = FakeBroker()
     async with OnFakeBroker(tmp_path, broker, linger_ms=400) as publisher:
         publisher.publish(b"k", b"0")
-        await _until(lambda: publisher._queue.empty())  # taken off the queue, lingering
+        await until(lambda: publisher._queue.empty())  # taken off the queue, lingering
         assert broker.log == [] and publisher.spool.empty()
         assert not await publisher.settled(0)  # a crash now would lose it
         assert await publisher.settled(5)
@@ -47,7 +48,7 @@ async def test_a_hanging_broker_settles_them_through_the_spool(tmp_path: Path) -
         assert [r.value for r in Spool(tmp_path).read()] == _values(2)
         assert broker.log == []
         broker.release()
-        await _until(lambda: publisher.spool.empty())
+        await until(lambda: publisher.spool.empty())
 
 
 async def test_records_held_in_memory_have_not_settled(tmp_path: Path) -> None:
@@ -58,7 +59,7 @@ async def test_records_held_in_memory_have_not_settled(tmp_path: Path) -> None:
         publisher.disk.full = True
         for value in _values(2):
             publisher.publish(b"k", value)
-        await _until(lambda: publisher.metrics.held == 2)
+        await until(lambda: publisher.metrics.held == 2)
         assert not await publisher.settled(0.2)
         publisher.disk.full = False
         assert await publisher.settled(5)

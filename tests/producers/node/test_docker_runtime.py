@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from rollstream.producers.node.docker import DockerRuntime
 from rollstream.producers.node.runtime import SetupError, make_runtime, run_setup
 from rollstream.producers.node.settings import NodeSettings
 from tests.producers.node.fake_docker import FakeContainer, FakeDocker
+from tests.waiting import until
 
 
 def _runtime(
@@ -25,13 +25,6 @@ def _runtime(
     fake = FakeDocker()
     runtime = DockerRuntime("img:1", tmp_path, keep, network=network, prewarm=prewarm, client=fake)
     return runtime, fake
-
-
-async def _until(condition: Callable[[], object], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition never held"
-        await asyncio.sleep(0.01)
 
 
 async def test_the_container_gets_the_image_the_sandbox_bind_mounts_and_the_network(
@@ -112,7 +105,7 @@ async def test_cancelling_the_run_kills_the_container(tmp_path: Path) -> None:
     run = asyncio.create_task(
         runtime.execute(sandbox, HarnessLaunch(["hang"], {}), 60, sandbox.logs)
     )
-    await _until(lambda: fake.api.runs)
+    await until(lambda: fake.api.runs)
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
         await run
@@ -155,7 +148,7 @@ async def test_the_prewarmed_pool_hands_out_ready_containers_and_refills(
 ) -> None:
     runtime, fake = _runtime(tmp_path, prewarm=2)
     first = await runtime.start("a")  # nothing warm yet: made on demand, the pool fills behind
-    await _until(lambda: runtime.idle == 2)
+    await until(lambda: runtime.idle == 2)
     made: list[FakeContainer] = fake.containers.made
     assert len(made) == 3
     pooled = made[1]
@@ -163,7 +156,7 @@ async def test_the_prewarmed_pool_hands_out_ready_containers_and_refills(
     assert second.session_id == "b"
     assert pooled.kwargs["volumes"][str(second.work)]["bind"] == str(second.work)
     assert runtime.idle == 1  # handed out at once, no container made for it
-    await _until(lambda: runtime.idle == 2)
+    await until(lambda: runtime.idle == 2)
     assert len(made) == 4
     # The pooled container is the session's: execs go to it, stop removes it.
     await runtime.execute(second, HarnessLaunch(["x"], {}), 10, second.logs)

@@ -20,6 +20,7 @@ from tests.producers.node.helpers import (
     wait_dead,
     wait_for_files,
 )
+from tests.waiting import until
 
 
 def _most_held(spans: list[StageSpan]) -> int:
@@ -48,12 +49,17 @@ def test_settings_come_from_rollstream_node_variables(monkeypatch: pytest.Monkey
 async def test_sixteen_sessions_hold_the_limits_and_init_overlaps_run(tmp_path: Path) -> None:
     sink = Sink()
     runner = make_runner(tmp_path, sink, max_init=2, max_run=4, max_post=2, prewarm=2)
-    # Runs long against an init (1 s against 50 ms), so that on a loaded machine (the whole suite
-    # on 2 cores) the inits still keep the run pool full: seen with 0.3 s, 3 of 4 runs at peak.
-    task = command_task("sleep 1.0; echo done > out.txt", samples=16, setup=["sleep 0.05"])
+    # The first runs wait at a gate the test opens once all four run slots are taken: whether the
+    # pool fills must not depend on how fast inits are on a loaded machine (with a plain 1 s run,
+    # the whole suite on 2 cores once saw only 3 of 4 at peak). Later runs pass the open gate.
+    gate = tmp_path / "gate"
+    command = f'while [ ! -e "{gate}" ]; do sleep 0.02; done; sleep 1.0; echo done > out.txt'
+    task = command_task(command, samples=16, setup=["sleep 0.05"])
     async with NodeScheduler(runner) as scheduler:
         sessions = scheduler.submit(task)
         assert len({s.session_id for s in sessions}) == 16
+        await until(lambda: scheduler.meter.current["run"] == 4, 60, "all four run slots taken")
+        gate.touch()
         await scheduler.join(task.task_id)
         peak = scheduler.concurrency
         spans = list(scheduler.meter.spans)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from rollstream.settings import KafkaSettings, StatePaths
 from tests.conftest import ProducerFactory
 from tests.kafka_reading import read_records
 from tests.producers.node.helpers import command_task
+from tests.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -76,15 +77,6 @@ async def _submit(producer_factory: ProducerFactory, names: TopicNames, *tasks: 
     for i, task in enumerate(tasks):
         value, key = serializer.encode(task), task.task_id.encode()
         await producer.send_and_wait(names.tasks, value, key=key, partition=i % 3)
-
-
-async def _until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    try:
-        async with asyncio.timeout(timeout):
-            while not condition():  # noqa: ASYNC110
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"not within {timeout:g}s: {what}") from None
 
 
 async def _lifecycle(kafka: KafkaSettings, names: TopicNames, ended: int) -> list[AvroRecord]:
@@ -138,12 +130,12 @@ async def test_a_node_joining_mid_run_and_one_leaving_complete_every_sample_once
     await _submit(producer_factory, rollstream_topics, *early)
     async with nodes(kafka_settings, tmp_path) as group:
         first = await group.start("a", max_init=6, max_run=6, prewarm=0)
-        await _until(lambda: first.scheduler.meter.current["run"] == 6, 60, "six running")
+        await until(lambda: first.scheduler.meter.current["run"] == 6, 60, "six running")
         second = await group.start("b", max_init=2, max_run=2, prewarm=0, max_queued=2)
         await _lifecycle(kafka_settings, rollstream_topics, 6)
         # Then more work for both, and the first node leaves while it runs some of it.
         await _submit(producer_factory, rollstream_topics, *late)
-        await _until(
+        await until(
             lambda: (
                 first.scheduler.meter.current["run"] > 0
                 and second.scheduler.meter.current["run"] > 0
@@ -180,7 +172,7 @@ async def test_a_session_cut_at_the_hand_off_bound_runs_again_elsewhere_and_only
     await _submit(producer_factory, rollstream_topics, task)
     async with nodes(kafka_settings, tmp_path) as group:
         first = await group.start("a", max_run=3, handoff_timeout_s=1.0)
-        await _until(
+        await until(
             lambda: (
                 len(first.scheduler.finished) == 1 and first.scheduler.meter.current["run"] == 2
             ),
@@ -221,7 +213,7 @@ async def test_a_full_node_leaves_the_backlog_on_the_topic(
     await _submit(producer_factory, rollstream_topics, *tasks)
     async with nodes(kafka_settings, tmp_path) as group:
         node = await group.start("a", max_run=1, prewarm=0, max_queued=1)
-        await _until(lambda: node.scheduler.meter.current["run"] == 1, 60, "a session running")
+        await until(lambda: node.scheduler.meter.current["run"] == 1, 60, "a session running")
         await asyncio.sleep(2)  # room for the intake to take more, were it to
         # One running, one queued (the bound): the four others are still on the topic.
         assert node.tasks_seen == 2 and node.scheduler.queued == 1
