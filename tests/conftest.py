@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from rollstream.admin import TopicAdmin
-from rollstream.broker import BrokerInfo, BrokerSettings, LocalBroker
-from rollstream.clients import make_consumer, make_producer
+from rollstream.dev.broker import BrokerInfo, BrokerSettings, LocalBroker
+from rollstream.kafka.admin import TopicAdmin
+from rollstream.kafka.clients import make_consumer, make_producer
 from rollstream.schemas import TopicNames, TopicSpec, topic_specs
 from rollstream.settings import KafkaSettings, StatePaths
 

@@ -12,21 +12,21 @@ from typing import Literal
 import pytest
 from aiohttp.test_utils import TestServer
 
-from rollstream.backend.policies.base import Policy
-from rollstream.backend.scenarios import ScenarioFile, load_scenarios
-from rollstream.backend.server import Backend
-from rollstream.backend.settings import BackendSettings
-from rollstream.backend.tokenizer import default_tokenizer_dir
-from rollstream.bench.fidelity import MODEL as MODEL
-from rollstream.bench.fidelity import SCENARIOS, TASK
-from rollstream.harnesses.install import PACKAGES, install
-from rollstream.harnesses.presets import PRESETS, HarnessContext
-from rollstream.harnesses.runner import run_harness
-from rollstream.interceptor.proxy import Interceptor
-from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.capture.interceptor.proxy import Interceptor
+from rollstream.capture.interceptor.settings import InterceptorSettings
+from rollstream.capture.publisher.client import PublisherSettings
+from rollstream.dev.backend.policies.base import Policy
+from rollstream.dev.backend.policies.scenarios import ScenarioFile, load_scenarios
+from rollstream.dev.backend.server import Backend
+from rollstream.dev.backend.settings import BackendSettings
+from rollstream.dev.backend.tokenizer import default_tokenizer_dir
+from rollstream.dev.bench.fidelity import MODEL as MODEL
+from rollstream.dev.bench.fidelity import SCENARIOS, TASK
 from rollstream.models.families import load_family
 from rollstream.models.tokenizer import ChatTokenizer
-from rollstream.producers.publisher import PublisherSettings
+from rollstream.sandbox.harnesses.install import PACKAGES, install
+from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext
+from rollstream.sandbox.harnesses.runner import run_harness
 from rollstream.schemas import CallRecord, TopicNames
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.conftest import JAR_CACHE

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from rollstream.clients import make_consumer, topic_partitions
+from rollstream.kafka.clients import make_consumer, topic_partitions
 from rollstream.schemas import AvroRecord, AvroSerializer
 from rollstream.settings import KafkaSettings
 

@@ -1,46 +1,57 @@
-"""The product does not import the reference backend (a development tool beside it).
+"""The package's layers hold: import-linter's contracts in pyproject.toml, checked on the source.
 
-The model-family layer is the bottom of the house under the product parts: the interceptor,
-the producers, the consumers (reconstruction, scoring, the trainer client) and the report use
-it, and none of them, nor it, may reach into ``rollstream.backend``. Checked on the source, so
-a lazy import inside a function counts too.
+The contracts: the product's layers from the contract (``schemas``) up to the trainer client and
+export, the development tools (``rollstream.dev``) above the whole product and never imported by
+it, the CLI on top, and no import cycle between the modules of any package. Imports inside
+functions count as much as those at the top of a module.
 """
 
 from __future__ import annotations
 
-import ast
+import subprocess
+import sys
 from pathlib import Path
 
-import rollstream
-
-PRODUCT = ("models", "interceptor", "producers", "consumers", "report", "schemas")
-BACKEND = "rollstream.backend"
+ROOT = Path(__file__).resolve().parent.parent
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 
-def _imports(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names |= {f"{node.module}.{alias.name}" for alias in node.names}
-    return names
+def _lint(cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
-def test_the_product_never_imports_the_reference_backend() -> None:
-    root = Path(rollstream.__file__).parent
-    offenders = {
-        str(path.relative_to(root)): sorted(
-            n for n in _imports(path) if n == BACKEND or n.startswith(BACKEND + ".")
-        )
-        for part in PRODUCT
-        for path in sorted((root / part).rglob("*.py"))
-    }
-    assert {path: names for path, names in offenders.items() if names} == {}
+def test_the_import_contracts_are_kept() -> None:
+    result = _lint(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 kept, 0 broken" in result.stdout
 
 
-def test_the_check_sees_a_lazy_import(tmp_path: Path) -> None:
-    module = tmp_path / "m.py"
-    module.write_text("def f():\n    from rollstream.backend.tokenizer import x\n")
-    assert "rollstream.backend.tokenizer" in _imports(module)
+def test_the_contracts_see_a_lazy_import_of_a_tool_and_a_cycle(tmp_path: Path) -> None:
+    package = tmp_path / "house"
+    for part in ("product", "dev"):
+        (package / part).mkdir(parents=True)
+        (package / part / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "product" / "a.py").write_text(
+        "def f():\n    from house.dev import tool\n\nimport house.product.b\n"
+    )
+    (package / "product" / "b.py").write_text("import house.product.a\n")
+    (package / "dev" / "tool.py").write_text("import house.product.a\n")
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.importlinter]\nroot_package = "house"\n\n'
+        "[[tool.importlinter.contracts]]\n"
+        'name = "layers"\ntype = "layers"\nlayers = ["house.dev", "house.product"]\n\n'
+        "[[tool.importlinter.contracts]]\n"
+        'name = "no cycles"\ntype = "acyclic_siblings"\nancestors = ["house"]\n'
+    )
+    result = _lint(tmp_path)
+    assert result.returncode == 1
+    assert "house.product is not allowed to import house.dev" in result.stdout
+    assert "No cycles are allowed in house.product" in result.stdout

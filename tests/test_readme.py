@@ -14,9 +14,9 @@ from typing import Any
 import click
 import pytest
 
-from rollstream.bench.summary import replace_table, summary_table
 from rollstream.cli import cli
-from rollstream.docs_config import REGENERATE, markdown_table, readme_table
+from rollstream.cli.docs_config import REGENERATE, markdown_table, readme_table
+from rollstream.dev.bench.summary import replace_table, summary_table
 from rollstream.schemas import Topic
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,7 +116,7 @@ def test_benchmark_table_is_the_generated_one() -> None:
     text = README.read_text(encoding="utf-8")
     assert replace_table(text, summary_table(results)) == text, (
         "README.md's benchmark table differs from bench/results.json; regenerate it with: "
-        "python -m rollstream.bench.summary --write README.md"
+        "python -m rollstream.dev.bench.summary --write README.md"
     )
 
 
@@ -151,7 +151,7 @@ def test_the_command_check_catches_unknown_commands_and_flags() -> None:
     good = (
         "```bash\n.venv/bin/rollstream up --detach --upstream http://h:8000 && rollstream status\n"
         'rollstream harness run pi "say # hi" --option command=x   # rollstream nosuch --x\n'
-        "python -m rollstream.docs_config --write README.md\n```\n"
+        "python -m rollstream.cli.docs_config --write README.md\n```\n"
         "`rollstream/schemas/avro/` and `rollstream.events` are not commands; "
         "`rollstream tail -f events` is.\n"
     )

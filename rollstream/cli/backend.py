@@ -7,14 +7,14 @@ import asyncio
 import click
 from aiohttp import web
 
-from rollstream.backend.settings import BackendSettings
 from rollstream.cli.options import settings_options
-from rollstream.runtime import StopSignal, run_service
+from rollstream.dev.backend.settings import BackendSettings
+from rollstream.lifecycle import StopSignal, run_service
 
 
 async def serve(settings: BackendSettings, stop: StopSignal) -> None:
     """Serve until ``stop`` is set; prints the address once listening."""
-    from rollstream.backend.server import Backend
+    from rollstream.dev.backend.server import Backend
 
     backend = Backend(settings)
     runner = web.AppRunner(backend.app(), access_log=None)

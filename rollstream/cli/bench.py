@@ -7,30 +7,14 @@ from pathlib import Path
 
 import click
 
-from rollstream.bench.backend import BackendBenchConfig, run_backend_bench
-from rollstream.bench.interceptor import InterceptorBenchConfig, run_interceptor_bench
-from rollstream.bench.node import NodeBenchConfig, run_node_bench
-from rollstream.bench.reconstruct import ReconstructBenchConfig, run_reconstruct_bench
-from rollstream.bench.report import record, write_markdown
+from rollstream.cli.bench_common import delete_topics, output_options
 from rollstream.cli.options import settings_options
+from rollstream.dev.bench.backend import BackendBenchConfig, run_backend_bench
+from rollstream.dev.bench.interceptor import InterceptorBenchConfig, run_interceptor_bench
+from rollstream.dev.bench.node import NodeBenchConfig, run_node_bench
+from rollstream.dev.bench.reconstruct import ReconstructBenchConfig, run_reconstruct_bench
+from rollstream.dev.bench.report import record, write_markdown
 from rollstream.settings import KafkaSettings
-
-
-def _output_options(func: click.decorators.FC) -> click.decorators.FC:
-    """``--json`` (results, merged with other benchmarks') and ``--markdown`` (the summary)."""
-    func = click.option(
-        "--markdown",
-        type=click.Path(path_type=Path),
-        default=Path("bench/RESULTS.md"),
-        show_default=True,
-    )(func)
-    return click.option(
-        "--json",
-        "json_path",
-        type=click.Path(path_type=Path),
-        default=Path("bench/results.json"),
-        show_default=True,
-    )(func)
 
 
 @click.group()
@@ -39,7 +23,7 @@ def bench() -> None:
 
 
 @bench.command(name="backend")
-@_output_options
+@output_options
 @click.option(
     "--concurrency", default="1,50,200,400", show_default=True, help="Levels, comma-separated."
 )
@@ -74,7 +58,7 @@ def backend(
 
 
 @bench.command(name="interceptor")
-@_output_options
+@output_options
 @click.option(
     "--calls",
     default=InterceptorBenchConfig.calls,
@@ -98,7 +82,7 @@ def interceptor(
     """
     import time
 
-    from rollstream.admin import TopicAdmin
+    from rollstream.kafka.admin import TopicAdmin
     from rollstream.schemas import TopicNames, topic_specs
 
     prefix = f"bench-{int(time.time())}"
@@ -117,7 +101,7 @@ def interceptor(
 
 
 @bench.command(name="reconstruct")
-@_output_options
+@output_options
 @click.option(
     "--sessions",
     default=ReconstructBenchConfig.sessions,
@@ -199,7 +183,7 @@ def reconstruct(
             return await run_reconstruct_bench(config, bench_kafka if e2e else None, click.echo)
         finally:
             if e2e:
-                await _delete_topics(bench_kafka)
+                await delete_topics(bench_kafka)
 
     click.echo("reconstruct: throughput per process, then end to end through Kafka")
     result = asyncio.run(run())
@@ -209,7 +193,7 @@ def reconstruct(
 
 
 @bench.command(name="node")
-@_output_options
+@output_options
 @click.option(
     "--sessions",
     type=click.IntRange(1, 3000),
@@ -303,7 +287,7 @@ def node(
 
 
 @bench.command(name="fidelity")
-@_output_options
+@output_options
 @click.option("--families", default="all", show_default=True, help="Comma-separated.")
 @click.option("--harnesses", default="all", show_default=True, help="Comma-separated.")
 @click.option("--modes", default="ordinary,exact", show_default=True, help="Context modes.")
@@ -327,9 +311,9 @@ def fidelity(
     """
     import time
 
-    from rollstream.bench import fidelity as fb
-    from rollstream.harnesses.install import PACKAGES, install
+    from rollstream.dev.bench import fidelity as fb
     from rollstream.models.families import FAMILIES
+    from rollstream.sandbox.harnesses.install import PACKAGES, install
     from rollstream.settings import StatePaths
 
     try:
@@ -348,7 +332,7 @@ def fidelity(
         try:
             return await fb.run_fidelity_bench(config, bench_kafka, bin_dir, click.echo)
         finally:
-            await _delete_topics(bench_kafka)
+            await delete_topics(bench_kafka)
 
     click.echo(
         f"fidelity: {len(config.families)} families x {len(config.harnesses)} harnesses x "
@@ -358,25 +342,6 @@ def fidelity(
     data = record(json_path, "fidelity", result)
     write_markdown(data, markdown)
     click.echo(f"results in {json_path}, summary in {markdown}")
-
-
-async def _delete_topics(kafka: KafkaSettings) -> None:
-    """Drop a bench run's topics (best effort: a broker that is gone keeps them)."""
-    import contextlib
-
-    from rollstream.clients import make_admin
-    from rollstream.schemas import TopicNames, topic_specs
-
-    admin = make_admin(kafka)
-    with contextlib.suppress(Exception):
-        await admin.start()
-        try:
-            names = set(await admin.list_topics())
-            mine = [s.name for s in topic_specs(TopicNames(kafka.topic_prefix)) if s.name in names]
-            if mine:
-                await admin.delete_topics(mine)
-        finally:
-            await admin.close()
 
 
 def _register_more() -> None:

@@ -12,15 +12,15 @@ from typing import Any
 
 import click
 
-from rollstream.bench.report import record, write_markdown
-from rollstream.bench.scale import ScaleBenchConfig, run_scale_bench
-from rollstream.cli.bench import _delete_topics, _output_options
+from rollstream.cli.bench_common import delete_topics, output_options
 from rollstream.cli.options import settings_options
+from rollstream.dev.bench.report import record, write_markdown
+from rollstream.dev.bench.scale import ScaleBenchConfig, run_scale_bench
 from rollstream.settings import KafkaSettings
 
 
 @click.command(name="scale")
-@_output_options
+@output_options
 @click.option(
     "--sessions",
     type=click.IntRange(1),
@@ -82,7 +82,7 @@ def scale(
     kafka start`); the records go to topics under the prefix `bench-<time>`, deleted
     afterwards once they are counted.
     """
-    from rollstream.admin import TopicAdmin
+    from rollstream.kafka.admin import TopicAdmin
     from rollstream.schemas import TopicNames, topic_specs
 
     config = ScaleBenchConfig(
@@ -101,7 +101,7 @@ def scale(
                 await admin.create(topic_specs(TopicNames(bench_kafka.topic_prefix), 3))
             return await run_scale_bench(config, bench_kafka, click.echo)
         finally:
-            await _delete_topics(bench_kafka)
+            await delete_topics(bench_kafka)
 
     click.echo(f"scale: {sessions} concurrent streaming sessions through one interceptor")
     result = asyncio.run(run())

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import click
 
-from rollstream.bench.pipeline import PipelineBenchConfig, run_pipeline_bench
-from rollstream.bench.publisher import PublisherBenchConfig, run_publisher_bench
-from rollstream.bench.report import record, write_markdown
-from rollstream.bench.suite import ORDER, record_run
-from rollstream.cli.bench import _delete_topics, _output_options
+from rollstream.cli.bench_common import delete_topics, output_options
 from rollstream.cli.options import settings_options
+from rollstream.dev.bench.pipeline import PipelineBenchConfig, run_pipeline_bench
+from rollstream.dev.bench.publisher import PublisherBenchConfig, run_publisher_bench
+from rollstream.dev.bench.report import record, write_markdown
+from rollstream.dev.bench.suite import ORDER, record_run
 from rollstream.settings import KafkaSettings
 
 
@@ -27,7 +27,7 @@ def _bench_kafka(kafka: KafkaSettings) -> KafkaSettings:
 
 
 @click.command(name="publisher")
-@_output_options
+@output_options
 @click.option(
     "--records",
     type=click.IntRange(1),
@@ -68,7 +68,7 @@ def publisher(
 
 
 @click.command(name="pipeline")
-@_output_options
+@output_options
 @click.option(
     "--sessions",
     type=click.IntRange(1),
@@ -129,7 +129,7 @@ def pipeline(
         try:
             return await run_pipeline_bench(config, bench_kafka, click.echo)
         finally:
-            await _delete_topics(bench_kafka)
+            await delete_topics(bench_kafka)
 
     click.echo("pipeline: reconstructor and scorer through Kafka, then end to end")
     result = asyncio.run(run())
@@ -139,7 +139,7 @@ def pipeline(
 
 
 async def _broker_answers(kafka: KafkaSettings) -> bool:
-    from rollstream.admin import TopicAdmin
+    from rollstream.kafka.admin import TopicAdmin
 
     try:
         async with asyncio.timeout(15):
@@ -151,7 +151,7 @@ async def _broker_answers(kafka: KafkaSettings) -> bool:
 
 
 @click.command(name="all")
-@_output_options
+@output_options
 @click.option(
     "--skip",
     multiple=True,

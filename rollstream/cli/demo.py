@@ -10,7 +10,7 @@ from typing import Literal
 import click
 
 from rollstream.cli.options import settings_options
-from rollstream.runtime import StopSignal, run_service
+from rollstream.lifecycle import StopSignal, run_service
 from rollstream.settings import StatePaths
 
 
@@ -51,7 +51,7 @@ def demo_command(
     their trajectories are reconstructed and scored, the example trainer takes one GRPO step
     per group, and a last session shows the trained policy version on new calls.
     """
-    from rollstream.demo.run import DemoOptions, demo
+    from rollstream.dev.demo.run import DemoOptions, demo
 
     async def main(stop: StopSignal) -> str:
         work = asyncio.create_task(

@@ -9,10 +9,10 @@ from pathlib import Path
 import click
 
 from rollstream.cli.options import settings_options
-from rollstream.consumers.trainer import TrainerSettings
-from rollstream.examples.settings import ExampleTrainerSettings
-from rollstream.runtime import StopSignal, run_service
+from rollstream.dev.examples.settings import ExampleTrainerSettings
+from rollstream.lifecycle import StopSignal, run_service
 from rollstream.settings import KafkaSettings
+from rollstream.trainer import TrainerSettings
 
 
 @click.command(name="example-trainer")
@@ -36,7 +36,7 @@ def example_trainer(
     Each update syncs the weights into the backend (the interceptor paused and drained meanwhile)
     and publishes the next policy version, which new calls and sessions are stamped with.
     """
-    from rollstream.examples.grpo_trainer import ExampleTrainer, StepReport, report_dicts
+    from rollstream.dev.examples.grpo_trainer import ExampleTrainer, StepReport, report_dicts
 
     async def main(stop: StopSignal) -> list[StepReport]:
         async with ExampleTrainer(settings, stream, kafka) as trainer:

@@ -10,9 +10,9 @@ from pathlib import Path
 import click
 
 from rollstream.cli.options import settings_options
-from rollstream.harnesses.install import PACKAGES, install, install_dir, installed
-from rollstream.harnesses.presets import PRESETS, HarnessContext, preset, resolve_executable
-from rollstream.harnesses.runner import run_harness
+from rollstream.sandbox.harnesses.install import PACKAGES, install, install_dir, installed
+from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext, preset, resolve_executable
+from rollstream.sandbox.harnesses.runner import run_harness
 from rollstream.settings import StatePaths
 
 

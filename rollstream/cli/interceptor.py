@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
+from rollstream.capture.interceptor.settings import InterceptorSettings
+from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.cli.options import settings_options
-from rollstream.interceptor.settings import InterceptorSettings
-from rollstream.producers.publisher import PublisherSettings
-from rollstream.runtime import StopSignal, run_service
+from rollstream.lifecycle import StopSignal, run_service
 from rollstream.settings import KafkaSettings, StatePaths
 
 
@@ -22,7 +22,7 @@ def interceptor(
 
     Point a harness's base URL at the printed address and give it its session id as API key.
     """
-    from rollstream.interceptor.proxy import Interceptor
+    from rollstream.capture.interceptor.proxy import Interceptor
 
     async def main(stop: StopSignal) -> None:
         proxy = Interceptor(settings, kafka, publisher, StatePaths())

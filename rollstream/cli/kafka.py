@@ -7,9 +7,9 @@ import sys
 
 import click
 
-from rollstream.broker import BrokerSettings, LocalBroker
-from rollstream.broker.jars import ensure_jars, jar_dir
 from rollstream.cli.options import settings_options
+from rollstream.dev.broker import BrokerSettings, LocalBroker
+from rollstream.dev.broker.jars import ensure_jars, jar_dir
 from rollstream.settings import StatePaths
 
 

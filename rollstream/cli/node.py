@@ -11,10 +11,10 @@ import aiohttp
 import click
 import yaml
 
+from rollstream.capture.node.settings import NodeSettings
+from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.cli.options import settings_options
-from rollstream.producers.node.settings import NodeSettings
-from rollstream.producers.publisher import PublisherSettings
-from rollstream.runtime import StopSignal, run_service
+from rollstream.lifecycle import StopSignal, run_service
 from rollstream.settings import KafkaSettings, StatePaths
 
 
@@ -24,7 +24,7 @@ from rollstream.settings import KafkaSettings, StatePaths
 @settings_options(PublisherSettings, "publisher")
 def node(settings: NodeSettings, kafka: KafkaSettings, publisher: PublisherSettings) -> None:
     """Run harness sessions for the tasks topic (a consumer group); serve the task API."""
-    from rollstream.producers.node.service import Node
+    from rollstream.capture.node.service import Node
 
     async def main(stop: StopSignal) -> None:
         async with Node(settings, kafka, publisher, StatePaths()) as service:
@@ -40,8 +40,8 @@ def node(settings: NodeSettings, kafka: KafkaSettings, publisher: PublisherSetti
 
 def _stack_node() -> str | None:
     """The node of the stack `rollstream up` started in this state directory, if one runs."""
+    from rollstream.dev.stack.processes import StackState, state_path
     from rollstream.settings import StatePaths
-    from rollstream.stack.processes import StackState, state_path
 
     state = StackState.load(state_path(StatePaths().state_dir))
     return state.url("node") if state is not None else None

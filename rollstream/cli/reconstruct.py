@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from rollstream.cli.options import settings_options
-from rollstream.consumers.reconstruct.settings import ReconstructSettings
-from rollstream.runtime import StopSignal, run_service
+from rollstream.lifecycle import StopSignal, run_service
+from rollstream.processing.reconstruct.settings import ReconstructSettings
 from rollstream.settings import KafkaSettings
 
 
@@ -18,7 +18,7 @@ def reconstruct(settings: ReconstructSettings, kafka: KafkaSettings) -> None:
 
     Run more instances with the same --strategy (and distinct --instance) to scale out.
     """
-    from rollstream.consumers.reconstruct.service import Reconstructor
+    from rollstream.processing.reconstruct.service import Reconstructor
 
     async def main(stop: StopSignal) -> None:
         async with Reconstructor(settings, kafka) as service:

@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from rollstream.cli.options import settings_options, since_option
-from rollstream.report.settings import ReportSettings
-from rollstream.runtime import StopSignal, run_service
+from rollstream.dev.report.settings import ReportSettings
+from rollstream.lifecycle import StopSignal, run_service
 from rollstream.settings import KafkaSettings
 
 
@@ -41,9 +41,9 @@ def report(
     Reads without a consumer group from the beginning (or --since) up to the end seen at
     start; Ctrl+C or SIGTERM stops reading and writes the page of what was read.
     """
-    from rollstream.backend.tokenizer import default_tokenizer_dir
+    from rollstream.dev.backend.tokenizer import default_tokenizer_dir
+    from rollstream.dev.report import read_report_input, render_report
     from rollstream.models.tokenizer import ChatTokenizer
-    from rollstream.report import read_report_input, render_report
 
     tokenizer = ChatTokenizer(settings.tokenizer or default_tokenizer_dir())
 

@@ -7,8 +7,8 @@ import asyncio
 import click
 
 from rollstream.cli.options import settings_options
+from rollstream.dev.smoke import run_smoke
 from rollstream.settings import KafkaSettings
-from rollstream.smoke import run_smoke
 
 
 @click.command()

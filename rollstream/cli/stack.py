@@ -6,13 +6,13 @@ import asyncio
 
 import click
 
-from rollstream.admin import TopicsSettings
-from rollstream.broker.settings import BrokerSettings
 from rollstream.cli.options import settings_options
-from rollstream.runtime import StopSignal, run_service
+from rollstream.dev.broker.settings import BrokerSettings
+from rollstream.dev.stack.local import LocalStack
+from rollstream.dev.stack.settings import StackSettings
+from rollstream.kafka.admin import TopicsSettings
+from rollstream.lifecycle import StopSignal, run_service
 from rollstream.settings import KafkaSettings, StatePaths
-from rollstream.stack.local import LocalStack
-from rollstream.stack.settings import StackSettings
 
 
 @click.command()

@@ -7,9 +7,9 @@ import sys
 import click
 
 from rollstream.cli.options import settings_options
-from rollstream.runtime import StopSignal, run_service
+from rollstream.kafka.tail import TailOptions, tail
+from rollstream.lifecycle import StopSignal, run_service
 from rollstream.settings import KafkaSettings
-from rollstream.tail import TailOptions, tail
 
 
 @click.command(name="tail")

@@ -6,8 +6,8 @@ import asyncio
 
 import click
 
-from rollstream.admin import TopicAdmin, TopicsSettings
 from rollstream.cli.options import settings_options
+from rollstream.kafka.admin import TopicAdmin, TopicsSettings
 from rollstream.schemas.topics import Topic, TopicNames, topic_specs
 from rollstream.settings import KafkaSettings
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import cramjam
 
-from rollstream import jsonfast
 from rollstream.errors import SerializationError
+from rollstream.schemas import jsonfast
 
 _LEVEL = 3
 

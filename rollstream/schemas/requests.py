@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import Field
 
-from rollstream import jsonfast
 from rollstream.errors import SerializationError
+from rollstream.schemas import jsonfast
 from rollstream.schemas.base import Model
 
 JSON = dict[str, Any]

@@ -14,8 +14,8 @@ from typing import Any
 
 import aiohttp
 
-from rollstream.broker.config import free_port
-from rollstream.runtime import die_with_parent
+from rollstream.host import free_port
+from rollstream.lifecycle import die_with_parent
 from rollstream.settings import KafkaSettings
 
 
@@ -49,7 +49,7 @@ class InterceptorProcess:
 
     @property
     def spool_dir(self) -> Path:
-        """Where the capture publisher spools (see rollstream.interceptor.proxy)."""
+        """Where the capture publisher spools (see rollstream.capture.interceptor.proxy)."""
         return self.state_dir / "spool" / f"interceptor-{self.port}"
 
     @property

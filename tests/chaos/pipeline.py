@@ -20,10 +20,10 @@ from aiohttp.test_utils import TestServer
 from aiohttp.typedefs import Handler
 from aiokafka import AIOKafkaConsumer
 
-from rollstream.backend.server import Backend
-from rollstream.backend.settings import BackendSettings
-from rollstream.backend.tokenizer import default_tokenizer_dir
-from rollstream.clients import make_consumer, topic_partitions
+from rollstream.dev.backend.server import Backend
+from rollstream.dev.backend.settings import BackendSettings
+from rollstream.dev.backend.tokenizer import default_tokenizer_dir
+from rollstream.kafka.clients import make_consumer, topic_partitions
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import AvroRecord, AvroSerializer
 from rollstream.settings import KafkaSettings

@@ -29,7 +29,7 @@ from typing import Any, Literal
 import aiohttp
 import pytest
 
-from rollstream.backend.tokenizer import default_tokenizer_dir
+from rollstream.dev.backend.tokenizer import default_tokenizer_dir
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import CallRecord, CallStatus, TopicNames
 from rollstream.settings import KafkaSettings

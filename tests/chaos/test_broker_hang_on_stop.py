@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from rollstream.producers.spool import Spool
+from rollstream.capture.publisher.spool import Spool
 from rollstream.schemas import AvroSerializer, CallRecord
 from tests.chaos.conftest import ChaosReport
 from tests.chaos.interceptor_proc import InterceptorProcess

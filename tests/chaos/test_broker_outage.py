@@ -3,7 +3,7 @@
 A broker of this test's own (the session broker serves the other tests) on a fixed port, so
 every client finds it again at the same address. The pipeline: the scripted reference backend
 with some latency, the interceptor in process, the reconstructor as a process of its own, and
-50 sessions of the ``python`` harness's agent (``rollstream.demo.agent.run``) as coroutines,
+50 sessions of the ``python`` harness's agent (``rollstream.dev.demo.agent.run``) as coroutines,
 started one after the other so that sessions begin, call and end throughout the outage. Each
 session publishes its SessionStarted and SessionEnded (the call count the interceptor recorded
 for it) through a capture publisher of its own, as the rollout node does; both publishers spool
@@ -28,13 +28,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from rollstream.admin import TopicAdmin
-from rollstream.broker import BrokerInfo, BrokerSettings, LocalBroker
-from rollstream.broker.config import free_port
-from rollstream.demo import agent
-from rollstream.interceptor.proxy import Interceptor
-from rollstream.interceptor.settings import InterceptorSettings
-from rollstream.producers.publisher import CapturePublisher, PublisherSettings
+from rollstream.capture.interceptor.proxy import Interceptor
+from rollstream.capture.interceptor.settings import InterceptorSettings
+from rollstream.capture.publisher.client import CapturePublisher, PublisherSettings
+from rollstream.dev.broker import BrokerInfo, BrokerSettings, LocalBroker
+from rollstream.dev.demo import agent
+from rollstream.host import free_port
+from rollstream.kafka.admin import TopicAdmin
 from rollstream.schemas import (
     AvroSerializer,
     CallRecord,

@@ -2,7 +2,7 @@
 
 The three run as ``python -m rollstream`` processes against the session broker; the scripted
 backend and the interceptor run in process. Ten tasks of two samples go to the node (the
-``python`` harness running ``rollstream.demo.agent:run``, a command evaluator); each of the
+``python`` harness running ``rollstream.dev.demo.agent:run``, a command evaluator); each of the
 three processes is killed once while work is in flight, one after the other, and started again
 at once. Afterwards, in the read_committed topics: exactly one trajectory and one Scored record
 for every session that left a record in the events topic.
@@ -29,11 +29,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from rollstream.broker.config import free_port
-from rollstream.clients import make_admin
-from rollstream.interceptor.proxy import Interceptor
-from rollstream.interceptor.settings import InterceptorSettings
-from rollstream.producers.publisher import PublisherSettings
+from rollstream.capture.interceptor.proxy import Interceptor
+from rollstream.capture.interceptor.settings import InterceptorSettings
+from rollstream.capture.publisher.client import PublisherSettings
+from rollstream.host import free_port
+from rollstream.kafka.clients import make_admin
 from rollstream.schemas import CallRecord, CallStatus, SessionEnded, SessionStarted, TopicNames
 from rollstream.schemas.sessions import SessionStatus
 from rollstream.schemas.trajectories import Scored, Trajectory, TrajectoryStatus
@@ -70,7 +70,7 @@ def _task(index: int) -> dict[str, Any]:
         "workspace": {"kind": "inline", "files": {"README.md": "a chaos task\n"}},
         "evaluator": {"kind": "command", "config": {"command": "test -f hello.txt"}},
         "agent_timeout_s": 60,
-        "metadata": {"harness.function": "rollstream.demo.agent:run"},
+        "metadata": {"harness.function": "rollstream.dev.demo.agent:run"},
     }
 
 

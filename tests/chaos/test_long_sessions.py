@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from rollstream.bench.long_sessions import LongSession, LongShape
+from rollstream.dev.bench.long_sessions import LongSession, LongShape
 from rollstream.schemas import (
     AvroSerializer,
     DeadLetter,

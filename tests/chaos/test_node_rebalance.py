@@ -2,7 +2,7 @@
 
 Two ``python -m rollstream node`` processes in one group on the session broker (the tasks
 topic has three partitions); the scripted backend and the interceptor run in process. Twelve
-tasks of two samples (the ``python`` harness running ``rollstream.demo.agent:run``: five calls
+tasks of two samples (the ``python`` harness running ``rollstream.dev.demo.agent:run``: five calls
 a session, a few seconds each), four on each partition, wait in the tasks topic; the first
 node starts, and once it has finished sessions and runs others, the second node starts (a
 rebalance); once that one has finished a session too, the first gets SIGTERM while its
@@ -25,12 +25,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from rollstream.broker.config import free_port
-from rollstream.clients import make_producer
-from rollstream.interceptor.proxy import Interceptor
-from rollstream.interceptor.settings import InterceptorSettings
-from rollstream.producers.node.api import task_from_document
-from rollstream.producers.publisher import PublisherSettings
+from rollstream.capture.interceptor.proxy import Interceptor
+from rollstream.capture.interceptor.settings import InterceptorSettings
+from rollstream.capture.node.api import task_from_document
+from rollstream.capture.publisher.client import PublisherSettings
+from rollstream.host import free_port
+from rollstream.kafka.clients import make_producer
 from rollstream.schemas import AvroSerializer, SessionEnded, SessionStarted, TopicNames
 from rollstream.schemas.sessions import SessionStatus
 from rollstream.settings import KafkaSettings, StatePaths
@@ -61,7 +61,7 @@ def _task(index: int) -> dict[str, Any]:
         "harness": "python",
         "workspace": {"kind": "inline", "files": {"README.md": "a chaos task\n"}},
         "agent_timeout_s": 60,
-        "metadata": {"harness.function": "rollstream.demo.agent:run"},
+        "metadata": {"harness.function": "rollstream.dev.demo.agent:run"},
     }
 
 

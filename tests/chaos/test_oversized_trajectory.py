@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from rollstream.producers.synthetic import SyntheticSession, SyntheticShape, synthetic_session
+from rollstream.dev.synthetic import SyntheticSession, SyntheticShape, synthetic_session
 from rollstream.schemas import AvroSerializer, DeadLetter, TopicNames
 from rollstream.schemas.trajectories import Scored, Trajectory
 from rollstream.settings import KafkaSettings

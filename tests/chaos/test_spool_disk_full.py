@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.capture.publisher.tiny_disk import fill, tiny_disk
 from tests.chaos.conftest import ChaosReport
 from tests.chaos.interceptor_proc import InterceptorProcess
 from tests.chaos.pipeline import counting_backend
@@ -34,7 +35,6 @@ from tests.chaos.publisher_faults import (
     wait_metrics,
     wait_sent,
 )
-from tests.producers.tiny_disk import fill, tiny_disk
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from rollstream.backend.server import Backend
-from rollstream.backend.settings import BackendSettings
+from rollstream.dev.backend.server import Backend
+from rollstream.dev.backend.settings import BackendSettings
 from rollstream.models.tokenizer import ChatTokenizer
 
 #: What the scripted backend answers a call that offers no tools: about 290 tokens.

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from rollstream.broker import BrokerInfo
 from rollstream.cli import cli
+from rollstream.dev.broker import BrokerInfo
 from tests.conftest import JAR_CACHE
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from rollstream.backend.tokenizer import default_tokenizer_dir
-from rollstream.broker.config import free_port
 from rollstream.cli import cli
-from rollstream.clients import make_consumer, topic_partitions
+from rollstream.dev.backend.tokenizer import default_tokenizer_dir
+from rollstream.host import free_port
+from rollstream.kafka.clients import make_consumer, topic_partitions
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import AvroSerializer, CallRecord, TopicNames
 from rollstream.settings import KafkaSettings
@@ -110,7 +110,9 @@ async def test_a_call_through_the_process_lands_in_kafka(
     else:
         mitmdump = shutil.which("mitmdump", path=str(Path(sys.executable).parent))
         assert mitmdump is not None
-        script = Path(__file__).parents[2] / "rollstream" / "interceptor" / "mitm_script.py"
+        script = (
+            Path(__file__).parents[2] / "rollstream" / "capture" / "interceptor" / "mitm_script.py"
+        )
         cmd = [
             mitmdump,
             "-q",

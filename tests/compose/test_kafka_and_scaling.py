@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from rollstream.admin import TopicsSettings
-from rollstream.broker.config import BrokerLayout, render_server_properties
-from rollstream.consumers.reconstruct.settings import ReconstructSettings
-from rollstream.consumers.score.settings import ScoreSettings
+from rollstream.dev.broker.config import BrokerLayout, render_server_properties
+from rollstream.kafka.admin import TopicsSettings
+from rollstream.processing.reconstruct.settings import ReconstructSettings
+from rollstream.processing.score.settings import ScoreSettings
 from rollstream.settings import KafkaSettings
 from tests.compose import checks
 from tests.compose.stack import COMMAND_SETTINGS, Stack, base_doc, cluster_doc

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rollstream.backend.tokenizer import default_tokenizer_dir
+from rollstream.dev.backend.tokenizer import default_tokenizer_dir
 from rollstream.models.tokenizer import ChatTokenizer
 
 
@@ -14,4 +14,4 @@ def tokenizer() -> ChatTokenizer:
 
 
 # A tokenizer folder with another (Llama-like) template, shared with the backend's tests.
-from tests.backend.conftest import other_tokenizer  # noqa: E402, F401
+from tests.dev.backend.conftest import other_tokenizer  # noqa: E402, F401

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollstream.backend.tokenizer import default_tokenizer_dir
+from rollstream.dev.backend.tokenizer import default_tokenizer_dir
 from rollstream.models.family import AnsweredTurn, Continuation, ContinuationError, Verdict
 from rollstream.models.template_family import TemplateFamily
 from rollstream.models.tokenizer import ChatTokenizer

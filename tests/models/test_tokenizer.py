@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollstream.backend.build_tokenizer import SPECIAL_TOKENS, TAG_TOKENS
+from rollstream.dev.backend.build_tokenizer import SPECIAL_TOKENS, TAG_TOKENS
 from rollstream.errors import ConfigurationError
 from rollstream.models.tokenizer import ChatTokenizer, normalize_messages
-from tests.backend.conftest import SHELL_TOOL
+from tests.dev.backend.conftest import SHELL_TOOL
 
 CONVERSATION: list[dict[str, Any]] = [
     {"role": "system", "content": "Be brief."},

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from aiokafka.structs import ConsumerRecord
 
-from rollstream.consumers.deadletters import dead_letter
 from rollstream.errors import RecordTooLargeError
+from rollstream.kafka.deadletters import dead_letter
 from rollstream.schemas import RECORD_BUDGET_BYTES, DeadLetter, check_record_size, record_size
 from rollstream.schemas.topics import MAX_MESSAGE_BYTES
 

@@ -1,0 +1,43 @@
+"""What the ``rollstream bench`` commands share: output options and clean-up of bench topics."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import click
+
+from rollstream.kafka.clients import make_admin
+from rollstream.schemas import TopicNames, topic_specs
+from rollstream.settings import KafkaSettings
+
+
+def output_options(func: click.decorators.FC) -> click.decorators.FC:
+    """``--json`` (results, merged with other benchmarks') and ``--markdown`` (the summary)."""
+    func = click.option(
+        "--markdown",
+        type=click.Path(path_type=Path),
+        default=Path("bench/RESULTS.md"),
+        show_default=True,
+    )(func)
+    return click.option(
+        "--json",
+        "json_path",
+        type=click.Path(path_type=Path),
+        default=Path("bench/results.json"),
+        show_default=True,
+    )(func)
+
+
+async def delete_topics(kafka: KafkaSettings) -> None:
+    """Drop a bench run's topics (best effort: a broker that is gone keeps them)."""
+    admin = make_admin(kafka)
+    with contextlib.suppress(Exception):
+        await admin.start()
+        try:
+            names = set(await admin.list_topics())
+            mine = [s.name for s in topic_specs(TopicNames(kafka.topic_prefix)) if s.name in names]
+            if mine:
+                await admin.delete_topics(mine)
+        finally:
+            await admin.close()

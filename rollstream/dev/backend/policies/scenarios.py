@@ -1,0 +1,240 @@
+"""Scenarios of the scripted policy: what "the model" answers, turn by turn, from a YAML file.
+
+    scenarios:
+      - name: solve
+        weight: 2
+        turns:
+          - tool_call: {tool: shell, arguments: {command: "echo polar > hello.txt"}}
+          - text: Done.
+      - name: parallel
+        turns:
+          - tool_calls:
+              - {tool: shell, arguments: {command: ls}}
+              - {tool: shell, arguments: {command: pwd}}
+          - text: Both ran.
+    side_call_text: OK.          # answer to requests that offer no tools
+    assign: {session-42: solve}  # optional: session (API key) -> scenario
+
+The abstract ``shell`` tool becomes the shell tool the request offers, with its argument names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from rollstream.dev.backend.policies.base import PolicyError
+from rollstream.errors import ConfigurationError
+
+SHELL = "shell"
+
+
+def _cmd(key: str) -> Any:
+    return lambda args: (
+        {key: args.get("command", "")} | {k: v for k, v in args.items() if k != "command"}
+    )
+
+
+# The shell tools of the harnesses (../shared/harnesses.md) and how each takes the command.
+SHELL_TOOLS: dict[str, Any] = {
+    "Bash": lambda args: (
+        {"command": args.get("command", ""), "description": "Run a command"}
+        | {k: v for k, v in args.items() if k != "command"}
+    ),
+    "exec_command": _cmd("cmd"),
+    "run_shell_command": _cmd("command"),  # Gemini CLI and Qwen Code, its fork
+    "bash": _cmd("command"),
+    # Codex's older tool takes an argv.
+    "shell": lambda args: {"command": ["bash", "-lc", args.get("command", "")]},
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ToolCallSpec(_Strict):
+    """A call the scripted model makes: a tool by name (or ``shell``) and its arguments."""
+
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class Turn(_Strict):
+    """One assistant turn: text, one or more tool calls, or text followed by calls."""
+
+    text: str | None = None
+    tool_call: ToolCallSpec | None = None
+    tool_calls: list[ToolCallSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Turn:
+        if self.text is None and self.tool_call is None and not self.tool_calls:
+            raise ValueError("a turn needs text, tool_call or tool_calls")
+        return self
+
+    @property
+    def calls(self) -> list[ToolCallSpec]:
+        """Every call of the turn."""
+        return ([self.tool_call] if self.tool_call else []) + list(self.tool_calls)
+
+
+class Scenario(_Strict):
+    """A named list of turns; after the last one the model answers ``final_text``."""
+
+    name: str
+    weight: float = Field(default=1.0, gt=0)
+    turns: list[Turn] = Field(min_length=1)
+    final_text: str = "Done."
+
+
+class ScenarioFile(_Strict):
+    """All scenarios of a file, and how sessions are assigned to them."""
+
+    scenarios: list[Scenario] = Field(min_length=1)
+    side_call_text: str = "OK."
+    assign: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _names(self) -> ScenarioFile:
+        names = [s.name for s in self.scenarios]
+        if len(set(names)) != len(names):
+            raise ValueError(f"scenario names repeat: {names}")
+        unknown = sorted(set(self.assign.values()) - set(names))
+        if unknown:
+            raise ValueError(f"assign names unknown scenarios: {unknown}")
+        return self
+
+    def by_name(self, name: str) -> Scenario:
+        """The scenario called ``name``; PolicyError if there is none."""
+        for scenario in self.scenarios:
+            if scenario.name == name:
+                return scenario
+        raise PolicyError(
+            f"unknown scenario {name!r}; known: {', '.join(s.name for s in self.scenarios)}"
+        )
+
+    def choose(self, session: str | None, seed: int) -> Scenario:
+        """The scenario of a session: assigned, named after ``@`` in the key, or drawn.
+
+        The draw is seeded by (seed, session), so every call of a session gets the same
+        scenario while the samples of one task (different sessions) differ.
+        """
+        if session is not None:
+            if session in self.assign:
+                return self.by_name(self.assign[session])
+            if "@" in session:
+                return self.by_name(session.rsplit("@", 1)[1])
+        digest = hashlib.sha256(f"{seed}:{session}".encode()).digest()
+        rng = random.Random(int.from_bytes(digest[:8], "little"))
+        return rng.choices(self.scenarios, weights=[s.weight for s in self.scenarios])[0]
+
+
+def load_scenarios(path: Path) -> ScenarioFile:
+    """Read and validate a scenario file; ConfigurationError says what is wrong and where."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigurationError(f"cannot read scenarios from {path}: {exc}") from exc
+    try:
+        return ScenarioFile.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigurationError(f"invalid scenario file {path}: {exc}") from exc
+
+
+def offered_tools(tools: list[dict[str, Any]] | None) -> list[str]:
+    """Names of the functions a Chat Completions request offers."""
+    names = []
+    for tool in tools or []:
+        function = tool.get("function", tool)
+        if isinstance(function, dict) and isinstance(function.get("name"), str):
+            names.append(function["name"])
+    return names
+
+
+_TOOL_NAME_IN_PROMPT = re.compile(r'"name":\s*"([^"]+)"')
+
+
+def tools_in_prompt(prompt_text: str) -> list[str]:
+    """Tool names in a rendered prompt's tool section (for raw-prompt completions)."""
+    # The last pair: the template's preamble mentions "<tools></tools>" before the list.
+    end = prompt_text.rfind("</tools>")
+    start = prompt_text.rfind("<tools>", 0, end)
+    if start < 0 or end < 0:
+        return []
+    return _TOOL_NAME_IN_PROMPT.findall(prompt_text[start:end])
+
+
+def count_assistant_turns(messages: list[dict[str, Any]]) -> int:
+    """The index of the next scripted turn: tool-calling turns since the last answer.
+
+    An assistant message without tool calls ends an episode (a final answer, or a canned
+    acknowledgement such as Qwen Code's "Got it. Thanks for the context!"), so the next user
+    request starts the scenario from its first turn.
+    """
+    turns = 0
+    for message in messages:
+        if message.get("role") == "assistant":
+            turns = turns + 1 if message.get("tool_calls") else 0
+    return turns
+
+
+def count_prompt_turns(prompt: str, assistant_start: str, tool_call_tag: str) -> int:
+    """``count_assistant_turns`` for a rendered prompt (the raw-prompt path)."""
+    turns = 0
+    for turn in prompt.split(assistant_start)[1:-1]:  # the last one is the turn being sampled
+        turns = turns + 1 if tool_call_tag in turn else 0
+    return turns
+
+
+def resolve_call(call: ToolCallSpec, offered: list[str]) -> tuple[str, dict[str, Any]]:
+    """The concrete tool name and arguments of a scripted call for this request."""
+    if call.tool == SHELL:
+        for name in offered:
+            if name in SHELL_TOOLS:
+                return name, SHELL_TOOLS[name](call.arguments)
+        raise PolicyError(
+            f"the scenario calls the shell tool but the request offers none of "
+            f"{', '.join(SHELL_TOOLS)} (offered: {', '.join(offered) or 'no tools'})"
+        )
+    if call.tool not in offered:
+        raise PolicyError(
+            f"the scenario calls tool {call.tool!r}, which the request does not offer "
+            f"(offered: {', '.join(offered) or 'no tools'})"
+        )
+    return call.tool, dict(call.arguments)
+
+
+def turn_calls(turn: Turn, offered: list[str], rng: random.Random) -> list[tuple[str, str]]:
+    """The turn's calls as (tool name, arguments as the model writes the JSON).
+
+    The JSON spacing varies as a sampling model's would: sometimes compact, which a chat
+    template re-renders differently, so the next prompt need not contain the sampled bytes.
+    """
+    calls = []
+    for call in turn.calls:
+        name, arguments = resolve_call(call, offered)
+        separators = (",", ":") if rng.random() < 0.25 else (", ", ": ")
+        calls.append((name, json.dumps(arguments, ensure_ascii=False, separators=separators)))
+    return calls
+
+
+def turn_text(turn: Turn, offered: list[str], rng: random.Random) -> str:
+    """The text the model samples for a turn, tool calls written as Hermes blocks."""
+    parts = [turn.text] if turn.text else []
+    for name, args in turn_calls(turn, offered, rng):
+        parts.append(f'<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>')
+    return "\n".join(parts)
+
+
+def scripted_tools(scenarios: ScenarioFile) -> list[str]:
+    """Every tool name a scenario file's calls may resolve to: the shell tools and named ones."""
+    named = [c.tool for s in scenarios.scenarios for t in s.turns for c in t.calls]
+    return list(dict.fromkeys([*SHELL_TOOLS, *(n for n in named if n != SHELL)]))

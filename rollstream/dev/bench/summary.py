@@ -1,0 +1,209 @@
+"""The README's benchmark table, generated from ``bench/results.json`` like the config table.
+
+One row per benchmark that has results, each number read from the JSON the benchmarks write, so
+the README cannot drift from ``bench/RESULTS.md`` (both come from the same file). ``rollstream
+bench`` rewrites the table after each run (``write_markdown``); by hand::
+
+    python -m rollstream.dev.bench.summary                    # print the table
+    python -m rollstream.dev.bench.summary --write README.md  # replace it between the markers
+    python -m rollstream.dev.bench.summary --check README.md  # exit 1 if the README's table differs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rollstream.errors import ConfigurationError
+
+START = "<!-- bench-table:start -->"
+END = "<!-- bench-table:end -->"
+RESULTS = Path("bench/results.json")
+#: The interceptor's CPU target against plain mitmproxy (the RESULTS.md section states it too).
+INTERCEPTOR_CPU_TARGET = 1.3
+
+Result = dict[str, Any]
+
+
+def _backend(result: Result) -> str:
+    levels = result["levels"]
+    best = max(levels, key=lambda level: level["tokens_per_s"])
+    clean = max((lv["concurrency"] for lv in levels if lv["errors"] == 0), default=0)
+    return (
+        f"{best['tokens_per_s']:,.0f} streamed tokens/s at {best['concurrency']} streams; "
+        f"{clean} concurrent streams without errors"
+    )
+
+
+def _interceptor(result: Result) -> str:
+    modes = {mode["mode"]: mode for mode in result["modes"]}
+    ours = modes["rollstream"]["proxy_cpu_ms_per_call"]
+    plain = modes["mitmproxy"]["proxy_cpu_ms_per_call"]
+    ratio = result["cpu_ratio_vs_mitmproxy"]
+    low, high = result.get("cpu_ratio_range", (ratio, ratio))
+    met = "met" if ratio <= INTERCEPTOR_CPU_TARGET else "missed"
+    return (
+        f"{ours} vs {plain} ms proxy CPU per call ({ratio}x, rounds {low}-{high}x; target "
+        f"{INTERCEPTOR_CPU_TARGET}x {met}); TTFT p50 +{result['added_ttft_p50_ms']} ms over direct"
+    )
+
+
+def _node(result: Result) -> str:
+    modes = {mode["mode"]: mode for mode in result["modes"]}
+    warm, cold = modes["prewarm"], modes["no_prewarm"]
+    return (
+        f"{warm['sessions_per_min']:,.0f} sessions/min with `--prewarm {warm['prewarm']}`, "
+        f"{cold['sessions_per_min']:,.0f} without"
+    )
+
+
+def _reconstruct(result: Result) -> str:
+    throughput = result["throughput"]
+    rates = ", ".join(f"{s['calls_per_s']:,} (`{s['strategy']}`)" for s in throughput["strategies"])
+    text = (
+        f"{rates} calls/s on {throughput['calls_per_session']}-call sessions with "
+        f"{throughput['prompt_tokens_first'] // 1000}k-"
+        f"{throughput['prompt_tokens_last'] // 1000}k-token prompts"
+    )
+    long = result.get("long_sessions")
+    if long and long.get("sessions"):
+        costs = ", ".join(f"{s['ms_per_call']:.2f} ms at {s['calls']:,}" for s in long["sessions"])
+        last = long["sessions"][-1]["context_tokens_last"] // 1000
+        text += f"; per call in sessions growing to {last}k tokens: {costs} calls"
+    e2e = result.get("end_to_end")
+    if e2e:
+        text += (
+            f"; SessionEnded → trajectory via Kafka p99 {e2e['latency_p99_ms']} ms at "
+            f"{e2e['rate_achieved']:g} sessions/s"
+        )
+    return text
+
+
+def _pipeline(result: Result) -> str:
+    rec, scorer, e2e = result["reconstructor"], result["scorer"], result["end_to_end"]
+    return (
+        f"reconstructor {rec['per_s']:,} calls/s, scorer {scorer['per_s']:,} trajectories/s "
+        f"(one process each); SessionEnded → scored p99 {e2e['latency_p99_ms']} ms at "
+        f"{e2e['rate_achieved']:g} sessions/s, {e2e['missing']} missing, "
+        f"{e2e['duplicates']} duplicated"
+    )
+
+
+def _publisher(result: Result) -> str:
+    encodings = {e["encoding"]: e for e in result["throughput"]["encodings"]}
+    session = {e["encoding"]: e for e in result["session"]["encodings"]}
+    delta = encodings["delta"]
+    return (
+        f"{delta['records_per_s']:,} records/s ({delta['cpu_us_per_record']} µs CPU each) "
+        f"delta-encoded; a {result['session']['turns']}-turn session weighs "
+        f"{session['delta']['log_bytes'] / 1000:,.0f} kB in the log, "
+        f"{session['naive']['log_bytes'] / 1e6:,.1f} MB without deltas"
+    )
+
+
+def _scale(result: Result) -> str:
+    load, proxy = result["load"], result["interceptor"]
+    return (
+        f"{load['peak_sessions_open']:,} sessions open at once through one interceptor: "
+        f"{load['calls_ok']:,} of {load['calls_expected']:,} calls, {load['errors']} errors, "
+        f"{proxy['kb_per_session']} kB per session, {proxy['cpu_ms_per_call']} ms CPU per call"
+    )
+
+
+def _fidelity(result: Result) -> str:
+    config, rows = result["config"], result["rows"]
+    solved = sum(1 for row in rows if row.get("outcome") == "ok")
+    return (
+        f"{len(config['families'])} families x {len(config['harnesses'])} real harnesses x "
+        f"{len(config['modes'])} context modes: {solved}/{len(rows)} sessions solved"
+    )
+
+
+#: In README order: (benchmark, what its row is called, how its result reads).
+ROWS: tuple[tuple[str, str, Callable[[Result], str]], ...] = (
+    ("backend", "reference backend, one core", _backend),
+    ("interceptor", "interceptor vs plain mitmproxy", _interceptor),
+    ("scale", "one interceptor, many sessions", _scale),
+    ("node", "rollout node (sleep-based sessions)", _node),
+    ("publisher", "capture publisher", _publisher),
+    ("reconstruct", "reconstruction, one process", _reconstruct),
+    ("pipeline", "reconstruct + score through Kafka", _pipeline),
+    ("fidelity", "model families x real harnesses", _fidelity),
+)
+
+
+def summary_table(data: Result) -> list[str]:
+    """The table (with its markers) for the benchmarks that have results in ``data``."""
+    benchmarks = data.get("benchmarks", {})
+    machines = [b.get("machine", {}) for b in benchmarks.values()]
+    cores = {m.get("cores") for m in machines} - {None}
+    cpus = {m.get("cpu") for m in machines} - {None}
+    dates = sorted(m.get("date", "")[:10] for m in machines if m.get("date"))
+    where = (
+        f"{'/'.join(str(c) for c in sorted(cores))}-core {', '.join(sorted(cpus))}"
+        if cores
+        else "unknown machine"
+    )
+    span = f", measured {dates[0]} to {dates[-1]}" if dates else ""
+    lines = [
+        START,
+        f"On a {where}{span} (generated from `bench/results.json`):",
+        "",
+        "| what | result |",
+        "|---|---|",
+    ]
+    for name, label, read in ROWS:
+        if name in benchmarks:
+            lines.append(f"| {label} | {read(benchmarks[name])} |")
+    lines.append(END)
+    return lines
+
+
+def replace_table(text: str, table: list[str]) -> str:
+    """``text`` with what lies between the markers (included) replaced by ``table``."""
+    start, end = text.find(START), text.find(END)
+    if start < 0 or end < start:
+        raise ConfigurationError(f"the benchmark table markers ({START} ... {END}) are missing")
+    return text[:start] + "\n".join(table) + text[end + len(END) :]
+
+
+def update_readme(data: Result, readme: Path) -> bool:
+    """Rewrite ``readme``'s table from ``data`` when it has the markers; True if it changed."""
+    if not readme.is_file():
+        return False
+    text = readme.read_text()
+    if START not in text:
+        return False
+    new = replace_table(text, summary_table(data))
+    if new != text:
+        readme.write_text(new)
+    return new != text
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print, write or check the README's benchmark table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--write", type=Path, metavar="README")
+    group.add_argument("--check", type=Path, metavar="README")
+    args = parser.parse_args(argv)
+    table = summary_table(json.loads(args.results.read_text()))
+    if args.write:
+        args.write.write_text(replace_table(args.write.read_text(), table))
+    elif args.check:
+        text = args.check.read_text()
+        if replace_table(text, table) != text:
+            print(f"{args.check}: benchmark table differs from {args.results}", file=sys.stderr)
+            return 1
+    else:
+        print("\n".join(table))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

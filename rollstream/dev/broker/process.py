@@ -1,0 +1,352 @@
+"""Start, probe and stop the local Kafka broker process."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Coroutine
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from aiokafka.client import AIOKafkaClient
+
+from rollstream.dev.broker.config import (
+    READY_LINE,
+    BrokerLayout,
+    log_tail,
+    new_cluster_id,
+    pick_port,
+    port_is_free,
+    render_log4j2_properties,
+    render_server_properties,
+)
+from rollstream.dev.broker.jars import ensure_jars
+from rollstream.dev.broker.settings import BrokerSettings
+from rollstream.errors import BrokerError
+from rollstream.host import require_tool
+from rollstream.lifecycle import die_with_parent
+from rollstream.settings import StatePaths
+
+log = logging.getLogger(__name__)
+
+_IDENTITY_FILE = "rollstream-broker.json"
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A running broker, as recorded in the state file."""
+
+    pid: int
+    bootstrap_servers: str
+    port: int
+    controller_port: int
+    data_dir: str
+    version: str
+    cluster_id: str
+    started_at: float
+    startup_seconds: float
+
+    def to_json(self) -> str:
+        """Serialize for the state file."""
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> BrokerInfo:
+        """Parse a state file written by :meth:`to_json`."""
+        return cls(**json.loads(text))
+
+
+def _run_sync[T](coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion from synchronous code, even inside a running event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+async def probe_metadata(bootstrap_servers: str, timeout: float = 5.0) -> bool:
+    """Whether a metadata request to ``bootstrap_servers`` succeeds and names a broker."""
+    client = AIOKafkaClient(
+        bootstrap_servers=bootstrap_servers,
+        request_timeout_ms=int(timeout * 1000),
+        connections_max_idle_ms=int(timeout * 1000) + 1000,
+    )
+    try:
+        await asyncio.wait_for(client.bootstrap(), timeout)
+        return bool(client.cluster.brokers())
+    except Exception:  # any failure means "not ready (yet)"
+        return False
+    finally:
+        await client.close()
+
+
+def _scan_for(path: Path, needle: str, offset: int) -> tuple[bool, int]:
+    """Look for ``needle`` in what was appended to ``path`` since ``offset``.
+
+    Returns whether it was found and the offset to resume from; the resume point overlaps by the
+    needle's length so a line split across two reads is still seen.
+    """
+    try:
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            chunk = fh.read()
+    except OSError:
+        return False, offset
+    found = needle.encode() in chunk
+    return found, max(offset, offset + len(chunk) - len(needle))
+
+
+def _pid_is_broker(pid: int, server_properties: Path) -> bool:
+    """Whether ``pid`` is alive and is the JVM started with ``server_properties``."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    state = stat.rsplit(")", 1)[-1].split()[0]
+    return state != "Z" and str(server_properties).encode() in cmdline
+
+
+class LocalBroker:
+    """One combined broker+controller Kafka node on 127.0.0.1.
+
+    ``start()`` fetches the jars if needed, formats the data directory once, starts the JVM and
+    returns when the broker logs "Kafka Server started" and answers a metadata request.
+    With ``record_state`` the broker is written to the state file that other rollstream
+    commands discover it from (``rollstream kafka start``); the test fixture leaves it out.
+    """
+
+    def __init__(
+        self,
+        settings: BrokerSettings,
+        paths: StatePaths,
+        *,
+        record_state: bool = True,
+        overrides: dict[str, str] | None = None,
+        outlive_parent: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.paths = paths
+        self.data_dir = (settings.data_dir or paths.state_dir / "kafka").resolve()
+        self.record_state = record_state
+        self.overrides = overrides or {}
+        self.outlive_parent = outlive_parent
+        self.info: BrokerInfo | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> BrokerInfo:
+        """Start the broker (or return the one already running on this data directory)."""
+        existing = self.running()
+        if existing is not None:
+            self.info = existing
+            return existing
+        if self._proc is not None:
+            self._proc.poll()  # reap a previous process of ours that died (e.g. killed)
+            self._proc = None
+        began = time.monotonic()
+        java = require_tool(
+            self.settings.java,
+            "a Java 17+ runtime (e.g. `apt-get install openjdk-17-jre-headless`)",
+        )
+        lib = ensure_jars(self.paths.cache_dir, self.settings.version, self.settings.mvn)
+        layout, cluster_id = self._prepare_layout()
+        classpath = f"{lib}/*"
+        if not (layout.log_dirs / "meta.properties").exists():
+            self._format(java, classpath, layout, cluster_id)
+        layout.logs_dir.mkdir(parents=True, exist_ok=True)
+        layout.server_log.unlink(missing_ok=True)
+        cmd = [
+            java,
+            "-Xms256m",
+            f"-Xmx{self.settings.heap}",
+            "-XX:+UseG1GC",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
+            f"-Dkafka.logs.dir={layout.logs_dir}",
+            f"-Dlog4j2.configurationFile=file:{layout.log4j2_properties}",
+            "-cp",
+            classpath,
+            "kafka.Kafka",
+            str(layout.server_properties),
+        ]
+        with layout.stdout_log.open("wb") as out:
+            # Own session: the broker outlives `rollstream kafka start` and a Ctrl+C aimed at
+            # a foreground command does not reach it.
+            self._proc = subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=None if self.outlive_parent else die_with_parent,
+            )
+        self._wait_ready(layout, began)
+        self.info = BrokerInfo(
+            pid=self._proc.pid,
+            bootstrap_servers=layout.bootstrap_servers,
+            port=layout.port,
+            controller_port=layout.controller_port,
+            data_dir=str(self.data_dir),
+            version=self.settings.version,
+            cluster_id=cluster_id,
+            started_at=time.time(),
+            startup_seconds=round(time.monotonic() - began, 3),
+        )
+        if self.record_state:
+            state = self.paths.broker_state_file
+            state.parent.mkdir(parents=True, exist_ok=True)
+            state.write_text(self.info.to_json())
+        log.info("Kafka %s ready at %s", self.settings.version, layout.bootstrap_servers)
+        return self.info
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Stop the broker: SIGTERM (controlled shutdown), SIGKILL after ``timeout``.
+
+        Returns whether a running broker was stopped.
+        """
+        info = self.info or self.running()
+        if info is None:
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(info.pid, signal.SIGTERM)
+        if not self._wait_exit(info.pid, timeout):
+            log.warning("broker %d ignored SIGTERM for %.0fs, killing it", info.pid, timeout)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(info.pid, signal.SIGKILL)
+            self._wait_exit(info.pid, 10.0)
+        if self.record_state:
+            self.paths.broker_state_file.unlink(missing_ok=True)
+        self.info = None
+        return True
+
+    def running(self) -> BrokerInfo | None:
+        """The broker recorded for this data directory, if its process is alive."""
+        if self.info is not None and _pid_is_broker(self.info.pid, self._props_path()):
+            return self.info
+        if not self.record_state:
+            return None
+        try:
+            info = BrokerInfo.from_json(self.paths.broker_state_file.read_text())
+        except (OSError, ValueError, TypeError):
+            return None
+        if Path(info.data_dir) != self.data_dir or not _pid_is_broker(info.pid, self._props_path()):
+            return None
+        return info
+
+    def healthy(self, timeout: float = 5.0) -> bool:
+        """Whether the running broker answers a metadata request."""
+        info = self.running()
+        return info is not None and _run_sync(probe_metadata(info.bootstrap_servers, timeout))
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _props_path(self) -> Path:
+        return self.data_dir / "server.properties"
+
+    def _prepare_layout(self) -> tuple[BrokerLayout, str]:
+        """Pick ports, keep the cluster id and controller port of an existing data directory."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        identity_file = self.data_dir / _IDENTITY_FILE
+        identity: dict[str, Any] = {}
+        if identity_file.exists():
+            identity = json.loads(identity_file.read_text())
+        controller_port = int(identity.get("controller_port", 0))
+        if controller_port:
+            # The KRaft voter set recorded at format time names this endpoint.
+            if not port_is_free(controller_port):
+                raise BrokerError(
+                    f"controller port {controller_port} of the broker in {self.data_dir} is in "
+                    "use by another process; stop it or remove that data directory"
+                )
+        else:
+            controller_port = pick_port(self.settings.controller_port)
+        port = pick_port(self.settings.port, avoid=frozenset({controller_port}))
+        if self.settings.port and port != self.settings.port:
+            log.warning("port %d is in use; the broker listens on %d", self.settings.port, port)
+        cluster_id = str(identity.get("cluster_id") or new_cluster_id())
+        identity_file.write_text(
+            json.dumps({"cluster_id": cluster_id, "controller_port": controller_port})
+        )
+        layout = BrokerLayout(self.data_dir, port, controller_port)
+        layout.server_properties.write_text(render_server_properties(layout, self.overrides))
+        layout.log4j2_properties.write_text(render_log4j2_properties(layout))
+        return layout, cluster_id
+
+    def _format(self, java: str, classpath: str, layout: BrokerLayout, cluster_id: str) -> None:
+        cmd = [
+            java,
+            "-cp",
+            classpath,
+            f"-Dlog4j2.configurationFile=file:{layout.log4j2_properties}",
+            f"-Dkafka.logs.dir={layout.logs_dir}",
+            "kafka.tools.StorageTool",
+            "format",
+            "--standalone",
+            f"--cluster-id={cluster_id}",
+            "--config",
+            str(layout.server_properties),
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            output = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:])
+            raise BrokerError(f"formatting the Kafka data directory failed:\n{output}")
+
+    def _wait_ready(self, layout: BrokerLayout, began: float) -> None:
+        assert self._proc is not None
+        deadline = began + self.settings.start_timeout
+        logged_ready = False
+        scanned = 0
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise BrokerError(
+                    f"the Kafka broker exited with code {self._proc.returncode} during start-up."
+                    f"\n--- {layout.server_log} ---\n{log_tail(layout.server_log)}"
+                    f"\n--- {layout.stdout_log} ---\n{log_tail(layout.stdout_log)}"
+                )
+            if not logged_ready:
+                logged_ready, scanned = _scan_for(layout.server_log, READY_LINE, scanned)
+            if logged_ready and _run_sync(probe_metadata(layout.bootstrap_servers, 2.0)):
+                return
+            time.sleep(0.2)
+        self._proc.kill()
+        self._proc.wait()
+        raise BrokerError(
+            f"the Kafka broker was not ready after {self.settings.start_timeout:.0f}s."
+            f"\n--- {layout.server_log} ---\n{log_tail(layout.server_log)}"
+            f"\n--- {layout.stdout_log} ---\n{log_tail(layout.stdout_log)}"
+        )
+
+    def _wait_exit(self, pid: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.pid == pid:
+                if self._proc.poll() is not None:
+                    return True
+            elif not _pid_is_broker(pid, self._props_path()):
+                return True
+            time.sleep(0.1)
+        return False

@@ -1,0 +1,240 @@
+"""What the local stack runs: each service's command line, environment and health check."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rollstream.dev.backend.settings import BackendSettings
+from rollstream.dev.backend.tokenizer import default_tokenizer_dir
+from rollstream.dev.stack.settings import StackSettings
+from rollstream.errors import ConfigurationError
+from rollstream.host import free_port
+from rollstream.models.families import FAMILIES, GENERIC, known_families
+
+
+@dataclass(frozen=True)
+class Component:
+    """One service: how to start it and how to tell it is ready.
+
+    ``health`` is an HTTP URL answering 200 when ready, or None when readiness is ``marker``
+    appearing in its log (the consumers, which have no HTTP port).
+    """
+
+    name: str
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    health: str | None = None
+    marker: str | None = None
+    endpoint: str | None = None  # what `up` prints for users
+    url: str | None = None  # its base URL, for programs (the demo, `rollstream run`)
+
+
+def _rollstream(*args: str) -> list[str]:
+    return [sys.executable, "-m", "rollstream", *args]
+
+
+def _port(host: str, port: int) -> int:
+    return port or free_port(host)
+
+
+def vllm_argv(model: str, served_name: str, host: str, port: int, tool_parser: str) -> list[str]:
+    """``vllm serve`` with what capture needs: tool calls parsed server-side, under our name.
+
+    The context length is the model's own (vLLM reads it from the model's config).
+    """
+    executable = shutil.which("vllm")
+    if executable is None:
+        raise ConfigurationError(
+            "--vllm needs vLLM installed (`pip install vllm`, on a GPU machine); or point "
+            "--upstream at a running server"
+        )
+    return [
+        executable,
+        "serve",
+        model,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        tool_parser,
+        "--served-model-name",
+        served_name,
+    ]
+
+
+@dataclass(frozen=True)
+class Served:
+    """The model the stack serves.
+
+    ``family``: None is generic; ``tokenizer``: the folder the reference backend serves (None:
+    its default, the shipped toy tokenizer).
+    """
+
+    family: str | None
+    tokenizer: Path | None
+
+
+def served_model(settings: StackSettings) -> Served:
+    """The family (``--family``, else ROLLSTREAM_BACKEND_FAMILY) and the backend's folder.
+
+    When the stack starts the reference backend, the folder is ROLLSTREAM_BACKEND_TOKENIZER if
+    set, else a named family's vocabulary (built into the cache the first time); the
+    interceptor gets the same folder, so both sides tokenize alike.
+    """
+    # What the backend would read from the environment it inherits.
+    backend = BackendSettings()
+    family = settings.family or backend.family
+    if family is not None and family not in known_families():
+        raise ConfigurationError(
+            f"unknown model family {family!r}; known: {', '.join(known_families())}"
+        )
+    if settings.upstream is not None or settings.vllm is not None:
+        return Served(family, None)  # no reference backend: nothing to build
+    folder = backend.tokenizer
+    if folder is None and family is not None and family != GENERIC:
+        from rollstream.models.vocabularies import vocabulary_dir
+
+        folder = vocabulary_dir(FAMILIES[family].vocabulary)
+    return Served(family, folder)
+
+
+def _context_options(settings: StackSettings, served: Served) -> list[str]:
+    """The interceptor's exact-context options: the mode, the served family and tokenizer.
+
+    The tokenizer goes whenever the stack knows it, so that tasks may choose exact context
+    for their sessions (metadata ``context``) under the default ordinary mode.
+    """
+    options: list[str] = []
+    if served.family is not None:
+        options += ["--family", served.family]
+    if settings.upstream is None and settings.vllm is None:
+        options += ["--tokenizer", str(served.tokenizer or default_tokenizer_dir())]
+    elif settings.vllm is not None and Path(settings.vllm).expanduser().is_dir():
+        options += ["--tokenizer", str(Path(settings.vllm).expanduser())]
+    # Otherwise ROLLSTREAM_INTERCEPTOR_TOKENIZER (inherited) names it, the family's vocabulary
+    # is used, or calls asking for exact context fall back and their records say so.
+    if settings.context == "ordinary":
+        return options
+    if settings.vllm is not None and settings.tool_parser != "hermes" and served.family is None:
+        # Without a family the interceptor parses completions' tool calls as hermes does;
+        # another parser's format would reach the harness as text.
+        raise ConfigurationError(
+            f"--context exact without --family parses tool calls as vLLM's hermes parser; the"
+            f" stack serves with --tool-parser {settings.tool_parser}: use hermes, name the"
+            " model's --family, or --context ordinary"
+        )
+    return [*options, "--context", settings.context]
+
+
+def _backend_options(served: Served) -> list[str]:
+    """The reference backend's family and folder, as the interceptor gets them."""
+    options = ["--family", served.family] if served.family is not None else []
+    if served.tokenizer is not None:
+        options += ["--tokenizer", str(served.tokenizer)]
+    return options
+
+
+def plan(settings: StackSettings) -> list[Component]:
+    """The services in start order (``down`` stops them in reverse)."""
+    host = settings.host
+    components: list[Component] = []
+    served = served_model(settings)
+    upstream = settings.upstream
+    if upstream is None:
+        port = _port(host, settings.backend_port)
+        upstream = f"http://{host}:{port}"
+        if settings.vllm is not None:
+            argv = vllm_argv(settings.vllm, settings.model, host, port, settings.tool_parser)
+            components.append(Component("vllm", argv, health=f"{upstream}/health", url=upstream))
+        else:
+            argv = _rollstream(
+                "backend",
+                "--host",
+                host,
+                "--port",
+                str(port),
+                "--policy",
+                settings.policy,
+                "--model",
+                settings.model,
+                "--max-model-len",
+                str(settings.max_model_len),
+                "--scripted-logprobs",
+                settings.scripted_logprobs,
+                *_backend_options(served),
+            )
+            components.append(
+                Component(
+                    "backend",
+                    argv,
+                    health=f"{upstream}/health",
+                    endpoint=f"{upstream}/v1",
+                    url=upstream,
+                )
+            )
+    proxy_port = _port(host, settings.interceptor_port)
+    admin_port = _port(host, settings.admin_port)
+    interceptor = f"http://{host}:{proxy_port}"
+    admin = f"http://{host}:{admin_port}"
+    components.append(
+        Component(
+            "interceptor",
+            _rollstream(
+                "interceptor",
+                "--upstream",
+                upstream,
+                "--host",
+                host,
+                "--port",
+                str(proxy_port),
+                "--admin-port",
+                str(admin_port),
+                # Whatever model a harness names (Claude Code's side calls name another), the
+                # one served policy answers.
+                "--upstream-model",
+                settings.model,
+                *_context_options(settings, served),
+            ),
+            health=f"{admin}/health",
+            endpoint=f"{interceptor}/v1 (admin {admin})",
+            url=interceptor,
+        )
+    )
+    components.append(
+        Component(
+            "reconstructor",
+            _rollstream("reconstruct", "--strategy", settings.strategy),
+            marker="reconstructing",
+        )
+    )
+    components.append(Component("scorer", _rollstream("score"), marker="scoring"))
+    if settings.node:
+        node_port = _port(host, settings.node_port)
+        node = f"http://{host}:{node_port}"
+        components.append(
+            Component(
+                "node",
+                _rollstream(
+                    "node",
+                    "--host",
+                    host,
+                    "--port",
+                    str(node_port),
+                    "--base-url",
+                    interceptor,
+                    "--interceptor-admin",
+                    admin,
+                    "--model",
+                    settings.model,
+                ),
+                health=f"{node}/health",
+                endpoint=f"{node} (POST /tasks; `rollstream run --task FILE`)",
+                url=node,
+            )
+        )
+    return components

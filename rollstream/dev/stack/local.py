@@ -1,0 +1,144 @@
+"""Bringing the local stack up and down from one state directory."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+
+from rollstream.dev.broker.process import LocalBroker
+from rollstream.dev.broker.settings import BrokerSettings
+from rollstream.dev.stack.components import plan
+from rollstream.dev.stack.processes import (
+    Running,
+    StackState,
+    healthy,
+    log_tail,
+    spawn,
+    state_path,
+    terminate,
+)
+from rollstream.dev.stack.settings import StackSettings
+from rollstream.dev.stack.status import StackStatus, stack_status
+from rollstream.errors import ConfigurationError
+from rollstream.kafka.admin import TopicAdmin, TopicsSettings
+from rollstream.schemas import TopicNames, topic_specs
+from rollstream.settings import KafkaSettings, StatePaths
+
+Progress = Callable[[str], None]
+
+
+class LocalStack:
+    """The stack under ``paths.state_dir``: ``up()``, ``status()``, ``down()``."""
+
+    def __init__(
+        self,
+        settings: StackSettings,
+        paths: StatePaths,
+        broker: BrokerSettings | None = None,
+        topics: TopicsSettings | None = None,
+    ) -> None:
+        self.settings = settings
+        self.paths = paths
+        self.broker = broker or BrokerSettings()
+        self.topics = topics or TopicsSettings()
+        self.dir = paths.state_dir / "stack"
+        self.state_file = state_path(paths.state_dir)
+
+    def state(self) -> StackState | None:
+        """What was brought up, if anything."""
+        return StackState.load(self.state_file)
+
+    async def up(self, kafka: KafkaSettings, progress: Progress = lambda _: None) -> StackState:
+        """Start the broker (unless one is configured), the topics, then each service in turn.
+
+        A service that does not become healthy stops the start: everything started is stopped
+        again and the error quotes its log.
+        """
+        previous = self.state()
+        if previous is not None and any(c.alive() for c in previous.components):
+            raise ConfigurationError(
+                f"a stack is already up in {self.paths.state_dir}; `rollstream down` first"
+            )
+        started_broker = False
+        if "ROLLSTREAM_BOOTSTRAP_SERVERS" not in os.environ:
+            local = LocalBroker(self.broker, self.paths)
+            started_broker = local.running() is None
+            info = await asyncio.to_thread(local.start)
+            kafka = KafkaSettings(
+                **(kafka.model_dump() | {"bootstrap_servers": info.bootstrap_servers})
+            )
+            progress(f"kafka        {info.bootstrap_servers}")
+        state = StackState(kafka.bootstrap_servers, kafka.topic_prefix, started_broker)
+        state.save(self.state_file)
+        names = TopicNames(kafka.topic_prefix)
+        async with TopicAdmin(kafka) as admin:
+            specs = topic_specs(names, self.topics.partitions, self.topics.retention_days)
+            await admin.create(specs, self.topics.replication_factor)
+        env = {
+            "ROLLSTREAM_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+            "ROLLSTREAM_TOPIC_PREFIX": kafka.topic_prefix,
+            "ROLLSTREAM_STATE_DIR": str(self.paths.state_dir),
+            "ROLLSTREAM_CACHE_DIR": str(self.paths.cache_dir),
+        }
+        try:
+            for component in plan(self.settings):
+                running = spawn(component, self.dir / "logs", env)
+                state.components.append(running)
+                state.save(self.state_file)
+                began = time.monotonic()
+                await self._wait_healthy(running)
+                progress(
+                    f"{running.name:<12} {running.endpoint or 'ready'} "
+                    f"({time.monotonic() - began:.1f}s, pid {running.pid})"
+                )
+        except BaseException:
+            self.down()
+            raise
+        return state
+
+    async def _wait_healthy(self, running: Running) -> None:
+        deadline = time.monotonic() + self.settings.start_timeout_s
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as http:
+            while not await healthy(running, http):
+                if not running.alive():
+                    raise ConfigurationError(
+                        f"{running.name} exited during start-up; its log ({running.log}) ends:\n"
+                        f"{log_tail(running)}"
+                    )
+                if time.monotonic() > deadline:
+                    raise ConfigurationError(
+                        f"{running.name} not healthy after {self.settings.start_timeout_s:.0f}s; "
+                        f"its log ({running.log}) ends:\n{log_tail(running)}"
+                    )
+                await asyncio.sleep(0.2)
+
+    async def status(self) -> StackStatus:
+        """Each service, consumer lags, records per topic."""
+        state = self.state()
+        if state is None:
+            raise ConfigurationError(f"no stack is up in {self.paths.state_dir} (`rollstream up`)")
+        return await stack_status(state)
+
+    def down(self) -> list[tuple[str, str]]:
+        """Stop the services in reverse order, then the broker if ``up`` started it."""
+        state = self.state()
+        if state is None:
+            return []
+        outcomes = [
+            (c.name, terminate(c, self.settings.stop_timeout_s)) for c in reversed(state.components)
+        ]
+        if state.started_broker:
+            stopped = LocalBroker(self.broker, self.paths).stop()
+            outcomes.append(("kafka", "stopped" if stopped else "not running"))
+        self.state_file.unlink(missing_ok=True)
+        return outcomes
+
+    @property
+    def logs(self) -> Path:
+        """Where each service's log is."""
+        return self.dir / "logs"

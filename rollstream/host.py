@@ -1,0 +1,51 @@
+"""What a process needs from the machine it runs on: a free port on loopback, a tool on PATH."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+
+from rollstream.errors import MissingToolError
+
+#: Every local service listens on loopback only.
+HOST = "127.0.0.1"
+
+
+def port_is_free(port: int, host: str = HOST) -> bool:
+    """Whether ``port`` can be bound on ``host`` right now by a listening server.
+
+    SO_REUSEADDR as the JVM sets it: a port whose old connections linger in TIME_WAIT (a
+    broker just killed) is free to listen on again.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = HOST, avoid: frozenset[int] = frozenset()) -> int:
+    """A port the kernel reports free on ``host`` (not one of ``avoid``)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port: int = sock.getsockname()[1]
+        if port not in avoid:
+            return port
+
+
+def pick_port(preferred: int, avoid: frozenset[int] = frozenset()) -> int:
+    """``preferred`` if it is set and free, else any free port."""
+    if preferred and preferred not in avoid and port_is_free(preferred):
+        return preferred
+    return free_port(avoid=avoid | {preferred})
+
+
+def require_tool(executable: str, install_hint: str) -> str:
+    """Return the full path of ``executable`` or raise a one-line error naming what to install."""
+    path = shutil.which(executable)
+    if path is None:
+        raise MissingToolError(f"{executable!r} not found on PATH: install {install_hint}")
+    return path

@@ -1,0 +1,181 @@
+"""``command``: the task's check (e.g. its tests) run against the session's work.
+
+The steps repeat the node's session init (``producers/node``): a fresh scratch directory
+(``LocalRuntime``), the task's workspace materialized, its setup commands run within the task's
+init timeout, a git baseline; then the session's diff applied with ``git apply`` and
+``config["command"]`` run by bash in the workspace, in a process group of its own that is
+killed on timeout. The baseline matters beyond symmetry: ``git apply`` in a directory inside
+another repository would resolve paths against that repository.
+
+Reward 1.0 when the command exits 0, else 0.0. No reward, an error instead, when the scorer
+cannot judge the work: a diff artifact the node truncated, a diff that does not apply, a
+workspace or setup that fails, a timeout. A diff that does not apply means the workspace
+rebuilt here is not the one the session started from (a directory workspace changed since, a
+setup that is not deterministic): not the policy's doing, so it must not train as a 0.
+
+Options: ``command`` (required), ``timeout`` (seconds; default the scorer's evaluator timeout,
+and never past what is left of it), ``artifact`` (the diff's name; default the node's
+``workspace.diff``, else ``diff``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from rollstream.processing.score.evaluators.base import (
+    EvalContext,
+    EvalResult,
+    EvaluatorError,
+    required,
+    seconds,
+)
+from rollstream.sandbox.harnesses.presets import HarnessLaunch
+from rollstream.sandbox.runtime import LocalRuntime, Sandbox, SetupError, run_setup
+from rollstream.sandbox.workspace import (
+    DIFF_ARTIFACT,
+    WorkspaceError,
+    baseline,
+    materialize,
+)
+from rollstream.schemas.sessions import Artifact
+from rollstream.schemas.tasks import Task
+from rollstream.schemas.trajectories import Trajectory
+
+_SHELL = ("bash", "--noprofile", "--norc", "-c")
+#: Output of the command and its children as one stream, in the order it was written.
+_MERGE_STDERR = "exec 2>&1\n"
+_OUTPUT_TAIL = 2000
+_ERROR_TAIL = 1000
+#: run_harness gives a timed-out process group 5 s between SIGTERM and SIGKILL.
+_KILL_GRACE_S = 6.0
+_DIFF_NAMES = (DIFF_ARTIFACT, "diff")
+
+
+def find_diff(trajectory: Trajectory, config: Mapping[str, str]) -> Artifact | None:
+    """The session's diff artifact, by the configured name or the usual ones."""
+    names = (config["artifact"],) if "artifact" in config else _DIFF_NAMES
+    for name in names:
+        artifact = trajectory.artifact(name)
+        if artifact is not None:
+            return artifact
+    return None
+
+
+def _git_env() -> dict[str, str]:
+    env = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL") if k in os.environ}
+    # The scorer user's git config must not change how a patch applies.
+    return env | {
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_TERMINAL_PROMPT": "0",
+    }
+
+
+async def apply_diff(work: Path, patch: Path) -> str | None:
+    """``git apply`` the patch file in ``work``; None on success, else git's complaint."""
+    proc = await asyncio.create_subprocess_exec(
+        "git", "-C", str(work), "apply", "--whitespace=nowarn", str(patch),
+        env=_git_env(),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        _, err = await proc.communicate()
+    except BaseException:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        raise
+    if proc.returncode == 0:
+        return None
+    return err.decode(errors="replace").strip()[-_ERROR_TAIL:] or f"exit {proc.returncode}"
+
+
+async def _prepare(
+    runtime: LocalRuntime, sandbox: Sandbox, task: Task, context: EvalContext
+) -> str | None:
+    """Workspace, setup, baseline; None when ready, else the error."""
+    loop = asyncio.get_running_loop()
+    deadline = min(loop.time() + task.init_timeout_s, context.deadline)
+    step = "materializing the workspace"
+    try:
+        async with asyncio.timeout_at(deadline):
+            await materialize(task.workspace, sandbox.work)
+        step = "running the setup commands"
+        await run_setup(runtime, sandbox, task.setup, task.env, deadline)
+        step = "committing the workspace baseline"
+        async with asyncio.timeout_at(deadline):
+            await baseline(sandbox.work)
+    except TimeoutError:
+        return f"timeout while {step} (init timeout {task.init_timeout_s:g}s)"
+    except (WorkspaceError, SetupError) as exc:
+        return f"workspace: {step} failed: {exc}"
+    return None
+
+
+async def _run(
+    runtime: LocalRuntime,
+    sandbox: Sandbox,
+    task: Task,
+    script: str,
+    timeout: float,
+    details: dict[str, str],
+) -> EvalResult:
+    launch = HarnessLaunch([*_SHELL, _MERGE_STDERR + script], dict(task.env))
+    result = await runtime.execute(sandbox, launch, timeout, sandbox.logs / "command")
+    details |= {
+        "exit_code": "" if result.exit_code is None else str(result.exit_code),
+        "output": result.stdout_tail[-_OUTPUT_TAIL:],
+        "duration_s": f"{result.duration_s:.3f}",
+        "timeout_s": f"{timeout:g}",
+    }
+    if result.timed_out:
+        return EvalResult(None, details, f"timeout: the command ran longer than {timeout:g}s")
+    return EvalResult(1.0 if result.exit_code == 0 else 0.0, details)
+
+
+def _sandbox_name(trajectory: Trajectory) -> str:
+    # The name becomes part of a directory name.
+    return "score-" + re.sub(r"[^A-Za-z0-9_.-]", "_", trajectory.session_id)[:64]
+
+
+async def command(
+    trajectory: Trajectory, config: Mapping[str, str], context: EvalContext
+) -> EvalResult:
+    """Rebuild the workspace, apply the session's diff, run the command: exit 0 is 1.0."""
+    script = required(config, "command")
+    task = trajectory.task
+    if task is None:
+        raise EvaluatorError("the trajectory has no task, so no workspace to run the command in")
+    timeout = seconds(config, "timeout", context.timeout_s)
+    patch = find_diff(trajectory, config)
+    details = {"diff": "none" if patch is None else patch.name}
+    if patch is not None and patch.truncated:
+        error = (
+            f"diff artifact {patch.name} is truncated ({len(patch.content)} of "
+            f"{patch.original_size} bytes): the session's work is not all there"
+        )
+        return EvalResult(None, details, error)
+    runtime = LocalRuntime(context.work_root, context.keep_workdirs)
+    sandbox = await runtime.start(_sandbox_name(trajectory))
+    try:
+        failed = await _prepare(runtime, sandbox, task, context)
+        if failed is not None:
+            return EvalResult(None, details, failed)
+        if patch is not None and patch.content.strip():
+            patch_file = sandbox.logs / "session.diff"
+            patch_file.write_bytes(patch.content)
+            complaint = await apply_diff(sandbox.work, patch_file)
+            if complaint is not None:
+                return EvalResult(None, details, f"diff does not apply: {complaint}")
+        # Leave the kill grace inside the evaluation's bound: our own timeout, with the
+        # command's output, rather than the outer one.
+        timeout = max(min(timeout, context.remaining() - _KILL_GRACE_S), 0.1)
+        return await _run(runtime, sandbox, task, script, timeout, details)
+    finally:
+        await runtime.stop(sandbox)

@@ -1,0 +1,272 @@
+"""The docker runtime: each session's processes in a container of its own (docker SDK).
+
+The session's ``home/``, ``work/`` and ``logs/`` are bind-mounted at the same paths, so
+workspaces, diffs and teardown stay on the host exactly as with ``LocalRuntime``; idle
+containers are kept pre-warmed in a pool. This machine has no engine: the code is tested
+against a fake client, and the real-engine test skips with that reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import importlib
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from rollstream.errors import ConfigurationError
+from rollstream.sandbox.harnesses.presets import HarnessLaunch
+from rollstream.sandbox.harnesses.runner import HarnessResult, harness_env, tail, write_home
+from rollstream.sandbox.runtime import LocalRuntime, Sandbox
+
+log = logging.getLogger(__name__)
+
+
+def _docker_client() -> Any:
+    """A docker SDK client that reached the engine, or a ConfigurationError saying why not."""
+    try:
+        docker = importlib.import_module("docker")
+    except ImportError:
+        raise ConfigurationError(
+            "the docker runtime needs the docker Python SDK (`pip install docker`); "
+            "use ROLLSTREAM_NODE_RUNTIME=local otherwise"
+        ) from None
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:
+        raise ConfigurationError(
+            f"the docker runtime needs a Docker engine, none reachable ({exc}); "
+            "use ROLLSTREAM_NODE_RUNTIME=local otherwise"
+        ) from exc
+    return client
+
+
+#: Variables ``harness_env`` inherits from this machine that name host paths: inside a container
+#: they would point nowhere (the image's own PATH applies instead), unless the preset sets them.
+_HOST_ONLY = ("PATH", "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE")
+#: How long a killed exec's output stream may take to end before the run is given up on.
+_KILL_GRACE_S = 10.0
+#: Label of every container this runtime makes (``docker ps -f label=rollstream.runtime``).
+LABEL = "rollstream.runtime"
+
+
+def container_env(launch: HarnessLaunch, home: Path) -> dict[str, str]:
+    """``harness_env`` with paths valid in the container (HOME and TMPDIR are bind-mounted)."""
+    env = harness_env(launch, home)
+    for name in _HOST_ONLY:
+        if name not in launch.env:
+            env.pop(name, None)
+    return env
+
+
+class DockerRuntime(LocalRuntime):
+    """A container per session from ``image``, sharing the local runtime's directories.
+
+    Construction checks that the docker SDK and an engine are there (a clear ConfigurationError
+    otherwise, before any task is taken). Each session's sandbox directory is made on the host as
+    by the local runtime and bind-mounted at the same path in a container that only idles
+    (``sleep infinity``); setup commands and the harness run in it with ``exec``, while the
+    workspace, its diff and teardown stay on the host. The container runs as this process's
+    user, so the files it writes stay removable, and in ``network`` mode (``host`` by default,
+    so the harness reaches the interceptor on ``127.0.0.1``).
+
+    Up to ``prewarm`` idle containers (each with its empty sandbox) are kept ready and refilled
+    in the background, so ``start`` usually costs no container creation. The agent timeout (or a
+    cancellation) kills the container: it holds the session's processes and nothing else.
+    """
+
+    name = "docker"
+
+    def __init__(
+        self,
+        image: str,
+        root: Path | None = None,
+        keep: bool = False,
+        *,
+        network: str = "host",
+        prewarm: int = 0,
+        client: Any = None,
+    ) -> None:
+        super().__init__(root, keep)
+        self.image = image
+        self.network = network
+        self.prewarm = prewarm
+        self.client = _docker_client() if client is None else client
+        self._idle: list[tuple[Sandbox, Any]] = []
+        self._containers: dict[Path, Any] = {}
+        self._refill: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def start(self, session_id: str) -> Sandbox:
+        """A pre-warmed container's sandbox if one is ready, else a new one; refill the pool."""
+        if self._idle:
+            sandbox, container = self._idle.pop(0)
+            sandbox = dataclasses.replace(sandbox, session_id=session_id)
+            log.debug("session %s: pre-warmed container %s", session_id, container.id)
+        else:
+            sandbox, container = await asyncio.to_thread(
+                self._create, session_id, f"rollstream-{session_id}-"
+            )
+        self._containers[sandbox.root] = container
+        self._fill()
+        return sandbox
+
+    async def execute(
+        self, sandbox: Sandbox, launch: HarnessLaunch, timeout_s: float, logs: Path
+    ) -> HarnessResult:
+        """``launch`` with ``exec`` in the session's container; the timeout kills the container."""
+        container = self._containers[sandbox.root]
+        await asyncio.to_thread(_prepare, launch, sandbox.home, logs)
+        api = self.client.api
+        exec_id = (
+            await asyncio.to_thread(
+                api.exec_create,
+                container.id,
+                launch.argv,
+                stdout=True,
+                stderr=True,
+                stdin=False,
+                tty=False,
+                environment=container_env(launch, sandbox.home),
+                workdir=str(sandbox.work),
+            )
+        )["Id"]
+        started = time.monotonic()
+        pump = asyncio.ensure_future(asyncio.to_thread(self._pump, exec_id, logs))
+        timed_out = False
+        try:
+            await asyncio.wait_for(asyncio.shield(pump), timeout_s)
+        except TimeoutError:
+            timed_out = True
+            await self._kill(container)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(pump), _KILL_GRACE_S)
+        except asyncio.CancelledError:
+            await self._kill(container)
+            raise
+        exit_code = None
+        if not timed_out:
+            exit_code = (await asyncio.to_thread(api.exec_inspect, exec_id))["ExitCode"]
+            # As run_harness: what the run left in the background dies with it. kill -1 spares
+            # the container's PID 1 (the idle ``sleep``) and the shell sending it.
+            await self._quick_exec(container, ["sh", "-c", "kill -KILL -1 2>/dev/null || true"])
+        return HarnessResult(
+            exit_code=exit_code,
+            timed_out=timed_out,
+            duration_s=time.monotonic() - started,
+            stdout_tail=tail(logs / "stdout"),
+            stderr_tail=tail(logs / "stderr"),
+        )
+
+    async def stop(self, sandbox: Sandbox) -> None:
+        """Remove the container (forced), then the local runtime's teardown of the directory."""
+        container = self._containers.pop(sandbox.root, None)
+        if container is not None:
+            await self._remove(container)
+        await super().stop(sandbox)
+
+    async def close(self) -> None:
+        """Stop refilling; remove the idle pre-warmed containers and their directories."""
+        self._closed = True
+        if self._refill is not None:
+            self._refill.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refill
+        idle, self._idle = self._idle, []
+        for sandbox, container in idle:
+            await self._remove(container)
+            await asyncio.to_thread(shutil.rmtree, sandbox.root, ignore_errors=True)
+
+    @property
+    def idle(self) -> int:
+        """Pre-warmed containers ready for ``start``."""
+        return len(self._idle)
+
+    def _fill(self) -> None:
+        """Start refilling the pool in the background unless it is full or being refilled."""
+        if self._closed or len(self._idle) >= self.prewarm:
+            return
+        if self._refill is None or self._refill.done():
+            self._refill = asyncio.create_task(self._refill_pool(), name="docker-prewarm")
+
+    async def _refill_pool(self) -> None:
+        while not self._closed and len(self._idle) < self.prewarm:
+            try:
+                made = await asyncio.to_thread(self._create, "prewarmed", "rollstream-docker-")
+            except Exception:
+                # ``start`` makes its own container then, and reports what goes wrong.
+                log.warning("pre-warming a docker container failed", exc_info=True)
+                return
+            if self._closed:
+                await self._remove(made[1])
+                await asyncio.to_thread(shutil.rmtree, made[0].root, ignore_errors=True)
+                return
+            self._idle.append(made)
+
+    def _create(self, session_id: str, prefix: str) -> tuple[Sandbox, Any]:
+        """A sandbox directory and a running idle container with it bind-mounted (blocking)."""
+        sandbox = self._make_sandbox(session_id, prefix)
+        binds = {
+            str(p): {"bind": str(p), "mode": "rw"}
+            for p in (sandbox.home, sandbox.work, sandbox.logs)
+        }
+        try:
+            container = self.client.containers.run(
+                self.image,
+                ["sleep", "infinity"],
+                detach=True,
+                volumes=binds,
+                network_mode=self.network,
+                user=f"{os.getuid()}:{os.getgid()}",
+                working_dir=str(sandbox.work),
+                environment={"HOME": str(sandbox.home)},
+                labels={LABEL: "docker", "rollstream.sandbox": str(sandbox.root)},
+            )
+        except BaseException:
+            shutil.rmtree(sandbox.root, ignore_errors=True)
+            raise
+        return sandbox, container
+
+    def _pump(self, exec_id: str, logs: Path) -> None:
+        """Copy the exec's demultiplexed output into ``logs/stdout`` and ``logs/stderr``."""
+        stream = self.client.api.exec_start(exec_id, stream=True, demux=True)
+        with (logs / "stdout").open("wb") as out, (logs / "stderr").open("wb") as err:
+            for chunk_out, chunk_err in stream:
+                if chunk_out:
+                    out.write(chunk_out)
+                    out.flush()
+                if chunk_err:
+                    err.write(chunk_err)
+                    err.flush()
+
+    async def _quick_exec(self, container: Any, argv: list[str]) -> None:
+        """Run ``argv`` in ``container`` to its end, best effort (failures only logged)."""
+        api = self.client.api
+        try:
+            exec_id = (await asyncio.to_thread(api.exec_create, container.id, argv))["Id"]
+            await asyncio.to_thread(api.exec_start, exec_id)
+        except Exception as exc:
+            log.debug("%s in container %s: %s", argv, container.id, exc)
+
+    async def _kill(self, container: Any) -> None:
+        try:
+            await asyncio.to_thread(container.kill)
+        except Exception as exc:  # already dead or gone: nothing left to kill
+            log.debug("killing container %s: %s", container.id, exc)
+
+    async def _remove(self, container: Any) -> None:
+        try:
+            await asyncio.to_thread(container.remove, force=True)
+        except Exception as exc:
+            log.warning("removing container %s failed: %s", container.id, exc)
+
+
+def _prepare(launch: HarnessLaunch, home: Path, logs: Path) -> None:
+    write_home(launch, home)
+    logs.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,51 @@
+"""Choosing a session runtime from settings: ``local`` (a process) or ``docker`` (a container)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from rollstream.sandbox.runtime import LocalRuntime, Runtime
+
+
+class RuntimeSettings(Protocol):
+    """What choosing a runtime reads (``NodeSettings`` has it; the sandbox does not import it)."""
+
+    @property
+    def runtime(self) -> str:
+        """``local`` or ``docker``."""
+
+    @property
+    def work_root(self) -> Path | None:
+        """Where session directories go (a temporary directory when unset)."""
+
+    @property
+    def keep_workdirs(self) -> bool:
+        """Whether session directories outlive their session."""
+
+    @property
+    def docker_image(self) -> str:
+        """The image of a session's container."""
+
+    @property
+    def docker_network(self) -> str:
+        """The network a session's container joins."""
+
+    @property
+    def prewarm(self) -> int:
+        """How many containers to start ahead of their session."""
+
+
+def make_runtime(settings: RuntimeSettings) -> Runtime:
+    """The runtime the settings name (``local`` or ``docker``)."""
+    if settings.runtime == "docker":
+        from rollstream.sandbox.docker import DockerRuntime  # the SDK only when asked
+
+        return DockerRuntime(
+            settings.docker_image,
+            settings.work_root,
+            settings.keep_workdirs,
+            network=settings.docker_network,
+            prewarm=settings.prewarm,
+        )
+    return LocalRuntime(settings.work_root, settings.keep_workdirs)

@@ -1,0 +1,294 @@
+"""TrajectoryStream: a trainer's consumer group over the scored topic, yielding GRPO groups.
+
+Delivery is at-least-once. :meth:`TrajectoryStream.commit` commits, per partition, the offset
+up to which every record was delivered or dropped, never past a record of a group still being
+assembled, so a restart re-reads everything an unfinished group needs, and also re-delivers
+the groups delivered after the last commit whose records lie past that offset. For
+exactly-once training keep :meth:`TrajectoryStream.positions` inside the training checkpoint
+(written atomically with the weights) and resume with ``start_offsets=`` that position: it
+holds the offsets and the trajectories past them already delivered, which are then skipped.
+
+A record the stream cannot use (bytes that are no record, a record of another type, a
+trajectory that cannot be grouped, anything else that fails while it is handled) is skipped
+with a log line and counted in :attr:`TrajectoryStream.metrics`; commits pass it. Only broker
+failures leave ``__anext__`` (as :class:`~rollstream.errors.BrokerError`, retriable).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+from aiokafka.errors import ConsumerStoppedError, KafkaError
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from rollstream.errors import (
+    BrokerError,
+    ConfigurationError,
+    SerializationError,
+    UnknownSchemaError,
+)
+from rollstream.kafka.clients import make_consumer, ordinary_tasks, topic_partitions
+from rollstream.kafka.control import publish_policy_version
+from rollstream.kafka.schema_store import SchemaStore
+from rollstream.schemas import AvroSerializer, PolicyVersion, Scored, TopicNames, Trajectory
+from rollstream.settings import KafkaSettings
+from rollstream.trainer.groups import Group, GroupAssembler, RecordBatch, StreamMetrics
+from rollstream.trainer.ledger import Partition, PartitionPosition, StreamPosition
+from rollstream.trainer.settings import TrainerSettings
+
+log = logging.getLogger(__name__)
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, owner: TrajectoryStream) -> None:
+        self.owner = owner
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        # The next owner (maybe this process again) re-reads from the committed offsets,
+        # which never pass a pending record; what was delivered stays remembered here.
+        self.owner._assembler.release((tp.topic, tp.partition) for tp in revoked)
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        assert self.owner._consumer is not None
+        for tp in assigned:
+            offset = self.owner._seek.pop((tp.topic, tp.partition), None)
+            if offset is not None:
+                self.owner._consumer.seek(tp, offset)
+
+
+class TrajectoryStream:
+    """An async iterator of GRPO groups (or plain batches) for one trainer.
+
+    Each trainer uses its own consumer group (``group``), so every trainer receives every
+    record at its own pace. Use ``async with`` (or :meth:`start` / :meth:`stop`), iterate,
+    train, then ``await stream.commit()``. Set :attr:`policy_version` (or call
+    :meth:`publish_policy_version`) after each weight update so stale groups are dropped.
+    """
+
+    def __init__(
+        self,
+        settings: TrainerSettings | None = None,
+        group: str = "trainer-a",
+        kafka: KafkaSettings | None = None,
+        *,
+        start_offsets: StreamPosition | Mapping[Partition, int] | None = None,
+    ) -> None:
+        self.settings = settings or TrainerSettings()
+        self.group = group
+        self.kafka = kafka or KafkaSettings()
+        self.topic = TopicNames(self.kafka.topic_prefix).resolve(self.settings.topic)
+        self._assembler = GroupAssembler(self.settings)
+        self._serializer = AvroSerializer()
+        self._seek: dict[Partition, int] = {}
+        if start_offsets is not None:
+            position = (
+                start_offsets
+                if isinstance(start_offsets, StreamPosition)
+                else StreamPosition(
+                    partitions=[
+                        PartitionPosition(topic=t, partition=p, offset=o)
+                        for (t, p), o in start_offsets.items()
+                    ]
+                )
+            )
+            self._assembler.restore(position)
+            self._seek = dict(position.offsets)
+        self._consumer: AIOKafkaConsumer | None = None
+        self._store: SchemaStore | None = None
+        self._stopped = False
+
+    @property
+    def policy_version(self) -> int:
+        """The trainer's current policy version; groups too far behind it are dropped."""
+        return self._assembler.policy_version
+
+    @policy_version.setter
+    def policy_version(self, version: int) -> None:
+        self._assembler.policy_version = version
+
+    @property
+    def metrics(self) -> StreamMetrics:
+        """Counters: delivered, dropped (stale, incomplete), duplicates, late, skipped."""
+        return self._assembler.metrics
+
+    async def start(self) -> None:
+        """Join the consumer group on the topic (resuming from its committed offsets)."""
+        self._stopped = False
+        self._store = SchemaStore(self.kafka, self._serializer.registry)
+        self._consumer = make_consumer(
+            self.kafka, group_id=self.group, max_poll_records=self.settings.max_poll_records
+        )
+        try:
+            await self._store.start()
+            with ordinary_tasks():  # an interceptor may share this loop (see ordinary_tasks)
+                await self._consumer.start()
+            known = await topic_partitions(self._consumer, self.topic)
+        except KafkaError as exc:
+            await self.stop()
+            raise BrokerError(f"trainer stream {self.group}: {exc}") from exc
+        if not known:
+            await self.stop()
+            raise ConfigurationError(f"no topic {self.topic}: run `rollstream topics create`")
+        self._consumer.subscribe([self.topic], listener=_Rebalance(self))
+
+    async def stop(self) -> None:
+        """Leave the group without committing (call :meth:`commit` first if you trained)."""
+        self._stopped = True
+        for resource in (self._consumer, self._store):
+            if resource is not None:
+                with contextlib.suppress(Exception):
+                    await resource.stop()
+
+    async def __aenter__(self) -> TrajectoryStream:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def __aiter__(self) -> TrajectoryStream:
+        return self
+
+    async def __anext__(self) -> Group | RecordBatch:
+        """The next group (groups mode) or batch (batches mode); waits for one."""
+        while True:
+            item = self._assembler.pop()
+            if item is not None:
+                return item
+            if self._stopped:
+                raise StopAsyncIteration
+            consumer = self._require()
+            try:
+                batch = await consumer.getmany(
+                    timeout_ms=self.settings.poll_timeout_ms,
+                    max_records=self.settings.max_poll_records,
+                )
+            except ConsumerStoppedError as exc:
+                raise StopAsyncIteration from exc
+            except KafkaError as exc:
+                raise BrokerError(f"trainer stream {self.group}: {exc}") from exc
+            now = time.monotonic()
+            assignment = consumer.assignment()
+            for tp, messages in batch.items():
+                if tp not in assignment:  # fetched just before a revocation: not ours now
+                    continue
+                for message in messages:
+                    await self._take((tp.topic, tp.partition), message, now)
+            self._assembler.expire(now)
+
+    async def groups(self) -> AsyncIterator[Group]:
+        """The stream as groups only (groups mode), for precise typing."""
+        if self.settings.mode != "groups":
+            raise ConfigurationError("groups() needs mode groups")
+        async for item in self:
+            assert isinstance(item, Group)
+            yield item
+
+    async def batches(self) -> AsyncIterator[RecordBatch]:
+        """The stream as plain batches only (batches mode), for precise typing."""
+        if self.settings.mode != "batches":
+            raise ConfigurationError("batches() needs mode batches")
+        async for item in self:
+            assert isinstance(item, RecordBatch)
+            yield item
+
+    async def commit(self) -> dict[Partition, int]:
+        """Commit, per assigned partition, the offset up to which all was delivered or dropped.
+
+        Never past a record of a group still incomplete or not yet yielded: after a restart
+        those are read again. Groups delivered after that offset may be delivered again too
+        (at-least-once); see :meth:`positions` for exactly-once. Returns what was committed.
+        """
+        consumer = self._require()
+        assignment = consumer.assignment()
+        offsets = {
+            TopicPartition(*partition): offset
+            for partition, offset in self._assembler.safe_offsets().items()
+            if TopicPartition(*partition) in assignment
+        }
+        if offsets:
+            try:
+                await consumer.commit(offsets)
+            except KafkaError as exc:
+                raise BrokerError(
+                    f"trainer stream {self.group}: commit failed: {exc}", retriable=True
+                ) from exc
+        return {(tp.topic, tp.partition): offset for tp, offset in offsets.items()}
+
+    def positions(self) -> StreamPosition:
+        """Where to resume without losing or repeating a group: keep it in the checkpoint.
+
+        The safe offset of every partition read, with the trajectories past it already
+        delivered or dropped; pass it back as ``start_offsets=`` after a restart.
+        """
+        return self._assembler.position()
+
+    async def publish_policy_version(
+        self, version: int, metadata: dict[str, str] | None = None
+    ) -> PolicyVersion:
+        """Publish ``version`` on the control topic (publisher: this consumer group) and use it."""
+        record = await publish_policy_version(
+            self.kafka, version, publisher=self.group, metadata=metadata
+        )
+        self.policy_version = version
+        return record
+
+    def _require(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
+            raise ConfigurationError("the stream is not started: use `async with` or start()")
+        return self._consumer
+
+    async def _take(self, partition: Partition, message: ConsumerRecord, now: float) -> None:
+        """Hand one record to the assembler; one that cannot be used is skipped, never raised.
+
+        A record that raised here would be met again by every restart (the commit never
+        passes it), so a trainer would crash-loop on it: only broker errors go up.
+        """
+        try:
+            record = await self._decode(partition, message)
+            self._assembler.add(partition, message.offset, record, now)
+        except BrokerError:
+            raise
+        except Exception:
+            log.exception(
+                "trainer stream %s: skipping the record at %s[%d]@%d, which could not be used",
+                self.group,
+                partition[0],
+                partition[1],
+                message.offset,
+            )
+            self._assembler.skip(partition, message.offset)
+
+    async def _decode(self, partition: Partition, message: ConsumerRecord) -> Scored | None:
+        """The record as Scored (a Trajectory gets reward None); None, logged, if it is not one."""
+        where = f"{partition[0]}[{partition[1]}]@{message.offset}"
+        if message.value is None:
+            log.warning("trainer stream %s: skipping a tombstone at %s", self.group, where)
+            return None
+        try:
+            try:
+                record = self._serializer.decode(message.value)
+            except UnknownSchemaError:
+                assert self._store is not None
+                await self._store.refresh()  # a newer writer: its schema is in the store by now
+                record = self._serializer.decode(message.value)
+        except SerializationError as exc:
+            log.warning("trainer stream %s: skipping undecodable %s: %s", self.group, where, exc)
+            return None
+        except KafkaError as exc:  # the schema store could not be read: the broker, not the record
+            raise BrokerError(f"trainer stream {self.group}: {exc}", retriable=True) from exc
+        if isinstance(record, Scored):
+            return record
+        if isinstance(record, Trajectory):
+            return Scored(trajectory=record, reward=None, evaluator="", scored_at=record.created_at)
+        log.warning(
+            "trainer stream %s: skipping %s at %s (neither Scored nor Trajectory)",
+            self.group,
+            type(record).avro_name,
+            where,
+        )
+        return None

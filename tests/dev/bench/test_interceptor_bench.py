@@ -1,0 +1,49 @@
+"""The interceptor benchmark runs end to end at tiny sizes and reports all three paths."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollstream.dev.bench.interceptor import MODES, InterceptorBenchConfig, run_interceptor_bench
+from rollstream.dev.bench.report import SECTIONS
+from rollstream.schemas import TopicNames
+from rollstream.settings import KafkaSettings
+
+pytestmark = pytest.mark.integration
+
+
+async def test_small_run(kafka_settings: KafkaSettings, rollstream_topics: TopicNames) -> None:
+    config = InterceptorBenchConfig(
+        prompt_tokens=500,
+        calls=3,
+        call_concurrency=2,
+        streams=3,
+        stream_tokens=4,
+        tpot_ms=1,
+        ttft_ms=1,
+        rounds=2,
+        idle_s=0.5,
+    )
+    lines: list[str] = []
+    result = await run_interceptor_bench(
+        config, kafka_settings.bootstrap_servers, kafka_settings.topic_prefix, lines.append
+    )
+    assert [m["mode"] for m in result["modes"]] == list(MODES)
+    assert all(m["errors"] == 0 for m in result["modes"])
+    assert result["prompt_tokens_measured"] > 400
+    direct = result["modes"][0]
+    assert direct["proxy_cpu_ms_per_call"] == 0.0
+    assert result["modes"][2]["proxy_cpu_ms_per_call"] > 0
+    # Idle: nothing measured for the direct path; a proxy's idle CPU is a rate, far below a
+    # core (an interceptor polling in a tight loop would show up here).
+    assert direct["proxy_idle_cpu_ms_per_s"] == 0.0
+    assert all(0 <= m["proxy_idle_cpu_ms_per_s"] < 200 for m in result["modes"][1:])
+    assert len(lines) == 1 + 2 * 3  # own per-call work, then each path in each round
+    assert all(m["rounds"] == 2 and m["calls"] == 6 for m in result["modes"])
+    low, high = result["cpu_ratio_range"]
+    assert low <= result["cpu_ratio_vs_mitmproxy"] <= high
+    costs = result["own_work_ms_per_call"]
+    assert set(costs) == {"request", "stream", "record", "avro", "total"}
+    assert all(v > 0 for v in costs.values())
+    assert costs["total"] >= max(v for k, v in costs.items() if k != "total")
+    assert "Profile of rollstream's share" in "\n".join(SECTIONS["interceptor"](result))

@@ -1,0 +1,100 @@
+"""The node benchmark runs both modes at tiny sizes and reports sane figures."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rollstream.capture.node.pool import StageSpan
+from rollstream.cli.bench import bench
+from rollstream.dev.bench.node import (
+    MODES,
+    STAGES,
+    NodeBenchConfig,
+    run_node_bench,
+    run_slot_use,
+    slots_peak,
+)
+from rollstream.dev.bench.report import SECTIONS
+
+TINY = NodeBenchConfig(
+    sessions=4,
+    rounds=2,
+    max_init=2,
+    max_run=2,
+    max_post=2,
+    prewarm=2,
+    setup_s=0.1,
+    run_s=0.1,
+    files=2,
+    file_bytes=200,
+)
+
+
+def test_run_slot_use_counts_idle_and_starved_slot_time() -> None:
+    # Two run slots over [0, 4]: a runs 0-2, b 0-4, c 3-3.5. From 2 to 3 a slot is free while c
+    # waits for its init (starved); from 3.5 to 4 one is free with nothing left to run (idle).
+    spans = [
+        StageSpan("run", "a", 0.0, 2.0),
+        StageSpan("run", "b", 0.0, 4.0),
+        StageSpan("init", "c", 0.5, 3.0),
+        StageSpan("run", "c", 3.0, 3.5),
+    ]
+    assert run_slot_use(spans, max_run=2) == pytest.approx((1.5 / 8, 1 / 8))
+    # A third slot, and d running 0-1: slots free 1 (1-2), 2 (2-3), 1 (3-3.5), 2 (3.5-4), 4.5
+    # slot-seconds of 12; starved only while c waits, one slot from 1 to 3.
+    spans.append(StageSpan("run", "d", 0.0, 1.0))
+    assert run_slot_use(spans, max_run=3) == pytest.approx((4.5 / 12, 2 / 12))
+    assert run_slot_use([], max_run=2) == (0.0, 0.0)
+    assert slots_peak(spans) == 4  # a, b, d running and c in init from 0.5 to 1
+
+
+async def test_both_modes_run_every_session(tmp_path: Path) -> None:
+    lines: list[str] = []
+    result = await run_node_bench(TINY, lines.append, tmp_path)
+    assert len(lines) == 2 * 2  # each mode in each round
+    assert not os.listdir(tmp_path)  # session directories and the run's temp dir removed
+    modes = result["modes"]
+    assert [m["mode"] for m in modes] == list(MODES)
+    assert [m["prewarm"] for m in modes] == [0, 2]
+    for m in modes:
+        assert (m["rounds"], m["sessions"], m["completed"], m["errors"]) == (2, 8, 8, 0)
+        low, high = m["sessions_per_min_range"]
+        assert 0 < low <= m["sessions_per_min"] <= high
+        # A session cannot take less than its setup and harness sleeps, nor (here) minutes.
+        assert 0.2 <= m["latency_mean_s"] < 30
+        assert 0.2 <= m["latency_p50_s"] <= m["latency_p99_s"] < 30
+        stage = m["stage_mean_s"]
+        assert set(stage) == set(STAGES)
+        assert stage["init"] >= 0.1 and stage["run"] >= 0.1 and stage["post"] > 0
+        assert set(m["peak"]) == set(STAGES)
+        assert m["peak"]["init"] <= 2 and 1 <= m["peak"]["run"] <= 2 and m["peak"]["post"] <= 2
+        assert m["slots_peak"] <= 2 + m["prewarm"]
+        assert 0 <= m["run_starved_share"] <= m["run_idle_share"] < 1
+        assert result["bound_per_min"][m["mode"]] > 0
+    assert modes[0]["slots_peak"] == 2  # without pre-warming: init only for a free run slot
+    low, high = result["speedup_range"]
+    assert 0 < low <= result["speedup"] <= high
+    text = "\n".join(SECTIONS["node"](result))
+    assert "## Rollout node (`rollstream bench node`)" in text
+    assert "| 0 |" in text and "| 2 |" in text
+    assert "Pre-warming:" in text
+
+
+def test_cli_records_the_node_section_beside_the_others(tmp_path: Path) -> None:
+    json_path, markdown = tmp_path / "results.json", tmp_path / "RESULTS.md"
+    json_path.write_text(json.dumps({"benchmarks": {"other": {"kept": True}}}))
+    args = ["--sessions", "2", "--rounds", "1", "--max-init", "1", "--max-run", "1"]
+    args += ["--prewarm", "1", "--setup-s", "0.05", "--run-s", "0.05", "--files", "1"]
+    args += ["--json", str(json_path), "--markdown", str(markdown)]
+    args += ["--work-root", str(tmp_path / "work")]
+    outcome = CliRunner().invoke(bench, ["node", *args])
+    assert outcome.exit_code == 0, outcome.output
+    data = json.loads(json_path.read_text())["benchmarks"]
+    assert data["other"] == {"kept": True}
+    assert [m["completed"] for m in data["node"]["modes"]] == [2, 2]
+    assert "## Rollout node" in markdown.read_text()

@@ -1,0 +1,13 @@
+"""Report fixtures: the shipped tokenizer, loaded once."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollstream.dev.backend.tokenizer import default_tokenizer_dir
+from rollstream.models.tokenizer import ChatTokenizer
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> ChatTokenizer:
+    return ChatTokenizer(default_tokenizer_dir())

@@ -1,0 +1,130 @@
+"""What the local stack runs: command lines, health checks, the saved state, stopping."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollstream.cli import cli
+from rollstream.dev.backend.tokenizer import default_tokenizer_dir
+from rollstream.dev.stack.components import Component, plan
+from rollstream.dev.stack.processes import Running, StackState, spawn, terminate
+from rollstream.dev.stack.settings import StackSettings
+from rollstream.errors import ConfigurationError
+
+
+def _command_of(argv: list[str]) -> list[str]:
+    """The rollstream subcommand and options of a ``python -m rollstream ...`` line."""
+    assert argv[:3] == [sys.executable, "-m", "rollstream"]
+    return argv[3:]
+
+
+def test_every_service_is_a_real_command_with_real_options() -> None:
+    for component in plan(StackSettings(backend_port=0, interceptor_port=0, node_port=0)):
+        args = _command_of(component.argv)
+        command = cli.commands[args[0]]
+        options = {o for p in command.params for o in getattr(p, "opts", [])}
+        flags = [a for a in args[1:] if a.startswith("--")]
+        assert set(flags) <= options, (component.name, set(flags) - options)
+
+
+def test_the_interceptor_points_at_the_backend_and_the_node_at_the_interceptor() -> None:
+    settings = StackSettings(backend_port=8500, interceptor_port=8600, admin_port=8601)
+    by_name = {c.name: c for c in plan(settings)}
+    assert list(by_name) == ["backend", "interceptor", "reconstructor", "scorer", "node"]
+    proxy = _command_of(by_name["interceptor"].argv)
+    assert proxy[proxy.index("--upstream") + 1] == "http://127.0.0.1:8500"
+    node = _command_of(by_name["node"].argv)
+    assert node[node.index("--base-url") + 1] == "http://127.0.0.1:8600"
+    assert node[node.index("--interceptor-admin") + 1] == "http://127.0.0.1:8601"
+    assert by_name["interceptor"].health == "http://127.0.0.1:8601/health"
+    assert by_name["reconstructor"].marker and by_name["scorer"].marker
+
+
+def test_exact_context_passes_the_served_model_s_tokenizer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interceptor_args(**overrides: Any) -> list[str]:
+        settings = StackSettings(backend_port=0, interceptor_port=0, node_port=0, **overrides)
+        by_name = {c.name: c for c in plan(settings)}
+        return _command_of(by_name["interceptor"].argv)
+
+    ordinary = interceptor_args()
+    assert "--context" not in ordinary  # but sessions may choose: the tokenizer is there
+    assert ordinary[ordinary.index("--tokenizer") + 1] == str(default_tokenizer_dir())
+    exact = interceptor_args(context="exact")
+    assert exact[exact.index("--context") + 1] == "exact"
+    assert exact[exact.index("--tokenizer") + 1] == str(default_tokenizer_dir())
+    # A remote upstream: the tokenizer comes from the environment (or calls fall back).
+    remote = interceptor_args(context="exact", upstream="http://gpu:8000")
+    assert "--context" in remote and "--tokenizer" not in remote
+    fake = tmp_path / "vllm"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    model = tmp_path / "Qwen3-8B"
+    model.mkdir()
+    local = interceptor_args(context="exact", vllm=str(model))
+    assert local[local.index("--tokenizer") + 1] == str(model)
+    with pytest.raises(ConfigurationError, match="hermes"):
+        interceptor_args(context="exact", vllm=str(model), tool_parser="qwen3_coder")
+
+
+def test_a_given_upstream_starts_no_backend_and_vllm_needs_vllm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    names = [c.name for c in plan(StackSettings(upstream="http://gpu:8000", node=False))]
+    assert names == ["interceptor", "reconstructor", "scorer"]
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ConfigurationError, match="vllm"):
+        plan(StackSettings(vllm="Qwen/Qwen3-8B"))
+
+
+def test_vllm_is_launched_with_what_capture_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "vllm"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    [vllm, *_] = plan(StackSettings(vllm="Qwen/Qwen3-8B", tool_parser="qwen3_coder"))
+    assert vllm.name == "vllm"
+    assert vllm.argv[:3] == [str(fake), "serve", "Qwen/Qwen3-8B"]
+    assert "--enable-auto-tool-choice" in vllm.argv
+    assert vllm.argv[vllm.argv.index("--tool-call-parser") + 1] == "qwen3_coder"
+    assert vllm.argv[vllm.argv.index("--served-model-name") + 1] == "rollstream-tiny"
+
+
+def test_the_state_round_trips_and_a_reused_pid_is_not_ours(tmp_path: Path) -> None:
+    state = StackState("127.0.0.1:9092", "rs", True)
+    state.components.append(Running("x", 1, ["not", "init"], str(tmp_path / "x.log")))
+    path = tmp_path / "stack" / "stack.json"
+    state.save(path)
+    loaded = StackState.load(path)
+    assert loaded == state
+    assert not loaded.components[0].alive()  # pid 1 runs, but not this command line
+    assert StackState.load(tmp_path / "none.json") is None
+    path.write_text("{")
+    with pytest.raises(ConfigurationError):
+        StackState.load(path)
+
+
+def test_spawned_services_log_and_stop_on_sigterm_or_are_killed(tmp_path: Path) -> None:
+    polite = spawn(Component("polite", ["sleep", "30"]), tmp_path, {})
+    stubborn = spawn(
+        Component("stubborn", ["bash", "-c", "trap '' TERM; echo started; sleep 30; echo never"]),
+        tmp_path,
+        {},
+    )
+    assert polite.alive() and stubborn.alive()
+    assert terminate(polite, timeout=5) == "stopped" and not polite.alive()
+    for _ in range(50):  # wait until the trap is set (its echo comes after)
+        if "started" in Path(stubborn.log).read_text():
+            break
+        subprocess.run(["sleep", "0.1"], check=True)
+    assert terminate(stubborn, timeout=0.5).startswith("killed")
+    assert terminate(stubborn, timeout=0.5) == "not running"

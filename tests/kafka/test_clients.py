@@ -1,0 +1,168 @@
+"""Produce and consume through the real broker, including transactions and read_committed."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import TopicPartition
+
+from rollstream.kafka.clients import ordinary_tasks
+from rollstream.schemas import AvroSerializer, CallRecord, SessionStarted
+from rollstream.schemas.topics import MAX_MESSAGE_BYTES
+from tests.conftest import ConsumerFactory, ProducerFactory, TopicFactory
+from tests.schemas.samples import CALL, STARTED
+
+pytestmark = pytest.mark.integration
+
+
+async def _drain(consumer: AIOKafkaConsumer, n: int, timeout: float = 20.0) -> list[bytes]:
+    got: list[bytes] = []
+    async with asyncio.timeout(timeout):
+        while len(got) < n:
+            for messages in (await consumer.getmany(timeout_ms=200)).values():
+                got += [m.value for m in messages]
+    # Nothing more should arrive.
+    extra = await consumer.getmany(timeout_ms=500)
+    return got + [m.value for ms in extra.values() for m in ms]
+
+
+async def test_records_round_trip_with_keys_in_order(
+    topic_factory: TopicFactory,
+    producer_factory: ProducerFactory,
+    consumer_factory: ConsumerFactory,
+) -> None:
+    topic = await topic_factory(partitions=3, configs={"compression.type": "zstd"})
+    serializer = AvroSerializer()
+    producer = await producer_factory()
+    records = [CALL.model_copy(update={"seq": i, "call_id": f"c{i}"}) for i in range(20)]
+    for record in records:
+        await producer.send(topic, serializer.encode(record), key=b"sess-1")
+    await producer.flush()
+    consumer = await consumer_factory(topic)
+    decoded = [serializer.decode(v) for v in await _drain(consumer, len(records))]
+    assert decoded == records  # one key, one partition: order kept
+
+
+async def test_a_record_near_16_mib_goes_through(
+    topic_factory: TopicFactory,
+    producer_factory: ProducerFactory,
+    consumer_factory: ConsumerFactory,
+) -> None:
+    topic = await topic_factory(configs={"max.message.bytes": str(MAX_MESSAGE_BYTES)})
+    producer = await producer_factory()
+    payload = uuid.uuid4().bytes * (12 * 1024 * 1024 // 16)  # 12 MiB, poorly compressible
+    await producer.send_and_wait(topic, payload, key=b"big")
+    consumer = await consumer_factory(topic)
+    assert await _drain(consumer, 1) == [payload]
+
+
+async def test_read_committed_sees_committed_transactions_only(
+    topic_factory: TopicFactory,
+    producer_factory: ProducerFactory,
+    consumer_factory: ConsumerFactory,
+) -> None:
+    topic = await topic_factory(partitions=2)
+    producer = await producer_factory(transactional_id=f"tx-{uuid.uuid4().hex}")
+    async with producer.transaction():
+        await producer.send(topic, b"committed-1", key=b"k")
+    await producer.begin_transaction()
+    await producer.send(topic, b"aborted", key=b"k")
+    await producer.abort_transaction()
+    async with producer.transaction():
+        await producer.send(topic, b"committed-2", key=b"k")
+
+    committed = await consumer_factory(topic)
+    assert await _drain(committed, 2) == [b"committed-1", b"committed-2"]
+    uncommitted = await consumer_factory(topic, isolation_level="read_uncommitted")
+    assert await _drain(uncommitted, 3) == [b"committed-1", b"aborted", b"committed-2"]
+
+
+async def test_consume_transform_produce_commits_offsets_with_the_output(
+    topic_factory: TopicFactory,
+    producer_factory: ProducerFactory,
+    consumer_factory: ConsumerFactory,
+) -> None:
+    """The exactly-once pattern every emitting consumer uses: output and input offsets commit
+    together; after an aborted attempt the same input is processed again, once."""
+    source = await topic_factory(partitions=1)
+    sink = await topic_factory(partitions=1)
+    serializer = AvroSerializer()
+    feeder = await producer_factory()
+    for i in range(3):
+        await feeder.send(source, serializer.encode(STARTED.model_copy(update={"sample_index": i})))
+    await feeder.flush()
+
+    group = f"eos-{uuid.uuid4().hex[:8]}"
+    producer = await producer_factory(transactional_id=f"eos-{uuid.uuid4().hex}")
+
+    async def process_once(commit: bool) -> int:
+        consumer = await consumer_factory(source, group_id=group)
+        batch = await _drain(consumer, 3)
+        tp = TopicPartition(source, 0)
+        await producer.begin_transaction()
+        for value in batch:
+            started = serializer.decode_as(value, SessionStarted)
+            await producer.send(
+                sink, serializer.encode(CALL.model_copy(update={"seq": started.sample_index}))
+            )
+        await producer.send_offsets_to_transaction({tp: await consumer.position(tp)}, group)
+        if commit:
+            await producer.commit_transaction()
+        else:
+            await producer.abort_transaction()
+        await consumer.stop()
+        return len(batch)
+
+    assert await process_once(commit=False) == 3  # crash-like abort: nothing is visible
+    assert await process_once(commit=True) == 3  # the same input again, now committed
+
+    out = await consumer_factory(sink)
+    seqs = [serializer.decode_as(v, CallRecord).seq for v in await _drain(out, 3)]
+    assert seqs == [0, 1, 2]
+    # The group's committed offset moved with the transaction: nothing left to process.
+    again = await consumer_factory(source, group_id=group)
+    assert await again.getmany(timeout_ms=1000) == {}
+
+
+async def test_overlapping_ordinary_tasks_blocks_restore_the_factory_after_the_last() -> None:
+    loop = asyncio.get_running_loop()
+    loop.set_task_factory(asyncio.eager_task_factory)
+    try:
+        first_in, second_in, first_out = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        seen: list[object] = []
+
+        async def first() -> None:
+            with ordinary_tasks():
+                first_in.set()
+                await second_in.wait()
+            first_out.set()
+
+        async def second() -> None:
+            await first_in.wait()
+            with ordinary_tasks():
+                second_in.set()
+                await first_out.wait()
+                # The first block ended while this one is open: still no eager factory.
+                seen.append(loop.get_task_factory())
+            seen.append(loop.get_task_factory())
+
+        await asyncio.gather(first(), second())
+        assert seen == [None, asyncio.eager_task_factory]
+    finally:
+        loop.set_task_factory(None)
+
+
+async def test_a_factory_installed_while_a_block_is_open_is_suspended_by_the_next_block() -> None:
+    loop = asyncio.get_running_loop()
+    try:
+        with ordinary_tasks():
+            loop.set_task_factory(asyncio.eager_task_factory)  # what mitmproxy does on start
+            with ordinary_tasks():
+                assert loop.get_task_factory() is None
+            assert loop.get_task_factory() is None
+        assert loop.get_task_factory() is asyncio.eager_task_factory
+    finally:
+        loop.set_task_factory(None)

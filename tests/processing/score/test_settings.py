@@ -1,0 +1,52 @@
+"""Scorer settings and what the service derives from them before it connects."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from rollstream.cli import cli
+from rollstream.errors import ConfigurationError
+from rollstream.processing.score.service import Scorer
+from rollstream.processing.score.settings import ScoreSettings
+from rollstream.settings import KafkaSettings
+
+KAFKA = KafkaSettings(bootstrap_servers="127.0.0.1:1", topic_prefix="p")
+
+
+def test_defaults_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = ScoreSettings(instance="a")
+    assert (settings.group_id, settings.concurrency, settings.default_evaluator) == (
+        "scorer",
+        2,
+        "session_completed",
+    )
+    assert settings.transactional_id == "scorer-a"
+    monkeypatch.setenv("ROLLSTREAM_SCORE_GROUP_ID", "judges")
+    monkeypatch.setenv("ROLLSTREAM_SCORE_CONCURRENCY", "8")
+    settings = ScoreSettings(instance="b")
+    assert (settings.transactional_id, settings.concurrency) == ("judges-b", 8)
+
+
+def test_the_poll_interval_covers_a_whole_batch() -> None:
+    settings = ScoreSettings(max_batch_records=10, concurrency=3, evaluator_timeout_s=100)
+    assert settings.max_poll_interval_ms >= 4 * 100 * 1000  # ceil(10 / 3) rounds of 100 s
+
+
+def test_topics_are_resolved_under_the_prefix() -> None:
+    scorer = Scorer(ScoreSettings(input="trajectories.tree", output="scored.tree"), KAFKA)
+    assert (scorer.input, scorer.output) == ("p.trajectories.tree", "p.scored.tree")
+    scorer = Scorer(ScoreSettings(input="elsewhere.in"), KAFKA)
+    assert (scorer.input, scorer.output) == ("elsewhere.in", "p.scored")
+
+
+def test_an_unknown_default_evaluator_is_refused_at_start() -> None:
+    with pytest.raises(ConfigurationError, match="unknown default evaluator 'judge'"):
+        Scorer(ScoreSettings(default_evaluator="judge"), KAFKA)
+
+
+def test_the_command_is_registered_with_its_settings() -> None:
+    result = CliRunner().invoke(cli, ["score", "--help"])
+    assert result.exit_code == 0
+    assert "ROLLSTREAM_SCORE_EVALUATOR_TIMEOUT_S" in result.output
+    assert "--default-evaluator" in result.output

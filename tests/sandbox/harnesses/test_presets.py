@@ -1,0 +1,146 @@
+"""The launch of each harness: command line, environment, config files (pure)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rollstream.errors import ConfigurationError
+from rollstream.sandbox.harnesses import python_entry as entry
+from rollstream.sandbox.harnesses.install import PACKAGES
+from rollstream.sandbox.harnesses.presets import (
+    BASE_URL_ENV,
+    PRESETS,
+    SESSION_ENV,
+    HarnessContext,
+    preset,
+    resolve_executable,
+)
+from rollstream.schemas import ApiKind
+
+CTX = HarnessContext("http://127.0.0.1:8100", "sess-1", "served", "Fix the bug.")
+EXE = Path("/opt/bin/harness")
+
+
+def test_every_preset_passes_session_and_base_url_and_the_instruction() -> None:
+    options = {"command": "run {instruction}", "function": "pkg.mod:agent"}
+    ctx = HarnessContext(CTX.base_url, CTX.session, CTX.model, CTX.instruction, options)
+    for name, p in PRESETS.items():
+        launch = p.launch(ctx, EXE)
+        assert launch.argv[0] == str(EXE), name
+        assert any("Fix the bug." in arg for arg in launch.argv), name
+        assert launch.env[SESSION_ENV] == "sess-1"
+        assert launch.env["ROLLSTREAM_BASE_URL"] == "http://127.0.0.1:8100"
+
+
+def test_claude_code_speaks_anthropic_with_the_session_as_key() -> None:
+    launch = preset("claude-code").launch(CTX, EXE)
+    assert preset("claude-code").api is ApiKind.ANTHROPIC_MESSAGES
+    assert launch.env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:8100"  # no /v1: the SDK adds it
+    assert launch.env["ANTHROPIC_API_KEY"] == "sess-1"
+    assert launch.env["IS_SANDBOX"] == "1"
+    assert launch.argv[launch.argv.index("--model") + 1] == "served"
+
+
+def test_codex_gets_a_responses_provider_reading_the_session_env() -> None:
+    launch = preset("codex").launch(CTX, EXE)
+    overrides = [launch.argv[i + 1] for i, a in enumerate(launch.argv) if a == "-c"]
+    assert 'model_provider="rollstream"' in overrides
+    assert 'model_providers.rollstream.base_url="http://127.0.0.1:8100/v1"' in overrides
+    assert f'model_providers.rollstream.env_key="{SESSION_ENV}"' in overrides
+    assert 'model_providers.rollstream.wire_api="responses"' in overrides
+    assert launch.argv[-1] == "Fix the bug."  # the prompt comes after every option
+
+
+def test_qwen_code_is_configured_from_the_environment() -> None:
+    env = preset("qwen-code").launch(CTX, EXE).env
+    assert env["OPENAI_BASE_URL"] == "http://127.0.0.1:8100/v1"
+    assert (env["OPENAI_API_KEY"], env["OPENAI_MODEL"]) == ("sess-1", "served")
+
+
+def test_pi_gets_a_provider_file_in_home() -> None:
+    launch = preset("pi").launch(CTX, EXE)
+    provider = json.loads(launch.home_files[".pi/agent/models.json"])["providers"]["rollstream"]
+    assert provider["baseUrl"] == "http://127.0.0.1:8100/v1"
+    assert provider["api"] == "openai-completions"
+    assert provider["apiKey"] == SESSION_ENV  # Pi reads the key from this variable
+    assert [m["id"] for m in provider["models"]] == ["served"]
+    assert launch.env["PI_OFFLINE"] == "1"
+
+
+def test_gemini_cli_speaks_gemini_with_the_session_as_key_and_no_usage_statistics() -> None:
+    launch = preset("gemini-cli").launch(CTX, EXE)
+    assert preset("gemini-cli").api is ApiKind.GEMINI
+    assert launch.env["GOOGLE_GEMINI_BASE_URL"] == "http://127.0.0.1:8100"  # the SDK adds /v1beta
+    assert launch.env["GEMINI_API_KEY"] == "sess-1"
+    assert launch.argv == [str(EXE), "-m", "served", "--yolo", "-p", "Fix the bug."]
+    settings = json.loads(launch.home_files[".gemini/settings.json"])
+    assert settings["security"]["auth"]["selectedType"] == "gemini-api-key"
+    # A trusted-folder check would stop the headless run; usage statistics phone home.
+    assert settings["security"]["folderTrust"]["enabled"] is False
+    assert settings["privacy"]["usageStatisticsEnabled"] is False
+    assert settings["general"]["enableAutoUpdate"] is False
+
+
+def test_unknown_preset_names_the_known_ones() -> None:
+    with pytest.raises(ConfigurationError, match="claude-code, codex, qwen-code, pi, gemini-cli"):
+        preset("cursor")
+
+
+def _ctx(**options: str) -> HarnessContext:
+    return HarnessContext("http://127.0.0.1:8100", "sess-1", "served", "Fix 'it' $now", options)
+
+
+def test_command_runs_the_task_command_with_the_instruction_shell_quoted() -> None:
+    bash = Path("/bin/bash")
+    launch = preset("command").launch(_ctx(command="agent --task {instruction} | tee log"), bash)
+    assert launch.argv[:2] == ["/bin/bash", "-c"]
+    assert launch.argv[2] == "agent --task 'Fix '\"'\"'it'\"'\"' $now' | tee log"
+    assert launch.env["ROLLSTREAM_BASE_URL"] == "http://127.0.0.1:8100"
+    assert launch.env[SESSION_ENV] == "sess-1" and launch.env["ROLLSTREAM_MODEL"] == "served"
+
+
+def test_command_keeps_other_braces_and_needs_a_command() -> None:
+    launch = preset("command").launch(_ctx(command="awk '{print $1}' f; echo ${HOME}"), EXE)
+    assert launch.argv[2] == "awk '{print $1}' f; echo ${HOME}"
+    with pytest.raises(ConfigurationError, match=r"harness\.command"):
+        preset("command").launch(_ctx(), EXE)
+
+
+def test_python_runs_the_function_in_a_child_entry_module() -> None:
+    launch = preset("python").launch(_ctx(function="agents.mine:solve", pythonpath="/src"), EXE)
+    assert launch.argv == [
+        str(EXE),
+        "-m",
+        "rollstream.sandbox.harnesses.python_entry",
+        "agents.mine:solve",
+        "Fix 'it' $now",
+    ]
+    assert launch.env["PYTHONPATH"] == "/src" and launch.env[SESSION_ENV] == "sess-1"
+
+
+@pytest.mark.parametrize("function", ["", "agents.mine", "agents mine:solve", "a:b:c"])
+def test_python_needs_an_import_path(function: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"function|import path"):
+        preset("python").launch(_ctx(function=function), EXE)
+
+
+def test_python_entry_refuses_what_is_not_an_async_function(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert entry.main(["json:dumps", "x"]) == 2
+    assert "not an async function" in capsys.readouterr().err
+    assert entry.main(["only-one-argument"]) == 2
+    # The entry spells the variable names out to start fast; they must stay the presets'.
+    assert (entry.SESSION_ENV, entry.BASE_URL_ENV) == (SESSION_ENV, BASE_URL_ENV)
+
+
+def test_executables_of_command_and_python_need_no_install(tmp_path: Path) -> None:
+    assert resolve_executable("command", tmp_path).name == "bash"
+    assert resolve_executable("python", tmp_path).exists()
+    with pytest.raises(ConfigurationError, match="not installed"):
+        resolve_executable(next(iter(PACKAGES)), tmp_path)
+    with pytest.raises(ConfigurationError, match="unknown harness"):
+        resolve_executable("cursor", tmp_path)
