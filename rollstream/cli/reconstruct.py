@@ -16,7 +16,7 @@ from rollstream.settings import KafkaSettings
 def reconstruct(settings: ReconstructSettings, kafka: KafkaSettings) -> None:
     """Rebuild each session's calls into one trajectory, exactly once (a consumer group).
 
-    Run more instances with the same --strategy (and distinct --instance) to scale out.
+    Run more instances with the same --strategy to scale out.
     """
     from rollstream.processing.reconstruct.service import Reconstructor
 

@@ -17,8 +17,8 @@ def score(settings: ScoreSettings, kafka: KafkaSettings) -> None:
     """Evaluate each trajectory and emit one Scored record for it, exactly once.
 
     The evaluator is the one the trajectory's task names (command, exact_match, regex, python,
-    session_completed), else --default-evaluator. Run more instances with the same --group-id
-    (and distinct --instance) to scale out.
+    session_completed), else --default-evaluator. Run more instances with the same --group-id to
+    scale out.
     """
     from rollstream.processing.score.service import Scorer
 

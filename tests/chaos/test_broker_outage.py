@@ -157,7 +157,6 @@ async def test_broker_sigkilled_for_30s_loses_no_call_and_duplicates_no_trajecto
         service_env(
             kafka,
             state,
-            ROLLSTREAM_RECONSTRUCT_INSTANCE="chaos",
             ROLLSTREAM_RECONSTRUCT_WAIT_FOR_CALLS_S="15",
         ),
         tmp_path / "reconstruct.log",

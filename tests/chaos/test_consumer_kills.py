@@ -154,7 +154,6 @@ async def test_reconstructor_scorer_and_node_sigkilled_one_trajectory_and_score_
             "reconstruct": service_env(
                 kafka_settings,
                 state,
-                ROLLSTREAM_RECONSTRUCT_INSTANCE="chaos",
                 ROLLSTREAM_RECONSTRUCT_GROUP=f"{prefix}-reconstruct",
                 ROLLSTREAM_RECONSTRUCT_WAIT_FOR_CALLS_S="5",
                 ROLLSTREAM_RECONSTRUCT_IDLE_TIMEOUT_S=str(IDLE_TIMEOUT_S),
@@ -162,7 +161,6 @@ async def test_reconstructor_scorer_and_node_sigkilled_one_trajectory_and_score_
             "score": service_env(
                 kafka_settings,
                 state,
-                ROLLSTREAM_SCORE_INSTANCE="chaos",
                 ROLLSTREAM_SCORE_GROUP_ID=f"{prefix}-score",
                 ROLLSTREAM_SCORE_WORK_ROOT=str(tmp_path / "score"),
                 ROLLSTREAM_SCORE_EVALUATOR_TIMEOUT_S="60",

@@ -59,7 +59,7 @@ async def test_sessions_of_thousands_of_calls_become_one_complete_trajectory_eac
     names = rollstream_topics
     service = Service(
         "reconstruct",
-        ["reconstruct", "--strategy", "prefix_merge", "--instance", "long", "--group", "long"],
+        ["reconstruct", "--strategy", "prefix_merge", "--group", "long"],
         service_env(kafka_settings, tmp_path / "state"),
         tmp_path / "reconstruct.log",
     )

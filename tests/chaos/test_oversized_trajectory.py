@@ -96,7 +96,6 @@ async def test_a_per_call_trajectory_over_the_record_limit_blocks_nothing(
         service_env(
             kafka_settings,
             state,
-            ROLLSTREAM_RECONSTRUCT_INSTANCE="chaos",
             ROLLSTREAM_RECONSTRUCT_GROUP=f"{prefix}-reconstruct",
             ROLLSTREAM_RECONSTRUCT_WAIT_FOR_CALLS_S="2",
         ),
@@ -108,7 +107,6 @@ async def test_a_per_call_trajectory_over_the_record_limit_blocks_nothing(
         service_env(
             kafka_settings,
             state,
-            ROLLSTREAM_SCORE_INSTANCE="chaos",
             ROLLSTREAM_SCORE_GROUP_ID=f"{prefix}-score",
             ROLLSTREAM_SCORE_WORK_ROOT=str(tmp_path / "score"),
         ),

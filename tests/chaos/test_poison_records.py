@@ -116,9 +116,7 @@ async def test_the_reconstructor_dead_letters_poison_events_and_goes_on(
     sessions = [synthetic_session(f"poison-s{i}", SHAPE, group_id="g", seed=i) for i in range(4)]
     bad = poison(CALL, TRAJECTORY)
     producer = await producer_factory()
-    settings = ReconstructSettings(
-        strategy="prefix_merge", instance="poison", wait_for_calls_s=1.0, idle_timeout_s=60
-    )
+    settings = ReconstructSettings(strategy="prefix_merge", wait_for_calls_s=1.0, idle_timeout_s=60)
     stop = asyncio.Event()
     async with Reconstructor(settings, kafka_settings) as service:
         task = asyncio.create_task(service.run(stop))
@@ -164,7 +162,7 @@ async def test_the_scorer_dead_letters_poison_trajectories_and_goes_on(
     ]
     bad = poison(TRAJECTORY, STARTED)
     producer = await producer_factory()
-    settings = ScoreSettings(instance="poison", work_root=tmp_path / "work")
+    settings = ScoreSettings(work_root=tmp_path / "work")
     stop = asyncio.Event()
     async with Scorer(settings, kafka_settings) as service:
         task = asyncio.create_task(service.run(stop))

@@ -77,7 +77,7 @@ def test_rows_show_literal_computed_and_described_defaults() -> None:
     )
     assert by_env["ROLLSTREAM_NODE_KEEP_WORKDIRS"].default == "`false`"
     assert by_env["ROLLSTREAM_SASL_PASSWORD"].default == "unset"
-    assert by_env["ROLLSTREAM_RECONSTRUCT_INSTANCE"].default == "the host name"
+    assert by_env["ROLLSTREAM_NODE_NODE_ID"].default == "the host name"
     # "Default: X" moves from the description into the default column.
     confdir = by_env["ROLLSTREAM_INTERCEPTOR_CONFDIR"]
     assert confdir.default == "<state dir>/mitmproxy"

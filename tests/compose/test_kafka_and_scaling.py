@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import base64
-import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiokafka.structs import TopicPartition
 
 from rollstream.dev.broker.config import BrokerLayout, render_server_properties
 from rollstream.kafka.admin import TopicsSettings
+from rollstream.kafka.processor import TransactionalProcessor
+from rollstream.processing.reconstruct.service import Reconstructor
 from rollstream.processing.reconstruct.settings import ReconstructSettings
+from rollstream.processing.score.service import Scorer
 from rollstream.processing.score.settings import ScoreSettings
 from rollstream.settings import KafkaSettings
 from tests.compose import checks
@@ -77,23 +81,24 @@ def test_three_kafka_nodes_replicate_every_topic() -> None:
 # --- scaling consumers ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("service", "cls", "variable"),
-    [
-        ("reconstructor", ReconstructSettings, "ROLLSTREAM_RECONSTRUCT_INSTANCE"),
-        ("scorer", ScoreSettings, "ROLLSTREAM_SCORE_INSTANCE"),
-    ],
-)
-def test_consumer_replicas_get_distinct_transactional_ids(
-    service: str, cls: type[ReconstructSettings | ScoreSettings], variable: str
-) -> None:
+@pytest.mark.parametrize("service", ["reconstructor", "scorer"])
+def test_consumer_replicas_share_one_configuration_and_fence_by_partition(service: str) -> None:
     stack = Stack(base_doc())
     spec = stack.services[service]
     # Anything fixed per service would be shared by every replica of `--scale`.
     assert not {"container_name", "hostname", "ports"} & set(spec)
-    assert variable not in stack.environment(service)
-    assert cls.model_fields["instance"].default_factory is socket.gethostname
-    first = stack.settings(service, cls)
-    second = first.model_copy(update={"instance": "another-container"})
-    assert first.instance == socket.gethostname()
-    assert first.transactional_id != second.transactional_id
+    # Nothing per replica is needed: a transactional id belongs to an input partition, so a
+    # partition's new owner fences its old one, whichever replicas they are.
+    kafka = stack.settings(service, KafkaSettings)
+    first: TransactionalProcessor[Any]
+    second: TransactionalProcessor[Any]
+    if service == "reconstructor":
+        settings = stack.settings(service, ReconstructSettings)
+        first = Reconstructor(settings, kafka).processor
+        second = Reconstructor(settings, kafka).processor
+    else:
+        score = stack.settings(service, ScoreSettings)
+        first, second = Scorer(score, kafka).processor, Scorer(score, kafka).processor
+    tp = TopicPartition(first.input_topic, 2)
+    assert first.transactional_id(tp) == second.transactional_id(tp)
+    assert first.transactional_id(TopicPartition(tp.topic, 3)) != first.transactional_id(tp)

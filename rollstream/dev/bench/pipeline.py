@@ -192,7 +192,7 @@ async def _reconstructor_throughput(
     reconstructor = run.start_service(
         "reconstructor",
         *("reconstruct", "--strategy", config.strategy, "--group", _group(run, "reconstruct")),
-        *("--instance", "bench", "--max-batch-records", str(config.reconstructor_batch_records)),
+        *("--max-batch-records", str(config.reconstructor_batch_records)),
     )
     await run.wait_for(run.trajectories, "tp-", config.sessions)
     times, values = run.trajectories.take()
@@ -207,7 +207,7 @@ async def _reconstructor_throughput(
 async def _scorer_throughput(config: PipelineBenchConfig, run: PipelineRun) -> dict[str, Any]:
     scorer = run.start_service(
         "scorer",
-        *("score", "--group-id", _group(run, "score"), "--instance", "bench"),
+        *("score", "--group-id", _group(run, "score")),
         *("--default-evaluator", config.evaluator),
         *("--max-batch-records", str(config.scorer_batch_records)),
     )

@@ -197,8 +197,6 @@ def _service_command(config: ReconstructBenchConfig, group: str) -> list[str]:
         config.service_strategy,
         "--group",
         group,
-        "--instance",
-        "bench",
     ]
 
 

@@ -1,39 +1,32 @@
-"""The reconstructor: a consumer group over the events topic that emits each session once.
+"""The reconstructor: a transformation on the transactional processor, over the events topic.
 
 Records are buffered per session (delta-encoded, so memory is O(tokens of open sessions)). A
 session is emitted when its SessionEnded arrived and all the calls it reports are in, or after
 a bounded wait (``incomplete``), or when it stayed silent past the idle timeout
 (``abandoned``); both deadlines count in the records' own time (see ``buffers``), so a restart
-or a rebalance does not push them back. Each poll's emissions go out in one Kafka transaction
-together with the dead letters, the per-partition state and the input offsets; offsets only
-move up to the oldest still-open session, so a crash or a rebalance re-reads what is needed,
-and the state written in the same transaction keeps the re-read from emitting anything twice.
-Every trajectory is measured before the transaction opens: one over the record budget goes
-out without its messages (flagged), or as a dead letter saying why (``consumers.oversized``).
+or a rebalance does not push them back. Each poll's emissions go out in one transaction per
+input partition (``rollstream.kafka.processor``) together with its dead letters, its state and
+its offset; offsets only move up to the oldest still-open session, so a crash or a rebalance
+re-reads what is needed, and the state written in the same transaction keeps the re-read from
+emitting anything twice. Every trajectory is measured before the transaction opens: one over
+the record budget goes out without its messages (flagged), or as a dead letter saying why
+(``processing.oversized``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
-from aiokafka.errors import IllegalStateError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from rollstream.errors import (
-    ConfigurationError,
-    RecordTooLargeError,
-    SerializationError,
-    UnknownSchemaError,
-)
-from rollstream.kafka.clients import make_consumer, make_producer, ordinary_tasks
-from rollstream.kafka.deadletters import dead_letter
-from rollstream.kafka.schema_store import SchemaStore
+from rollstream.errors import ConfigurationError, RecordTooLargeError
+from rollstream.kafka.batches import Batch, Output, ProcessorMetrics, Transaction
+from rollstream.kafka.processor import TransactionalProcessor
 from rollstream.models.families import load_family
 from rollstream.models.family import Family
 from rollstream.processing.oversized import encode_trajectory
@@ -44,9 +37,8 @@ from rollstream.processing.reconstruct.buffers import (
     build_trajectory,
 )
 from rollstream.processing.reconstruct.settings import ReconstructSettings
-from rollstream.processing.reconstruct.state import load_states, state_key, state_records
 from rollstream.processing.reconstruct.strategies import NEEDS_TOKENIZER, get_strategy
-from rollstream.schemas import AvroSerializer, DeadLetter, TopicNames, utcnow
+from rollstream.schemas import DeadLetter, TopicNames, utcnow
 from rollstream.schemas.trajectories import Trajectory, TrajectoryStatus
 from rollstream.settings import KafkaSettings
 
@@ -66,24 +58,7 @@ class ReconstructMetrics:
     ignored_records: int = 0  # dropped: not a session record
     oversized_trimmed: int = 0  # trajectories recorded without their messages to fit
     oversized_dead_letters: int = 0  # trajectories too large even so: dead-lettered
-
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, owner: Reconstructor) -> None:
-        self.owner = owner
-
-    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        # A transaction in flight finishes first: the group's rebalance waits for this
-        # callback, so the next owner starts from committed offsets and state, never from a
-        # transaction that could still commit after it began. (aiokafka's TxnOffsetCommit has
-        # no generation fencing, KIP-447, so this is what keeps a slow owner from committing
-        # for partitions it lost.) Then the buffers are dropped: the next owner re-reads them.
-        async with self.owner.committing:
-            for tp in revoked:
-                self.owner.partitions.pop(tp, None)
-
-    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        await self.owner.take_partitions(list(assigned))
+    processor: ProcessorMetrics = field(default_factory=ProcessorMetrics)
 
 
 class Reconstructor:
@@ -107,39 +82,26 @@ class Reconstructor:
             if settings.family or settings.tokenizer
             else None
         )
-        self.serializer = AvroSerializer()
         self.partitions: dict[TopicPartition, PartitionBuffers] = {}
-        self._state_chunks: dict[TopicPartition, int] = {}  # records of each partition's state
-        self.metrics = ReconstructMetrics(by_status={})
-        self._consumer: AIOKafkaConsumer | None = None
-        self._producer: AIOKafkaProducer | None = None
-        self._store: SchemaStore | None = None
-        self._dead: list[DeadLetter] = []
-        self.committing = asyncio.Lock()
+        self.processor = TransactionalProcessor[set[TopicPartition]](
+            kafka,
+            self,
+            input_topic=self.names.events,
+            group_id=settings.group_id,
+            dead_letter_topic=self.names.deadletters,
+            state_topic=self.names.state,
+            max_batch_records=settings.max_batch_records,
+        )
+        self.serializer = self.processor.serializer
+        self.metrics = ReconstructMetrics(by_status={}, processor=self.processor.metrics)
 
     async def start(self) -> None:
-        """Join the group and open the transactional producer (fencing our previous run)."""
-        self._store = SchemaStore(self.kafka, self.serializer.registry)
-        await self._store.start()
-        self._producer = make_producer(
-            self.kafka, transactional_id=self.settings.transactional_id, linger_ms=20
-        )
-        await self._producer.start()
-        self._consumer = make_consumer(
-            self.kafka,
-            group_id=self.settings.group_id,
-            max_poll_records=self.settings.max_batch_records,
-        )
-        self._consumer.subscribe([self.names.events], listener=_Rebalance(self))
-        with ordinary_tasks():  # an interceptor may share this loop (see ordinary_tasks)
-            await self._consumer.start()
+        """Join the group; each partition's producer and state come with its assignment."""
+        await self.processor.start()
 
     async def stop(self) -> None:
         """Leave the group; open sessions are left to whoever takes the partitions next."""
-        for resource in (self._consumer, self._producer, self._store):
-            if resource is not None:
-                with contextlib.suppress(Exception):
-                    await resource.stop()
+        await self.processor.stop()
 
     async def __aenter__(self) -> Reconstructor:
         await self.start()
@@ -148,40 +110,74 @@ class Reconstructor:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    async def take_partitions(self, tps: list[TopicPartition]) -> None:
-        """Load the state of newly assigned partitions before reading them."""
-        assert self._consumer is not None
-        states = await load_states(self.kafka, self.names.state, self.settings.group_id, tps)
-        for tp in tps:
-            committed = await self._consumer.committed(tp)
-            self.partitions[tp] = PartitionBuffers.from_state(states.get(tp), committed)
-            self._state_chunks[tp] = int(states[tp].get("chunks", 1)) if tp in states else 0
-
     async def run(self, stop: asyncio.Event) -> None:
         """Poll, buffer, emit; until ``stop`` is set."""
-        assert self._consumer is not None
-        last_log = time.monotonic()
+        logging_task = asyncio.create_task(self._log_progress(stop))
+        try:
+            await self.processor.run(stop)
+        finally:
+            logging_task.cancel()
+
+    async def _log_progress(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            batch = await self._consumer.getmany(
-                timeout_ms=200, max_records=self.settings.max_batch_records
+            await asyncio.sleep(30)
+            log.info("reconstruct: %s", self.progress())
+
+    # The transformation (rollstream.kafka.batches.Transformation).
+
+    cancel_on_rebalance = False
+
+    async def assigned(
+        self, tp: TopicPartition, state: dict[str, Any] | None, committed: int | None
+    ) -> None:
+        """Buffers for ``tp`` from its last state: what was emitted past the committed offset."""
+        self.partitions[tp] = PartitionBuffers.from_state(state, committed)
+
+    def revoked(self, tps: Sequence[TopicPartition]) -> None:
+        """Drop the buffers of ``tps``: their next owner re-reads them."""
+        for tp in tps:
+            self.partitions.pop(tp, None)
+
+    async def transform(self, batch: Batch) -> set[TopicPartition]:
+        """Buffer the batch's records; the partitions it touched."""
+        touched: set[TopicPartition] = set()
+        for tp, incoming in batch.records.items():
+            buffers = self.partitions.get(tp)
+            if buffers is None:
+                continue  # revoked while the batch was read: its next owner re-reads it
+            for i in incoming:
+                self.metrics.records += 1
+                if i.dead is not None:
+                    buffers.skip(i.message.offset)
+                else:
+                    self._take(tp, buffers, i.message, i.record)
+            touched.add(tp)
+        await self._advance_clocks()
+        return touched
+
+    def transactions(
+        self, batch: Batch, touched: set[TopicPartition]
+    ) -> dict[TopicPartition, Transaction]:
+        """Under the commit lock: the sessions ready, with each touched partition's state."""
+        transactions: dict[TopicPartition, Transaction] = {}
+        for tp, buffers in self.partitions.items():
+            ready = buffers.ready(
+                None, self.settings.wait_for_calls_s, self.settings.idle_timeout_s
             )
-            touched: set[TopicPartition] = set()
-            for tp, messages in batch.items():
-                buffers = self.partitions.get(tp)
-                if buffers is None:
-                    # Fetched while its state was still loading (the fetcher does not wait for
-                    # the rebalance listener) or just revoked: read these again later.
-                    if tp in self._consumer.assignment():
-                        self._consumer.seek(tp, messages[0].offset)
-                    continue
-                for message in messages:
-                    await self._take(tp, buffers, message)
-                touched.add(tp)
-            await self._advance_clocks()
-            await self._emit_ready(touched)
-            if time.monotonic() - last_log > 30:
-                last_log = time.monotonic()
-                log.info("reconstruct: %s", self.progress())
+            if not ready and tp not in touched:
+                continue
+            transaction = transactions[tp] = Transaction()
+            for buffer, status in ready:
+                self._emit(tp, buffer, status, transaction)
+            transaction.state = buffers.state()
+            transaction.offset = buffers.commit_offset()
+        return transactions
+
+    def committed(self, tp: TopicPartition, transaction: Transaction) -> None:
+        """Count what one partition's transaction wrote."""
+        self.metrics.transactions += 1
+        self.metrics.trajectories += len(transaction.outputs)
+        self.metrics.dead_letters += len(transaction.dead)
 
     async def _advance_clocks(self) -> None:
         """Partitions read to their end: their clocks move on to the wall clock.
@@ -189,44 +185,15 @@ class Reconstructor:
         Until then a partition's clock is its newest record's time, so reading a backlog does
         not abandon a session whose later records are still ahead in it.
         """
-        assert self._consumer is not None
         wall = time.time()
-        assignment = self._consumer.assignment()
-        for tp, buffers in self.partitions.items():
-            if not buffers.open or tp not in assignment:
-                continue  # only open sessions have deadlines
-            # read_committed stops at the last stable offset (-1 when the broker has none).
-            end = self._consumer.last_stable_offset(tp)
-            if end is None or end < 0:
-                end = self._consumer.highwater(tp)
-            if end is None:
-                continue  # not fetched yet: its end is unknown
-            try:
-                position = await self._consumer.position(tp)
-            except IllegalStateError:
-                continue  # revoked meanwhile
-            if position >= end:
+        for tp, buffers in list(self.partitions.items()):
+            # Only open sessions have deadlines.
+            if buffers.open and await self.processor.caught_up(tp):
                 buffers.advance(wall)
 
-    async def _take(
-        self, tp: TopicPartition, buffers: PartitionBuffers, message: ConsumerRecord
+    def _take(
+        self, tp: TopicPartition, buffers: PartitionBuffers, message: ConsumerRecord, record: Any
     ) -> None:
-        self.metrics.records += 1
-        try:
-            record = self._decode(message.value)
-        except UnknownSchemaError:
-            assert self._store is not None
-            await self._store.refresh()  # a newer writer: its schema is in the store by now
-            try:
-                record = self._decode(message.value)
-            except SerializationError as exc:
-                self._dead.append(dead_letter(message, exc, self.settings.group_id))
-                buffers.skip(message.offset)
-                return
-        except SerializationError as exc:
-            self._dead.append(dead_letter(message, exc, self.settings.group_id))
-            buffers.skip(message.offset)
-            return
         taken = buffers.add(message.offset, record, _record_time(message), time.time())
         if taken is Taken.LATE:
             self.metrics.late_records += 1
@@ -250,94 +217,38 @@ class Reconstructor:
                 else "not a session record",
             )
 
-    def _decode(self, value: bytes | None) -> Any:
-        if value is None:
-            raise SerializationError("a record without a value")
-        return self.serializer.decode(value)
-
-    async def _emit_ready(self, touched: set[TopicPartition]) -> None:
-        # Under the lock a revocation waits for: what is built here is for partitions we own.
-        async with self.committing:
-            await self._emit_ready_locked(touched)
-
-    async def _emit_ready_locked(self, touched: set[TopicPartition]) -> None:
-        ready: list[tuple[TopicPartition, SessionBuffer, TrajectoryStatus]] = []
-        for tp, buffers in self.partitions.items():
-            for buffer, status in buffers.ready(
-                None, self.settings.wait_for_calls_s, self.settings.idle_timeout_s
-            ):
-                ready.append((tp, buffer, status))
-                touched.add(tp)
-        if not ready and not self._dead and not touched:
-            return
-        outputs: list[tuple[bytes, bytes]] = []
-        for tp, buffer, status in ready:
-            try:
-                trajectory = self._trajectory(buffer, status)
-                key = (trajectory.group_id or trajectory.session_id).encode()
-                encoded = encode_trajectory(self.serializer, key, trajectory)
-            except RecordTooLargeError as exc:
-                # Sending it would abort the transaction, and the restart would meet it again.
-                log.warning("session %s dead-lettered: %s", buffer.session_id, exc)
-                self.metrics.oversized_dead_letters += 1
-                self._dead.append(self._session_dead_letter(tp, buffer, exc))
-            except Exception as exc:  # a strategy bug must not stop every other session
-                log.exception("session %s could not be reconstructed", buffer.session_id)
-                self._dead.append(self._session_dead_letter(tp, buffer, exc))
-            else:
-                if encoded.left_out:
-                    log.warning(
-                        "session %s recorded without its %s: its trajectory is over the "
-                        "record budget",
-                        buffer.session_id,
-                        ", ".join(encoded.left_out),
-                    )
-                    self.metrics.oversized_trimmed += 1
-                outputs.append((key, encoded.value))
-                assert self.metrics.by_status is not None
-                self.metrics.by_status[status.value] = (
-                    self.metrics.by_status.get(status.value, 0) + 1
-                )
-            self.partitions[tp].mark_emitted(buffer.session_id)
-        await self._commit(outputs, touched)
-
-    async def _commit(
-        self, outputs: list[tuple[bytes, bytes]], touched: set[TopicPartition]
+    def _emit(
+        self,
+        tp: TopicPartition,
+        buffer: SessionBuffer,
+        status: TrajectoryStatus,
+        transaction: Transaction,
     ) -> None:
-        """Trajectories, dead letters, partition states and offsets: all or nothing."""
-        touched = {tp for tp in touched if tp in self.partitions}  # not those revoked meanwhile
-        assert self._producer is not None
-        offsets = {}
-        for tp in touched:
-            committed = self.partitions[tp].commit_offset()
-            if committed is not None:
-                offsets[tp] = committed
-        dead, self._dead = self._dead, []
-        states = {
-            tp: state_records(
-                state_key(self.settings.group_id, tp),
-                self.partitions[tp].state(),
-                self._state_chunks.get(tp, 0),
-            )
-            for tp in touched
-        }
-        async with self._producer.transaction():
-            for key, value in outputs:
-                await self._producer.send(self.output, value, key=key)
-            for letter in dead:
-                await self._producer.send(
-                    self.names.deadletters, self.serializer.encode(letter), key=letter.key
+        """The session's trajectory into ``transaction``, or its dead letter saying why."""
+        try:
+            trajectory = self._trajectory(buffer, status)
+            key = (trajectory.group_id or trajectory.session_id).encode()
+            encoded = encode_trajectory(self.serializer, key, trajectory)
+        except RecordTooLargeError as exc:
+            # Sending it would abort the transaction, and the restart would meet it again.
+            log.warning("session %s dead-lettered: %s", buffer.session_id, exc)
+            self.metrics.oversized_dead_letters += 1
+            transaction.dead.append(self._session_dead_letter(tp, buffer, exc))
+        except Exception as exc:  # a strategy bug must not stop every other session
+            log.exception("session %s could not be reconstructed", buffer.session_id)
+            transaction.dead.append(self._session_dead_letter(tp, buffer, exc))
+        else:
+            if encoded.left_out:
+                log.warning(
+                    "session %s recorded without its %s: its trajectory is over the record budget",
+                    buffer.session_id,
+                    ", ".join(encoded.left_out),
                 )
-            for records in states.values():
-                for record_key, state in records:
-                    await self._producer.send(self.names.state, state, key=record_key)
-            if offsets:
-                await self._producer.send_offsets_to_transaction(offsets, self.settings.group_id)
-        for tp, records in states.items():
-            self._state_chunks[tp] = sum(value is not None for _, value in records)
-        self.metrics.transactions += 1
-        self.metrics.trajectories += len(outputs)
-        self.metrics.dead_letters += len(dead)
+                self.metrics.oversized_trimmed += 1
+            transaction.outputs.append(Output(self.output, key, encoded.value))
+            assert self.metrics.by_status is not None
+            self.metrics.by_status[status.value] = self.metrics.by_status.get(status.value, 0) + 1
+        self.partitions[tp].mark_emitted(buffer.session_id)
 
     def _trajectory(self, buffer: SessionBuffer, status: TrajectoryStatus) -> Trajectory:
         return build_trajectory(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 from pydantic import Field
@@ -23,10 +22,6 @@ class ReconstructSettings(BaseSettings):
     )
     group: str | None = Field(
         default=None, description="Consumer group. Default: rollstream-reconstruct-<strategy>."
-    )
-    instance: str = Field(
-        default_factory=socket.gethostname,
-        description="Stable name of this instance: its transactions fence its previous run's.",
     )
     output: str = Field(
         default="trajectories",
@@ -62,8 +57,3 @@ class ReconstructSettings(BaseSettings):
     def group_id(self) -> str:
         """The consumer group (and the prefix of the transactional id)."""
         return self.group or f"rollstream-reconstruct-{self.strategy.replace(':', '.')}"
-
-    @property
-    def transactional_id(self) -> str:
-        """One per instance and group, stable across restarts."""
-        return f"{self.group_id}-{self.instance}"

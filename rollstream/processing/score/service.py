@@ -1,53 +1,42 @@
-"""The scorer: a consumer group over the trajectories topic that emits each Scored record once.
+"""The scorer: a transformation on the transactional processor, over the trajectories topic.
 
-Each poll's batch is evaluated, ``concurrency`` evaluations at a time, and then goes out in one
-Kafka transaction: the Scored records, the dead letters (undecodable records, records that are
-not trajectories) and the input offsets, all or nothing. A crash before the commit re-scores
-the batch on restart; the aborted transaction's records never reach a ``read_committed``
-reader, so each trajectory is scored once in what readers see. Each Scored record is measured
-before the transaction opens: one over the record budget goes out with bulky parts left out
-(flagged), or its trajectory is dead-lettered saying why (``consumers.oversized``), so no
-record can abort the transaction and have a restarted scorer meet it again.
+Each poll's batch is evaluated, ``concurrency`` evaluations at a time; then each input
+partition's Scored records, dead letters (undecodable records, records that are not
+trajectories) and next offset go out in one transaction (``rollstream.kafka.processor``). A
+crash before the commit re-scores the batch on restart; the aborted transaction's records never
+reach a ``read_committed`` reader, so each trajectory is scored once in what readers see. Each
+Scored record is measured before the transaction opens: one over the record budget goes out
+with bulky parts left out (flagged), or its trajectory is dead-lettered saying why
+(``processing.oversized``), so no record can abort the transaction and have a restarted scorer
+meet it again.
 
-A rebalance during a batch cancels its evaluations and drops it: the partitions' next owner
-(maybe this instance again) starts from the committed offsets, and a commit made after the
-rebalance could cover records someone else has scored by then.
+A rebalance during a batch cancels its evaluations and voids it: the partitions' next owner
+(maybe this instance again) starts from the committed offsets.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
-from aiokafka.errors import IllegalStateError
-from aiokafka.structs import ConsumerRecord, TopicPartition
+from aiokafka.structs import TopicPartition
 
-from rollstream.errors import (
-    ConfigurationError,
-    RecordTooLargeError,
-    SerializationError,
-    UnknownSchemaError,
-)
-from rollstream.kafka.clients import make_consumer, make_producer, ordinary_tasks
+from rollstream.errors import ConfigurationError, RecordTooLargeError
+from rollstream.kafka.batches import Batch, Incoming, Output, ProcessorMetrics, Transaction
 from rollstream.kafka.deadletters import dead_letter
-from rollstream.kafka.schema_store import SchemaStore
+from rollstream.kafka.processor import TransactionalProcessor
 from rollstream.processing.oversized import encode_scored
 from rollstream.processing.score.evaluators import EVALUATORS, EvalResult, evaluate, spec_for
 from rollstream.processing.score.settings import ScoreSettings
-from rollstream.schemas import AvroRecord, AvroSerializer, DeadLetter, TopicNames, utcnow
+from rollstream.schemas import TopicNames, utcnow
 from rollstream.schemas.trajectories import Scored, Trajectory
 from rollstream.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 _PROGRESS_EVERY_S = 30.0
-
-
-class UnexpectedRecordError(SerializationError):
-    """A well-formed record of another type than Trajectory on the scorer's input."""
 
 
 @dataclass
@@ -59,38 +48,15 @@ class ScoreMetrics:
     failed: int = 0  # Scored records without a reward
     dead_letters: int = 0
     transactions: int = 0
-    dropped_batches: int = 0  # voided by a rebalance
     oversized_trimmed: int = 0  # Scored records recorded with bulky parts left out to fit
     oversized_dead_letters: int = 0  # trajectories whose Scored record could not fit at all
     by_evaluator: dict[str, int] = field(default_factory=dict)
+    processor: ProcessorMetrics = field(default_factory=ProcessorMetrics)
 
-
-@dataclass
-class _Batch:
-    """One poll: what to score, what to dead-letter, where each partition ends."""
-
-    generation: int
-    trajectories: list[Trajectory] = field(default_factory=list)
-    sources: list[ConsumerRecord] = field(default_factory=list)  # each trajectory's message
-    dead: list[DeadLetter] = field(default_factory=list)
-    offsets: dict[TopicPartition, int] = field(default_factory=dict)
-
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, owner: Scorer) -> None:
-        self.owner = owner
-
-    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        # A transaction in flight finishes first (the rebalance waits for this callback), so
-        # the next owner starts from committed offsets; a batch still being evaluated is
-        # abandoned, its partitions may be someone else's by the time it would commit.
-        async with self.owner.committing:
-            self.owner.lost_partitions()
-
-    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        # Positions were reset to the committed offsets: a batch polled before is stale.
-        async with self.owner.committing:
-            self.owner.lost_partitions()
+    @property
+    def dropped_batches(self) -> int:
+        """Batches voided by a rebalance (their evaluations cancelled, read again)."""
+        return self.processor.dropped_batches
 
 
 class Scorer:
@@ -108,41 +74,29 @@ class Scorer:
         self.names = TopicNames(kafka.topic_prefix)
         self.input = self.names.resolve(settings.input)
         self.output = self.names.resolve(settings.output)
-        self.serializer = AvroSerializer()
-        self.metrics = ScoreMetrics()
-        self.committing = asyncio.Lock()
-        self.generation = 0
-        self._scoring: asyncio.Task[list[Scored]] | None = None
         self._semaphore = asyncio.Semaphore(settings.concurrency)
-        self._consumer: AIOKafkaConsumer | None = None
-        self._producer: AIOKafkaProducer | None = None
-        self._store: SchemaStore | None = None
+        self.processor = TransactionalProcessor[list[Scored]](
+            kafka,
+            self,
+            input_topic=self.input,
+            group_id=settings.group_id,
+            dead_letter_topic=self.names.deadletters,
+            accepts=(Trajectory,),
+            max_batch_records=settings.max_batch_records,
+            # The consumer does not poll while a batch is evaluated (see the setting).
+            consumer_overrides={"max_poll_interval_ms": settings.max_poll_interval_ms},
+        )
+        self.serializer = self.processor.serializer
+        self.metrics = ScoreMetrics(processor=self.processor.metrics)
+        self._pending: dict[TopicPartition, list[Scored]] = {}
 
     async def start(self) -> None:
-        """Join the group and open the transactional producer (fencing our previous run)."""
-        self._store = SchemaStore(self.kafka, self.serializer.registry)
-        await self._store.start()
-        self._producer = make_producer(
-            self.kafka, transactional_id=self.settings.transactional_id, linger_ms=20
-        )
-        await self._producer.start()
-        self._consumer = make_consumer(
-            self.kafka,
-            group_id=self.settings.group_id,
-            max_poll_records=self.settings.max_batch_records,
-            # The consumer does not poll while a batch is evaluated (see the setting).
-            max_poll_interval_ms=self.settings.max_poll_interval_ms,
-        )
-        self._consumer.subscribe([self.input], listener=_Rebalance(self))
-        with ordinary_tasks():  # an interceptor may share this loop (see ordinary_tasks)
-            await self._consumer.start()
+        """Join the group; each partition's producer starts with its assignment."""
+        await self.processor.start()
 
     async def stop(self) -> None:
         """Leave the group; an uncommitted batch is scored again by the next owner."""
-        for resource in (self._consumer, self._producer, self._store):
-            if resource is not None:
-                with contextlib.suppress(Exception):
-                    await resource.stop()
+        await self.processor.stop()
 
     async def __aenter__(self) -> Scorer:
         await self.start()
@@ -151,81 +105,64 @@ class Scorer:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    def lost_partitions(self) -> None:
-        """A rebalance: the batch in hand is void (called under ``committing``)."""
-        self.generation += 1
-        if self._scoring is not None:
-            self._scoring.cancel()
-
     async def run(self, stop: asyncio.Event) -> None:
         """Poll, evaluate, commit; until ``stop`` is set (an unfinished batch is dropped)."""
-        assert self._consumer is not None
-        last_log = time.monotonic()
-        while not stop.is_set():
-            generation = self.generation  # before the poll: a rebalance during it counts
-            polled = await self._consumer.getmany(
-                timeout_ms=200, max_records=self.settings.max_batch_records
-            )
-            if polled:
-                batch = await self._read(polled, generation)
-                scored = await self._score_until(batch, stop)
-                if scored is None and stop.is_set():
-                    break  # the batch's next reader, maybe this instance restarted, scores it
-                if scored is None or not await self._commit(batch, scored):
-                    await self._rewind(polled)
-            if time.monotonic() - last_log > _PROGRESS_EVERY_S:
-                last_log = time.monotonic()
-                log.info("score: %s", self.progress())
-
-    async def _read(
-        self, polled: dict[TopicPartition, list[ConsumerRecord]], generation: int
-    ) -> _Batch:
-        batch = _Batch(generation)
-        for tp, messages in polled.items():
-            for message in messages:
-                self.metrics.records += 1
-                try:
-                    record = await self._decode(message.value)
-                    if not isinstance(record, Trajectory):
-                        raise UnexpectedRecordError(
-                            f"a {type(record).__name__} record, not a Trajectory"
-                        )
-                except SerializationError as exc:
-                    batch.dead.append(dead_letter(message, exc, self.settings.group_id))
-                    continue
-                batch.trajectories.append(record)
-                batch.sources.append(message)
-            batch.offsets[tp] = messages[-1].offset + 1
-        return batch
-
-    async def _decode(self, value: bytes | None) -> AvroRecord:
-        if value is None:
-            raise SerializationError("a record without a value")
+        logging_task = asyncio.create_task(self._log_progress(stop))
         try:
-            return self.serializer.decode(value)
-        except UnknownSchemaError:
-            assert self._store is not None
-            await self._store.refresh()  # a newer writer: its schema is in the store by now
-            return self.serializer.decode(value)
-
-    async def _score_until(self, batch: _Batch, stop: asyncio.Event) -> list[Scored] | None:
-        """The batch's Scored records; None if a rebalance or ``stop`` came first."""
-        scoring = asyncio.create_task(self._score_all(batch.trajectories))
-        stopping = asyncio.create_task(stop.wait())
-        self._scoring = scoring
-        try:
-            await asyncio.wait({scoring, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            await self.processor.run(stop)
         finally:
-            self._scoring = None
-            stopping.cancel()
-            if not scoring.done():
-                # Stopping (or being cancelled): the evaluations' processes are killed.
-                scoring.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await scoring
-        if scoring.cancelled():
-            return None
-        return scoring.result()
+            logging_task.cancel()
+
+    async def _log_progress(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await asyncio.sleep(_PROGRESS_EVERY_S)
+            log.info("score: %s", self.progress())
+
+    # The transformation (rollstream.kafka.batches.Transformation).
+
+    cancel_on_rebalance = True
+
+    async def assigned(
+        self, tp: TopicPartition, state: dict[str, Any] | None, committed: int | None
+    ) -> None:
+        """Nothing to load: the scorer keeps no state between batches."""
+
+    def revoked(self, tps: Sequence[TopicPartition]) -> None:
+        """Nothing to drop: the batch in hand is voided by the processor."""
+
+    async def transform(self, batch: Batch) -> list[Scored]:
+        """Evaluate the batch's trajectories (cancelled by a rebalance or a stop)."""
+        self.metrics.records += len(batch)
+        trajectories = [
+            i.record
+            for incoming in batch.records.values()
+            for i in incoming
+            if isinstance(i.record, Trajectory)
+        ]
+        return await self._score_all(trajectories)
+
+    def transactions(self, batch: Batch, result: list[Scored]) -> dict[TopicPartition, Transaction]:
+        """Each partition's Scored records (or their dead letters) and its next offset."""
+        transactions = {tp: Transaction(offset=end) for tp, end in batch.ends().items()}
+        scored = iter(result)
+        self._pending = {}
+        for tp, incoming in batch.records.items():
+            for i in incoming:
+                if isinstance(i.record, Trajectory):
+                    self._add(tp, transactions[tp], next(scored), i)
+        return transactions
+
+    def committed(self, tp: TopicPartition, transaction: Transaction) -> None:
+        """Count what one partition's transaction wrote."""
+        self.metrics.transactions += 1
+        self.metrics.dead_letters += len(transaction.dead)
+        for record in self._pending.pop(tp, []):
+            self.metrics.scored += 1
+            if record.reward is None:
+                self.metrics.failed += 1
+            self.metrics.by_evaluator[record.evaluator] = (
+                self.metrics.by_evaluator.get(record.evaluator, 0) + 1
+            )
 
     async def _score_all(self, trajectories: list[Trajectory]) -> list[Scored]:
         return list(await asyncio.gather(*(self._score(t) for t in trajectories)))
@@ -251,90 +188,27 @@ class Scorer:
             scored_at=utcnow(),
         )
 
-    def _encode(
-        self, batch: _Batch, scored: list[Scored]
-    ) -> tuple[list[tuple[bytes, bytes]], list[DeadLetter], list[Scored], int]:
-        """Each Scored record's key and bytes within the budget, else its dead letter.
-
-        Also the records that go out, and how many of them had parts left out to fit.
-        """
-        outputs: list[tuple[bytes, bytes]] = []
-        dead: list[DeadLetter] = []
-        kept: list[Scored] = []
-        trimmed = 0
-        for record, source in zip(scored, batch.sources, strict=True):
-            key = record.trajectory.group_id.encode()
-            try:
-                encoded = encode_scored(self.serializer, key, record)
-            except RecordTooLargeError as exc:
-                log.warning("trajectory %s dead-lettered: %s", record.trajectory.trajectory_id, exc)
-                dead.append(dead_letter(source, exc, self.settings.group_id))
-                continue
-            if encoded.left_out:
-                log.warning(
-                    "trajectory %s scored without its %s: the Scored record is over the "
-                    "record budget",
-                    record.trajectory.trajectory_id,
-                    ", ".join(encoded.left_out),
-                )
-                trimmed += 1
-            outputs.append((key, encoded.value))
-            kept.append(record)
-        return outputs, dead, kept, trimmed
-
-    async def _commit(self, batch: _Batch, scored: list[Scored]) -> bool:
-        """Scored records, dead letters and offsets in one transaction; False if void."""
-        assert self._producer is not None
-        # Measured before the transaction opens: nothing sent in it can be refused for its size.
-        outputs, oversized, scored, trimmed = self._encode(batch, scored)
-        dead = batch.dead + oversized
-        async with self.committing:
-            if batch.generation != self.generation:
-                return False
-            async with self._producer.transaction():
-                for key, value in outputs:
-                    await self._producer.send(self.output, value, key=key)
-                for letter in dead:
-                    await self._producer.send(
-                        self.names.deadletters, self.serializer.encode(letter), key=letter.key
-                    )
-                await self._producer.send_offsets_to_transaction(
-                    batch.offsets, self.settings.group_id
-                )
-        self.metrics.transactions += 1
-        self.metrics.scored += len(scored)
-        self.metrics.dead_letters += len(dead)
-        self.metrics.oversized_trimmed += trimmed
-        self.metrics.oversized_dead_letters += len(oversized)
-        for record in scored:
-            if record.reward is None:
-                self.metrics.failed += 1
-            self.metrics.by_evaluator[record.evaluator] = (
-                self.metrics.by_evaluator.get(record.evaluator, 0) + 1
+    def _add(
+        self, tp: TopicPartition, transaction: Transaction, record: Scored, incoming: Incoming
+    ) -> None:
+        """``record`` within the budget into ``transaction``, else its trajectory's dead letter."""
+        key = record.trajectory.group_id.encode()
+        try:
+            encoded = encode_scored(self.serializer, key, record)
+        except RecordTooLargeError as exc:
+            log.warning("trajectory %s dead-lettered: %s", record.trajectory.trajectory_id, exc)
+            transaction.dead.append(dead_letter(incoming.message, exc, self.settings.group_id))
+            self.metrics.oversized_dead_letters += 1
+            return
+        if encoded.left_out:
+            log.warning(
+                "trajectory %s scored without its %s: the Scored record is over the record budget",
+                record.trajectory.trajectory_id,
+                ", ".join(encoded.left_out),
             )
-        return True
-
-    async def _rewind(self, polled: dict[TopicPartition, list[ConsumerRecord]]) -> None:
-        """After a rebalance voided a batch: read its partitions again from the group's offsets.
-
-        Not from the batch's own first offsets: after a rebalance another instance may have
-        scored and committed past them.
-        """
-        assert self._consumer is not None
-        self.metrics.dropped_batches += 1
-        for tp in polled:
-            if tp not in self._consumer.assignment():
-                continue
-            try:
-                committed = await self._consumer.committed(tp)
-                if committed is None:
-                    await self._consumer.seek_to_beginning(tp)
-                else:
-                    self._consumer.seek(tp, committed)
-            except IllegalStateError:
-                # Reassigned meanwhile (a rebalance completes without us): its next owner,
-                # maybe us again, starts from the committed offset anyway.
-                continue
+            self.metrics.oversized_trimmed += 1
+        transaction.outputs.append(Output(self.output, key, encoded.value))
+        self._pending.setdefault(tp, []).append(record)
 
     def progress(self) -> str:
         """One line: records read, Scored records emitted, how many without a reward."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import socket
 from pathlib import Path
 
 from pydantic import Field
@@ -20,10 +19,6 @@ class ScoreSettings(BaseSettings):
 
     group_id: str = Field(
         default="scorer", description="Consumer group (and the prefix of the transactional id)."
-    )
-    instance: str = Field(
-        default_factory=socket.gethostname,
-        description="Stable name of this instance: its transactions fence its previous run's.",
     )
     input: str = Field(
         default="trajectories",
@@ -54,11 +49,6 @@ class ScoreSettings(BaseSettings):
     keep_workdirs: bool = Field(
         default=False, description="Keep the command evaluators' scratch directories."
     )
-
-    @property
-    def transactional_id(self) -> str:
-        """One per instance and group, stable across restarts."""
-        return f"{self.group_id}-{self.instance}"
 
     @property
     def max_poll_interval_ms(self) -> int:

@@ -51,7 +51,7 @@ async def service(
     kafka_settings: KafkaSettings, rollstream_topics: TopicNames
 ) -> AsyncIterator[Reconstructor]:
     settings = ReconstructSettings(
-        strategy="prefix_merge", instance="t1", wait_for_calls_s=1.0, idle_timeout_s=3.0
+        strategy="prefix_merge", wait_for_calls_s=1.0, idle_timeout_s=3.0
     )
     stop = asyncio.Event()
     async with Reconstructor(settings, kafka_settings) as reconstructor:
@@ -110,7 +110,6 @@ def _spawn(kafka_settings: KafkaSettings, log: Path) -> subprocess.Popen[bytes]:
     env = os.environ | {
         "ROLLSTREAM_BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
         "ROLLSTREAM_TOPIC_PREFIX": kafka_settings.topic_prefix,
-        "ROLLSTREAM_RECONSTRUCT_INSTANCE": "crashy",
         "ROLLSTREAM_RECONSTRUCT_WAIT_FOR_CALLS_S": "2",
     }
     with log.open("ab") as out:
@@ -178,7 +177,7 @@ async def test_instances_share_the_partitions_and_a_rebalance_duplicates_nothing
 
     def instance(name: str) -> Reconstructor:
         return Reconstructor(
-            ReconstructSettings(strategy="tree", instance=name, wait_for_calls_s=1.0),
+            ReconstructSettings(strategy="tree", wait_for_calls_s=1.0),
             kafka_settings,
         )
 
@@ -244,7 +243,7 @@ async def test_a_session_silent_past_the_idle_timeout_is_abandoned_when_read_not
         )
     await producer.flush()
     settings = ReconstructSettings(
-        strategy="prefix_merge", instance="t-idle", wait_for_calls_s=1.0, idle_timeout_s=3600
+        strategy="prefix_merge", wait_for_calls_s=1.0, idle_timeout_s=3600
     )
     async with Reconstructor(settings, kafka_settings) as service:
         stop, task = _run(service)
@@ -292,7 +291,7 @@ async def test_a_trajectory_over_the_record_budget_is_dead_lettered_and_the_rest
         SyntheticShape(turns=60, system_tokens=4000, tool_result_tokens=1000, completion_tokens=32),
     )
     before, after = synthetic_session("before", SHAPE, seed=1), synthetic_session("after", SHAPE)
-    settings = ReconstructSettings(strategy="per_call", instance="t-big", wait_for_calls_s=1.0)
+    settings = ReconstructSettings(strategy="per_call", wait_for_calls_s=1.0)
     async with Reconstructor(settings, kafka_settings) as service:
         stop, task = _run(service)
         try:
@@ -332,7 +331,7 @@ async def test_a_state_over_the_record_budget_is_written_in_chunks_and_read_back
         ENDED.model_copy(update={"session_id": f"{i:05d}-{'x' * 4000}", "call_count": 0})
         for i in range(4300)
     ]
-    settings = ReconstructSettings(strategy="prefix_merge", instance="t-state", wait_for_calls_s=1)
+    settings = ReconstructSettings(strategy="prefix_merge", wait_for_calls_s=1)
     async with Reconstructor(settings, kafka_settings) as first:
         stop, task = _run(first)
         try:

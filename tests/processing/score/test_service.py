@@ -87,7 +87,7 @@ async def _keys(kafka: KafkaSettings, topic: str, count: int) -> list[bytes | No
 async def scorer(
     kafka_settings: KafkaSettings, rollstream_topics: TopicNames, tmp_path: Path
 ) -> AsyncIterator[Scorer]:
-    settings = ScoreSettings(instance="t1", work_root=tmp_path / "work", evaluator_timeout_s=30)
+    settings = ScoreSettings(work_root=tmp_path / "work", evaluator_timeout_s=30)
     stop = asyncio.Event()
     async with Scorer(settings, kafka_settings) as service:
         task = asyncio.create_task(service.run(stop))
@@ -189,7 +189,6 @@ def _spawn(kafka_settings: KafkaSettings, work_root: Path, log: Path) -> subproc
     env = os.environ | {
         "ROLLSTREAM_BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
         "ROLLSTREAM_TOPIC_PREFIX": kafka_settings.topic_prefix,
-        "ROLLSTREAM_SCORE_INSTANCE": "crashy",
         "ROLLSTREAM_SCORE_MAX_BATCH_RECORDS": "4",
         "ROLLSTREAM_SCORE_WORK_ROOT": str(work_root),
     }
@@ -299,7 +298,7 @@ async def test_instances_share_the_partitions_and_a_rebalance_duplicates_nothing
             await asyncio.sleep(1.0)
 
     def instance(name: str) -> Scorer:
-        settings = ScoreSettings(instance=name, max_batch_records=4, work_root=tmp_path / name)
+        settings = ScoreSettings(max_batch_records=4, work_root=tmp_path / name)
         return Scorer(settings, kafka_settings)
 
     first, second = instance("a"), instance("b")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from aiokafka.structs import TopicPartition
 from click.testing import CliRunner
 
 from rollstream.cli import cli
@@ -15,17 +16,19 @@ KAFKA = KafkaSettings(bootstrap_servers="127.0.0.1:1", topic_prefix="p")
 
 
 def test_defaults_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    settings = ScoreSettings(instance="a")
+    settings = ScoreSettings()
     assert (settings.group_id, settings.concurrency, settings.default_evaluator) == (
         "scorer",
         2,
         "session_completed",
     )
-    assert settings.transactional_id == "scorer-a"
     monkeypatch.setenv("ROLLSTREAM_SCORE_GROUP_ID", "judges")
     monkeypatch.setenv("ROLLSTREAM_SCORE_CONCURRENCY", "8")
-    settings = ScoreSettings(instance="b")
-    assert (settings.transactional_id, settings.concurrency) == ("judges-b", 8)
+    settings = ScoreSettings()
+    assert (settings.group_id, settings.concurrency) == ("judges", 8)
+    # The group names each input partition's transactional id, the same on every replica.
+    tp = TopicPartition("p.trajectories", 4)
+    assert Scorer(settings, KAFKA).processor.transactional_id(tp) == "judges-p.trajectories-4"
 
 
 def test_the_poll_interval_covers_a_whole_batch() -> None:

@@ -1,17 +1,18 @@
-"""The reconstructor's per-partition state on the compacted state topic.
+"""A processor's per-partition state on the compacted state topic (the reconstructor's, today).
 
-Each transaction that emits trajectories also writes, for every input partition it touched,
-the partition's commit offset and the sessions emitted at or past it (``PartitionBuffers.state``).
-A new owner of the partition reads the last such state before consuming, so re-reading from
-the committed offset never emits a session twice. The records are JSON: internal, versioned,
-read only by this module.
+Each transaction that commits an input partition's offset may also write that partition's
+state (the reconstructor: its commit offset and the sessions emitted at or past it, see
+``PartitionBuffers.state``). A new owner of the partition reads the last such state before
+consuming, so re-reading from the committed offset never emits anything twice. The records
+are JSON: internal, versioned, read only by this module.
 
-A state can outgrow one record: while a long session holds a partition's commit offset back,
-every session emitted after it is remembered. So a state is written as records that each fit
-the record budget: the head, under the partition's key, with the commit offset, the first
-emitted sessions and how many records the state has; the other emitted sessions in chunks keyed
-``<key>#<n>``, written in the same transaction. Chunks a smaller state no longer needs get a
-tombstone (compaction's clean-up); a reader only takes as many chunks as the head names.
+A state can outgrow one record (the reconstructor: while a long session holds a partition's
+commit offset back, every session emitted after it is remembered). So a state is written as
+records that each fit the record budget: the head, under the partition's key, with the state's
+other fields, the first entries of its ``emitted`` map and how many records the state has;
+the other entries in chunks keyed ``<key>#<n>``, written in the same transaction. Chunks a
+smaller state no longer needs get a tombstone (compaction's clean-up); a reader only takes as
+many chunks as the head names.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def state_records(
     room = budget - len(key) - _HEAD_ROOM
     chunks: list[dict[str, int]] = [{}]
     size = 0
-    for session, offset in state["emitted"].items():
+    for session, offset in (state.get("emitted") or {}).items():
         entry = len(json.dumps(session)) + len(str(offset)) + 2  # "session":offset,
         if size + entry > room and chunks[-1]:
             chunks.append({})

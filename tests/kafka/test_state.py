@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollstream.processing.reconstruct.state import (
+from rollstream.kafka.state import (
     assemble_state,
     chunk_key,
     encode_state,

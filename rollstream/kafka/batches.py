@@ -1,0 +1,103 @@
+"""What the transactional processor hands its transformation, and what it takes back.
+
+A :class:`Batch` of decoded records in, a :class:`Transaction` per input partition out; the
+:class:`Transformation` protocol is all an application of the processor implements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from rollstream.errors import SerializationError
+from rollstream.schemas import AvroRecord, DeadLetter
+
+
+class UnexpectedRecordError(SerializationError):
+    """A well-formed record of another type than the processor's input takes."""
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One record read: the message, and its decoded record or the dead letter it became."""
+
+    message: ConsumerRecord
+    record: AvroRecord | None = None
+    dead: DeadLetter | None = None
+
+
+@dataclass
+class Batch:
+    """One poll, decoded, by partition; ``generation`` is the rebalance count before it."""
+
+    generation: int
+    records: dict[TopicPartition, list[Incoming]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self.records.values())
+
+    def ends(self) -> dict[TopicPartition, int]:
+        """Each partition's offset after its last record in the batch."""
+        return {tp: rs[-1].message.offset + 1 for tp, rs in self.records.items() if rs}
+
+
+@dataclass(frozen=True)
+class Output:
+    """A record to write (the state topic and dead letters are the processor's)."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+
+
+@dataclass
+class Transaction:
+    """What one input partition's transaction writes; None fields are left as they are."""
+
+    outputs: list[Output] = field(default_factory=list)
+    dead: list[DeadLetter] = field(default_factory=list)
+    state: dict[str, Any] | None = None  # the partition's new state (needs ``state_topic``)
+    offset: int | None = None  # the partition's next offset to commit
+
+    def empty(self) -> bool:
+        """Whether it would write nothing."""
+        return not self.outputs and not self.dead and self.state is None and self.offset is None
+
+
+class Transformation[T](Protocol):
+    """What an application of the processor writes: its transformation, nothing of Kafka."""
+
+    #: A rebalance voids a batch in hand (its work is cancelled and the batch read again).
+    cancel_on_rebalance: bool
+
+    async def assigned(
+        self, tp: TopicPartition, state: dict[str, Any] | None, committed: int | None
+    ) -> None:
+        """``tp`` is ours from now: its last committed state and offset."""
+
+    def revoked(self, tps: Sequence[TopicPartition]) -> None:
+        """``tps`` are no longer ours (no transaction of ours is in flight)."""
+
+    async def transform(self, batch: Batch) -> T:
+        """Work on a batch outside the commit lock (may be long; may be cancelled)."""
+
+    def transactions(self, batch: Batch, result: T) -> dict[TopicPartition, Transaction]:
+        """Under the commit lock: each owned partition's transaction (or none)."""
+
+    def committed(self, tp: TopicPartition, transaction: Transaction) -> None:
+        """``transaction`` of ``tp`` committed."""
+
+
+@dataclass
+class ProcessorMetrics:
+    """What the processor itself counts."""
+
+    records: int = 0
+    dead_letters: int = 0
+    transactions: int = 0
+    dropped_batches: int = 0  # voided by a rebalance
+    fenced: int = 0  # partitions given up because another member's producer fenced ours
+    decode_retries: int = 0

@@ -1,0 +1,374 @@
+"""The transactional processor: consume, transform, produce, exactly once in what readers see.
+
+The reconstructor and the scorer are written on it; each only supplies its transformation
+(:class:`Transformation`). The processor owns the rest:
+
+- a consumer in the group reading ``read_committed``, offsets committed only inside
+  transactions;
+- decoding, with a schema-store refresh for a writer schema not known yet; a record that still
+  fails becomes a dead letter, retried first when its error is ``retriable``;
+- for each input partition, one transaction holding that partition's outputs, its dead letters,
+  its state on the compacted state topic (optional) and its next offset, all or nothing;
+- rebalances: a revocation waits for the transaction in flight, then the transformation drops
+  the partitions; an assignment loads their state before any of their records is handed over.
+
+**Guarantee.** Outputs, dead letters, state and offsets of a partition become visible
+together or not at all to ``read_committed`` readers, so a crash or restart anywhere neither
+loses nor duplicates an output.
+
+**Zombies.** aiokafka has no KIP-447 (its TxnOffsetCommit carries no group generation), so the
+group coordinator cannot refuse the commit of a member that was expelled (a long pause, a
+network partition) and does not know it yet. What closes that gap is the transactional id
+*per input partition* (``<prefix>-<topic>-<partition>``, the scheme Kafka Streams used before
+KIP-447): every assignment starts that partition's producer afresh, and its
+``InitProducerId`` bumps the id's epoch, which aborts the old owner's open transaction and
+fences every later one (``ProducerFenced``). An expelled member's outputs and offsets for the
+partition therefore never commit; when it is told so, it drops the partition.
+
+**Limits.** One producer (one connection and sender) per owned input partition; transactions
+of different partitions commit concurrently, not atomically together. Without KIP-447's stable
+offset fetch, a new owner could read a partition's committed offset in the moment between an
+old transaction's commit and its offsets landing; re-reading is then bounded by one batch and,
+for the reconstructor, absorbed by its state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
+from aiokafka.errors import IllegalStateError, InvalidProducerEpoch, ProducerFenced
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from rollstream.errors import SerializationError
+from rollstream.kafka.batches import (
+    Batch,
+    Incoming,
+    ProcessorMetrics,
+    Transaction,
+    Transformation,
+    UnexpectedRecordError,
+)
+from rollstream.kafka.clients import make_consumer, make_producer, ordinary_tasks
+from rollstream.kafka.deadletters import dead_letter
+from rollstream.kafka.schema_store import SchemaStore
+from rollstream.kafka.state import load_states, state_key, state_records
+from rollstream.schemas import AvroSerializer
+from rollstream.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+_FENCED = (ProducerFenced, InvalidProducerEpoch)
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, owner: TransactionalProcessor[Any]) -> None:
+        self.owner = owner
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self.owner._revoke(list(revoked))
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        await self.owner._assign(list(assigned))
+
+
+class TransactionalProcessor[T]:
+    """One member of ``group_id`` processing ``input_topic`` with ``app``; see the module."""
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        app: Transformation[T],
+        *,
+        input_topic: str,
+        group_id: str,
+        dead_letter_topic: str,
+        transactional_prefix: str | None = None,
+        state_topic: str | None = None,
+        accepts: tuple[type, ...] = (),
+        max_batch_records: int = 500,
+        poll_timeout_ms: int = 200,
+        decode_retries: int = 3,
+        consumer_overrides: dict[str, Any] | None = None,
+    ) -> None:
+        self.kafka = kafka
+        self.app = app
+        self.input_topic = input_topic
+        self.group_id = group_id
+        self.dead_letter_topic = dead_letter_topic
+        self.transactional_prefix = transactional_prefix or group_id
+        self.state_topic = state_topic
+        self.accepts = accepts
+        self.max_batch_records = max_batch_records
+        self.poll_timeout_ms = poll_timeout_ms
+        self.decode_retries = decode_retries
+        self.consumer_overrides = consumer_overrides or {}
+        self.serializer = AvroSerializer()
+        self.metrics = ProcessorMetrics()
+        self.committing = asyncio.Lock()
+        self.generation = 0
+        self.consumer: AIOKafkaConsumer | None = None
+        self._producers: dict[TopicPartition, AIOKafkaProducer] = {}
+        self._state_chunks: dict[TopicPartition, int] = {}
+        self._store: SchemaStore | None = None
+        self._working: asyncio.Task[T] | None = None
+
+    def transactional_id(self, tp: TopicPartition) -> str:
+        """The transactional id of ``tp``'s producer: the same for whichever member owns it."""
+        return f"{self.transactional_prefix}-{tp.topic}-{tp.partition}"
+
+    async def start(self) -> None:
+        """Open the schema store and join the group (producers come with partitions)."""
+        self._store = SchemaStore(self.kafka, self.serializer.registry)
+        await self._store.start()
+        self.consumer = make_consumer(
+            self.kafka,
+            group_id=self.group_id,
+            max_poll_records=self.max_batch_records,
+            **self.consumer_overrides,
+        )
+        self.consumer.subscribe([self.input_topic], listener=_Listener(self))
+        with ordinary_tasks():  # an interceptor may share this loop (see ordinary_tasks)
+            await self.consumer.start()
+
+    async def stop(self) -> None:
+        """Leave the group and close every producer; uncommitted work is the next owner's."""
+        if self.consumer is not None:
+            with contextlib.suppress(Exception):
+                await self.consumer.stop()
+        await self._close(list(self._producers))
+        if self._store is not None:
+            with contextlib.suppress(Exception):
+                await self._store.stop()
+
+    async def __aenter__(self) -> TransactionalProcessor[T]:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def owned(self) -> set[TopicPartition]:
+        """The partitions this member holds a producer for."""
+        return set(self._producers)
+
+    async def caught_up(self, tp: TopicPartition) -> bool:
+        """Whether ``tp`` was read to its end (the last stable offset, under read_committed)."""
+        assert self.consumer is not None
+        end = self.consumer.last_stable_offset(tp)
+        if end is None or end < 0:
+            end = self.consumer.highwater(tp)
+        if end is None:
+            return False  # not fetched yet
+        try:
+            return bool(await self.consumer.position(tp) >= end)
+        except IllegalStateError:
+            return False  # revoked meanwhile
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll, transform, commit; until ``stop`` is set (a batch in hand is the next's)."""
+        assert self.consumer is not None
+        while not stop.is_set():
+            generation = self.generation  # before the poll: a rebalance during it counts
+            polled = await self.consumer.getmany(
+                timeout_ms=self.poll_timeout_ms, max_records=self.max_batch_records
+            )
+            batch = await self._decode(polled, generation)
+            done, result = await self._transform(batch, stop)
+            if not done:
+                if stop.is_set():
+                    break
+                await self._rewind(polled)
+                continue
+            if not await self._commit(batch, result):
+                await self._rewind(polled)
+
+    async def _decode(
+        self, polled: dict[TopicPartition, list[ConsumerRecord]], generation: int
+    ) -> Batch:
+        assert self.consumer is not None
+        batch = Batch(generation)
+        for tp, messages in polled.items():
+            if tp not in self._producers:
+                # Fetched while the assignment was still loading its state, or just revoked:
+                # read these again once the partition is ours.
+                if tp in self.consumer.assignment():
+                    self.consumer.seek(tp, messages[0].offset)
+                continue
+            batch.records[tp] = [await self._incoming(message) for message in messages]
+            self.metrics.records += len(messages)
+        return batch
+
+    async def _incoming(self, message: ConsumerRecord) -> Incoming:
+        for attempt in range(self.decode_retries + 1):
+            try:
+                if message.value is None:
+                    raise SerializationError("a record without a value")
+                record = self.serializer.decode(message.value)
+                if self.accepts and not isinstance(record, self.accepts):
+                    raise UnexpectedRecordError(
+                        f"a {type(record).__name__} record, not a "
+                        + " or ".join(t.__name__ for t in self.accepts)
+                    )
+                return Incoming(message, record=record)
+            except SerializationError as exc:
+                if not exc.retriable or attempt == self.decode_retries:
+                    return Incoming(message, dead=dead_letter(message, exc, self.group_id))
+                # A newer writer's schema: it is in the store by now, or soon.
+                self.metrics.decode_retries += 1
+                await asyncio.sleep(0.5 * attempt)
+                assert self._store is not None
+                await self._store.refresh()
+        raise AssertionError("unreachable")
+
+    async def _transform(self, batch: Batch, stop: asyncio.Event) -> tuple[bool, Any]:
+        """The app's result; (False, None) if a rebalance or ``stop`` voided the batch."""
+        if not self.app.cancel_on_rebalance:
+            return True, await self.app.transform(batch)
+        working = asyncio.create_task(self.app.transform(batch))
+        stopping = asyncio.create_task(stop.wait())
+        self._working = working
+        try:
+            await asyncio.wait({working, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._working = None
+            stopping.cancel()
+            if not working.done():
+                working.cancel()  # stopping: the work's processes are killed
+                with contextlib.suppress(asyncio.CancelledError):
+                    await working
+        if working.cancelled():
+            return False, None
+        return True, working.result()
+
+    async def _commit(self, batch: Batch, result: Any) -> bool:
+        """Each owned partition's transaction; False if a rebalance voided the batch."""
+        async with self.committing:
+            if self.app.cancel_on_rebalance and batch.generation != self.generation:
+                return False
+            transactions = self.app.transactions(batch, result)
+            for tp, incoming in batch.records.items():
+                dead = [i.dead for i in incoming if i.dead is not None]
+                if dead:
+                    transaction = transactions.setdefault(tp, Transaction())
+                    transaction.dead[:0] = dead
+            work = {
+                tp: t for tp, t in transactions.items() if tp in self._producers and not t.empty()
+            }
+            outcomes = await asyncio.gather(
+                *(self._commit_one(tp, t) for tp, t in work.items()), return_exceptions=True
+            )
+            failed: BaseException | None = None
+            fenced: list[TopicPartition] = []
+            for tp, outcome in zip(work, outcomes, strict=True):
+                if outcome is None:
+                    self.app.committed(tp, work[tp])
+                elif isinstance(outcome, _FENCED):
+                    fenced.append(tp)
+                elif failed is None:
+                    failed = outcome
+            if fenced:
+                await self._fenced(fenced)
+            if failed is not None:
+                raise failed  # that transaction was aborted: a restart re-reads its input
+        return True
+
+    async def _commit_one(self, tp: TopicPartition, transaction: Transaction) -> None:
+        producer = self._producers[tp]
+        states: list[tuple[bytes, bytes | None]] = []
+        if transaction.state is not None and self.state_topic is not None:
+            key = state_key(self.group_id, tp)
+            states = state_records(key, transaction.state, self._state_chunks.get(tp, 0))
+        async with producer.transaction():
+            for output in transaction.outputs:
+                await producer.send(output.topic, output.value, key=output.key)
+            for letter in transaction.dead:
+                value = self.serializer.encode(letter)
+                await producer.send(self.dead_letter_topic, value, key=letter.key)
+            for state_key_, value_ in states:
+                assert self.state_topic is not None
+                await producer.send(self.state_topic, value_, key=state_key_)
+            if transaction.offset is not None:
+                await producer.send_offsets_to_transaction({tp: transaction.offset}, self.group_id)
+        if states:
+            self._state_chunks[tp] = sum(value is not None for _, value in states)
+        self.metrics.transactions += 1
+        self.metrics.dead_letters += len(transaction.dead)
+
+    async def _fenced(self, tps: list[TopicPartition]) -> None:
+        """Another member owns ``tps`` now (it fenced our producers): give them up."""
+        self.metrics.fenced += len(tps)
+        log.warning(
+            "%s: fenced on %s: another member owns them now; their uncommitted work is dropped",
+            self.group_id,
+            ", ".join(f"{tp.topic}[{tp.partition}]" for tp in tps),
+        )
+        self.generation += 1
+        await self._close(tps)
+        self.app.revoked(tps)
+        assert self.consumer is not None
+        # Not read again until the group, learning of our expulsion, assigns them anew.
+        with contextlib.suppress(IllegalStateError):
+            self.consumer.pause(*[tp for tp in tps if tp in self.consumer.assignment()])
+
+    async def _revoke(self, tps: list[TopicPartition]) -> None:
+        # A transaction in flight finishes first: the group's rebalance waits for this
+        # callback, so the next owner starts from what was committed.
+        async with self.committing:
+            self.generation += 1
+            if self._working is not None:
+                self._working.cancel()
+            mine = [tp for tp in tps if tp in self._producers]
+            await self._close(mine)
+            self.app.revoked(mine)
+
+    async def _assign(self, tps: list[TopicPartition]) -> None:
+        assert self.consumer is not None
+        async with self.committing:
+            self.generation += 1  # positions went back to the committed offsets
+            if self._working is not None:
+                self._working.cancel()
+        fresh = [tp for tp in tps if tp not in self._producers]
+        producers = {
+            tp: make_producer(self.kafka, transactional_id=self.transactional_id(tp), linger_ms=20)
+            for tp in fresh
+        }
+        # Each start fences the partition's previous owner (see the module docstring).
+        await asyncio.gather(*(p.start() for p in producers.values()))
+        states: dict[TopicPartition, dict[str, Any]] = {}
+        if self.state_topic is not None and fresh:
+            states = await load_states(self.kafka, self.state_topic, self.group_id, fresh)
+        for tp in fresh:
+            self._state_chunks[tp] = int(states[tp].get("chunks", 1)) if tp in states else 0
+            await self.app.assigned(tp, states.get(tp), await self.consumer.committed(tp))
+        self._producers.update(producers)
+
+    async def _close(self, tps: list[TopicPartition]) -> None:
+        producers = [self._producers.pop(tp) for tp in tps if tp in self._producers]
+        for tp in tps:
+            self._state_chunks.pop(tp, None)
+        for producer in producers:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+
+    async def _rewind(self, polled: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        """After a voided batch: read its partitions again from the group's committed offsets.
+
+        Not from the batch's own first offsets: after a rebalance another member may have
+        processed and committed past them.
+        """
+        assert self.consumer is not None
+        self.metrics.dropped_batches += 1
+        for tp in polled:
+            if tp not in self.consumer.assignment():
+                continue
+            try:
+                committed = await self.consumer.committed(tp)
+                if committed is None:
+                    await self.consumer.seek_to_beginning(tp)
+                else:
+                    self.consumer.seek(tp, committed)
+            except IllegalStateError:
+                continue  # reassigned meanwhile: its next owner starts from the committed offset

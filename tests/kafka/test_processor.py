@@ -1,0 +1,192 @@
+"""The transactional processor against the real broker: transactions per partition, state,
+dead letters by the error's retriable flag, and an expelled member fenced mid-transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.structs import TopicPartition
+
+from rollstream.schemas import AvroSerializer, DeadLetter, PolicyVersion, TopicNames, utcnow
+from rollstream.schemas.serializer import MAGIC
+from rollstream.settings import KafkaSettings
+from tests.conftest import ProducerFactory, TopicFactory
+from tests.kafka.echo import Echo, processor
+from tests.kafka_reading import read_records
+from tests.waiting import until
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+async def _send(producer: AIOKafkaProducer, topic: str, versions: range, partitions: int) -> None:
+    serializer = AvroSerializer()
+    for v in versions:
+        record = PolicyVersion(version=v, published_at=utcnow(), publisher=f"p{v}")
+        await producer.send_and_wait(
+            topic, serializer.encode(record), key=b"%d" % v, partition=v % partitions
+        )
+
+
+async def _spec(
+    kafka_settings: KafkaSettings, topics: TopicNames, topic_factory: TopicFactory, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "bootstrap": kafka_settings.bootstrap_servers,
+        "input": await topic_factory(partitions=2),
+        "output": await topic_factory(partitions=1),
+        "deadletters": topics.deadletters,
+        "state": topics.state,
+        "group": f"{kafka_settings.topic_prefix}-echo",
+        **extra,
+    }
+
+
+def test_the_transactional_id_is_per_input_partition_and_shared_by_every_member() -> None:
+    kafka = KafkaSettings()
+    spec = {"input": "in", "group": "g", "deadletters": "d", "state": "s"}
+    first = processor(kafka, Echo("out", "a"), spec)
+    second = processor(kafka, Echo("out", "b"), spec)
+    tp0, tp1 = TopicPartition("in", 0), TopicPartition("in", 1)
+    assert first.transactional_id(tp0) == second.transactional_id(tp0) == "g-in-0"
+    assert first.transactional_id(tp1) != first.transactional_id(tp0)
+
+
+async def test_outputs_dead_letters_state_and_offsets_commit_together_and_a_restart_resumes(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    topic_factory: TopicFactory,
+    producer_factory: ProducerFactory,
+) -> None:
+    spec = await _spec(kafka_settings, rollstream_topics, topic_factory)
+    producer = await producer_factory()
+    await _send(producer, spec["input"], range(10), 2)
+    await producer.send_and_wait(spec["input"], b"not avro", key=b"bad", partition=0)
+
+    first = Echo(spec["output"], "first")
+    async with processor(kafka_settings, first, spec) as member:
+        stop = asyncio.Event()
+        running = asyncio.create_task(member.run(stop))
+        await until(lambda: first.outputs == 10 and member.metrics.dead_letters == 1, 60, "10+1")
+        stop.set()
+        await running
+    await _send(producer, spec["input"], range(10, 15), 2)
+
+    second = Echo(spec["output"], "second")
+    async with processor(kafka_settings, second, spec) as member:
+        stop = asyncio.Event()
+        running = asyncio.create_task(member.run(stop))
+        await until(lambda: second.outputs == 5, 60, "the five new records")
+        stop.set()
+        await running
+    # The second member started from each partition's committed offset and state.
+    seen = {
+        tp.partition: ((s or {}).get("count"), offset) for tp, (s, offset) in second.seen.items()
+    }
+    assert seen == {0: (5, 6), 1: (5, 5)}  # partition 0: five versions and the bad record
+    copies = await read_records(kafka_settings, spec["output"], PolicyVersion, 15, settle_s=1.0)
+    assert sorted(c.version for c in copies) == list(range(15))
+    letters = await read_records(kafka_settings, spec["deadletters"], DeadLetter, 1, settle_s=0.5)
+    assert [(d.error_type, d.retriable, d.offset) for d in letters] == [
+        ("SerializationError", False, 5)
+    ]
+
+
+async def test_a_retriable_error_is_retried_then_dead_lettered_with_its_flag(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    topic_factory: TopicFactory,
+    producer_factory: ProducerFactory,
+) -> None:
+    """A writer schema nobody published stays unknown: retried (the store refreshed each time),
+    then dead-lettered as retriable, and the records after it flow on."""
+    spec = await _spec(kafka_settings, rollstream_topics, topic_factory, decode_retries=2)
+    producer = await producer_factory()
+    unknown = MAGIC + bytes(range(8)) + b"\x02"
+    await producer.send_and_wait(spec["input"], unknown, key=b"u", partition=0)
+    await _send(producer, spec["input"], range(2), 1)
+    echo = Echo(spec["output"], "only")
+    async with processor(kafka_settings, echo, spec) as member:
+        stop = asyncio.Event()
+        running = asyncio.create_task(member.run(stop))
+        await until(lambda: echo.outputs == 2 and member.metrics.dead_letters == 1, 60, "2+1")
+        stop.set()
+        await running
+        assert member.metrics.decode_retries == 2
+    letters = await read_records(kafka_settings, spec["deadletters"], DeadLetter, 1, settle_s=0.5)
+    assert [(d.error_type, d.retriable) for d in letters] == [("UnknownSchemaError", True)]
+
+
+async def test_an_expelled_member_is_fenced_and_its_work_never_commits(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    topic_factory: TopicFactory,
+    producer_factory: ProducerFactory,
+    tmp_path: Path,
+) -> None:
+    """The first member's event loop stalls mid-batch past its session timeout (a long pause):
+    the group gives its partitions to the second member, which processes everything. When the
+    first wakes it commits the batch it held, unaware: its producer was fenced by the second's,
+    so nothing of it reaches a reader and every record is copied exactly once (with one
+    transactional id per member rather than per partition, the first's copies commit too)."""
+    marker, result = tmp_path / "holding", tmp_path / "result.json"
+    spec = await _spec(
+        kafka_settings,
+        rollstream_topics,
+        topic_factory,
+        consumer={"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000},
+    )
+    producer = await producer_factory()
+    await _send(producer, spec["input"], range(20), 2)
+    await _send(producer, spec["input"], range(20, 21), 1)  # p20 on partition 0: the stall
+    first_spec = spec | {
+        "name": "first",
+        "hold_on": "p20",
+        "hold_s": 25.0,
+        "marker": str(marker),
+        "result": str(result),
+    }
+    env = os.environ | {"PYTHONPATH": str(REPO)}
+    log = tmp_path / "first.log"
+    with log.open("w") as stderr:
+        first = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.kafka.echo",
+            json.dumps(first_spec),
+            cwd=REPO,
+            env=env,
+            stderr=stderr,
+        )
+    second = Echo(spec["output"], "second")
+    try:
+        await until(marker.exists, 60, "the first member holding its batch")
+        async with processor(kafka_settings, second, spec) as member:
+            stop = asyncio.Event()
+            running = asyncio.create_task(member.run(stop))
+            # The first is expelled; the second gets both partitions and copies the rest.
+            await until(lambda: 20 in second.copied, 60, "the second member's copy of p20")
+            # The first wakes (25 s after it stalled), commits its batch, and is fenced.
+            await until(lambda: "fenced on" in log.read_text(), 60, "the first member fenced")
+            first.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(first.wait(), 60) == 0, log.read_text()
+            stop.set()
+            await running
+    finally:
+        if first.returncode is None:
+            first.kill()
+            await first.wait()
+    outcome = json.loads(result.read_text())
+    assert outcome["fenced"] >= 1
+    copies = await read_records(kafka_settings, spec["output"], PolicyVersion, 21, settle_s=3.0)
+    counts = collections.Counter(c.version for c in copies)
+    assert sorted(counts) == list(range(21)) and max(counts.values()) == 1, counts
+    assert outcome["outputs"] + second.outputs == 21
+    assert [c.publisher for c in copies if c.version == 20] == ["second"]
