@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
-from typing import Any
 
 import click
-from pydantic import ValidationError
 
 from rollstream import __version__
-from rollstream.errors import RollstreamError
+from rollstream.cli.extras import unavailable_command
+from rollstream.cli.group import Group, alias
 
 
-class _Group(click.Group):
-    """Turns our errors into one clear message and exit code 1, not a traceback."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except RollstreamError as exc:
-            raise click.ClickException(str(exc)) from exc
-        except ValidationError as exc:
-            raise click.ClickException(str(exc)) from exc
-
-
-@click.group(cls=_Group)
+@click.group(cls=Group)
 @click.version_option(__version__, prog_name="rollstream")
 @click.option(
     "--log-level",
@@ -34,7 +22,14 @@ class _Group(click.Group):
     help="Logging level. [env: ROLLSTREAM_LOG_LEVEL]",
 )
 def cli(log_level: str) -> None:
-    """Token-faithful RL rollouts from any agent harness, streamed through Apache Kafka."""
+    """Token-faithful RL rollouts from any agent harness, streamed through Apache Kafka.
+
+    The product: the capture and processing services, and the data commands on their topics.
+    A trainer reads the scored groups with the library (`rollstream.trainer.TrajectoryStream`);
+    `pip install rollstream` installs that client alone, and a command that needs more names
+    the extra to install. The development tools run all of it on one machine, demonstrate and
+    measure it. `rollstream COMMAND --help` tells more.
+    """
     logging.basicConfig(
         level=log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -43,53 +38,82 @@ def cli(log_level: str) -> None:
     logging.getLogger("aiokafka").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
-def _register() -> None:
-    from rollstream.cli import (
-        ablate,
-        backend,
-        bench,
-        check,
-        demo,
-        example,
-        export,
-        harness,
-        interceptor,
-        kafka,
-        models,
-        node,
-        reconstruct,
-        replay,
-        report,
-        score,
-        smoke,
-        stack,
-        tail,
-        topics,
-    )
+#: The ``--help`` sections: heading, then (module of rollstream.cli, attribute, name) per command.
+SECTIONS: list[tuple[str, list[tuple[str, str, str]]]] = [
+    (
+        "Capture (run harness sessions, record every model call)",
+        [
+            ("interceptor", "interceptor", "interceptor"),
+            ("node", "node", "node"),
+            ("node", "run", "run"),
+            ("harness", "harness", "harness"),
+        ],
+    ),
+    (
+        "Processing (trajectories and rewards from the recorded calls)",
+        [
+            ("reconstruct", "reconstruct", "reconstruct"),
+            ("score", "score", "score"),
+            ("replay", "replay", "replay"),
+            ("check", "check", "check"),
+        ],
+    ),
+    (
+        "Data (topics, records, model vocabularies)",
+        [
+            ("topics", "topics", "topics"),
+            ("tail", "tail_command", "tail"),
+            ("export", "export", "export"),
+            ("models", "models", "models"),
+        ],
+    ),
+    (
+        "Development tools (all of it on one machine; the 'dev' extra)",
+        [
+            ("demo", "demo_command", "demo"),
+            ("stack", "stack", "stack"),
+            ("kafka", "kafka", "kafka"),
+            ("backend", "backend", "backend"),
+            ("smoke", "smoke", "smoke"),
+            ("example", "example_trainer", "example-trainer"),
+            ("ablate", "ablate", "ablate"),
+            ("report", "report", "report"),
+            ("bench", "bench", "bench"),
+        ],
+    ),
+]
 
-    cli.add_command(kafka.kafka)
-    cli.add_command(topics.topics)
-    cli.add_command(tail.tail_command)
-    cli.add_command(smoke.smoke)
-    cli.add_command(stack.up)
-    cli.add_command(stack.status)
-    cli.add_command(stack.down)
-    cli.add_command(backend.backend)
-    cli.add_command(bench.bench)
-    cli.add_command(interceptor.interceptor)
-    cli.add_command(harness.harness)
-    cli.add_command(reconstruct.reconstruct)
-    cli.add_command(score.score)
-    cli.add_command(replay.replay)
-    cli.add_command(check.check)
-    cli.add_command(demo.demo_command)
-    cli.add_command(example.example_trainer)
-    cli.add_command(node.node)
-    cli.add_command(node.run)
-    cli.add_command(ablate.ablate)
-    cli.add_command(export.export)
-    cli.add_command(report.report)
-    cli.add_command(models.models)
+#: Old spellings that keep working, hidden from ``--help``: alias name -> the command's path.
+ALIASES: dict[str, str] = {"up": "stack up", "status": "stack status", "down": "stack down"}
+
+
+def _load(module: str, attribute: str, name: str) -> click.Command:
+    """The command ``attribute`` of ``rollstream.cli.<module>``, or a stand-in naming the extra.
+
+    A module that cannot import an optional package at import time (its settings module does)
+    still gets a line in ``--help`` instead of breaking the whole CLI.
+    """
+    try:
+        command = getattr(importlib.import_module(f"rollstream.cli.{module}"), attribute)
+    except ModuleNotFoundError as exc:
+        standin = unavailable_command(name, exc.name or "")
+        if standin is None:
+            raise
+        return standin
+    if not isinstance(command, click.Command) or command.name != name:
+        raise TypeError(f"rollstream.cli.{module}.{attribute} is not the command {name!r}")
+    return command
+
+
+def _register() -> None:
+    for title, entries in SECTIONS:
+        cli.section(title, *(_load(*entry) for entry in entries))
+    for name, path in ALIASES.items():
+        group, _, sub = path.partition(" ")
+        target = cli.commands[group]
+        if isinstance(target, click.Group):  # else the stand-in of a group that cannot load
+            target = target.commands[sub]
+        cli.add_command(alias(target, name, path))
 
 
 _register()

@@ -14,7 +14,10 @@ from rollstream.settings import KafkaSettings
 DEFAULT_STRATEGIES = "per_call,prefix_merge,prompt_prefix_merge,tree,retokenize"
 
 
-@click.command(name="ablate")
+@click.command(
+    name="ablate",
+    short_help="Compare reconstruction strategies on the retained sessions.",
+)
 @click.option(
     "--strategies",
     default=DEFAULT_STRATEGIES,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import click
-from aiohttp import web
 
 from rollstream.cli.options import settings_options
 from rollstream.dev.backend.settings import BackendSettings
@@ -14,6 +13,9 @@ from rollstream.lifecycle import StopSignal, run_service
 
 async def serve(settings: BackendSettings, stop: StopSignal) -> None:
     """Serve until ``stop`` is set; prints the address once listening."""
+    # Imported here so that `rollstream --help` works without the optional packages.
+    from aiohttp import web
+
     from rollstream.dev.backend.server import Backend
 
     backend = Backend(settings)
@@ -34,7 +36,7 @@ async def serve(settings: BackendSettings, stop: StopSignal) -> None:
         await asyncio.sleep(0)
 
 
-@click.command(name="backend")
+@click.command(name="backend", short_help="The reference inference server (vLLM's API on the CPU).")
 @settings_options(BackendSettings, "settings")
 def backend(settings: BackendSettings) -> None:
     """Serve vLLM's OpenAI-compatible subset on the CPU (token ids, logprobs, tool calls).

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from rollstream.cli.bench_common import delete_topics, output_options
+from rollstream.cli.group import Group
 from rollstream.cli.options import settings_options
 from rollstream.dev.bench.backend import BackendBenchConfig, run_backend_bench
 from rollstream.dev.bench.interceptor import InterceptorBenchConfig, run_interceptor_bench
@@ -17,7 +18,7 @@ from rollstream.dev.bench.report import record, write_markdown
 from rollstream.settings import KafkaSettings
 
 
-@click.group()
+@click.group(cls=Group, short_help="Benchmarks into a JSON file and a generated RESULTS.md.")
 def bench() -> None:
     """Benchmarks; results go to a JSON file and a generated RESULTS.md."""
 

@@ -10,7 +10,7 @@ from rollstream.cli.options import settings_options
 from rollstream.settings import KafkaSettings
 
 
-@click.command(name="check")
+@click.command(name="check", short_help="Check every trajectory of a topic against its calls.")
 @click.argument("topic", default="trajectories")
 @click.option("--show", default=20, show_default=True, help="Violations to print.")
 @settings_options(KafkaSettings, "kafka")

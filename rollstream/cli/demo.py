@@ -14,7 +14,7 @@ from rollstream.lifecycle import StopSignal, run_service
 from rollstream.settings import StatePaths
 
 
-@click.command(name="demo")
+@click.command(name="demo", short_help="The whole loop on this machine in a few minutes.")
 @click.option(
     "--harness", default=None, help="Harness to run (default: pi, or python without npm)."
 )

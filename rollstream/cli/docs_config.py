@@ -131,7 +131,7 @@ def cli_env_vars(root: click.Command | None = None) -> dict[str, CliUse]:
 
     def walk(command: click.Command, path: list[str]) -> None:
         if isinstance(command, click.Group):
-            for name, sub in sorted(command.commands.items()):
+            for name, sub in _visible(command):
                 walk(sub, [*path, name])
         for param in command.params:
             if not isinstance(param, click.Option):
@@ -147,10 +147,20 @@ def cli_env_vars(root: click.Command | None = None) -> dict[str, CliUse]:
     return uses
 
 
+def _visible(group: click.Group) -> list[tuple[str, click.Command]]:
+    """The subcommands sorted by name, without the hidden ones.
+
+    Hidden commands are aliases of visible ones (``up`` of ``stack up``): the table names each
+    command once, by the name the help shows.
+    """
+    visible = [(name, sub) for name, sub in group.commands.items() if not sub.hidden]
+    return sorted(visible, key=lambda item: item[0])
+
+
 def _leaf_commands(root: click.Command, path: list[str]) -> list[str]:
     if isinstance(root, click.Group):
         out: list[str] = []
-        for name, sub in sorted(root.commands.items()):
+        for name, sub in _visible(root):
             out += _leaf_commands(sub, [*path, name])
         return out
     return [" ".join(path)]
@@ -167,7 +177,7 @@ def describe_commands(commands: Iterable[str], root: click.Command | None = None
         return "every command"
     parts: list[str] = []
     assert isinstance(root, click.Group)
-    for name, sub in sorted(root.commands.items()):
+    for name, sub in _visible(root):
         leaves = _leaf_commands(sub, [name])
         listed = [leaf for leaf in leaves if leaf in wanted]
         if isinstance(sub, click.Group) and listed and len(listed) == len(leaves):

@@ -15,7 +15,7 @@ from rollstream.settings import KafkaSettings
 from rollstream.trainer import TrainerSettings
 
 
-@click.command(name="example-trainer")
+@click.command(name="example-trainer", short_help="The example GRPO trainer on the tiny model.")
 @click.option(
     "--report",
     type=click.Path(dir_okay=False, path_type=Path),

@@ -12,7 +12,7 @@ from rollstream.lifecycle import StopSignal, run_service
 from rollstream.settings import KafkaSettings
 
 
-@click.command(name="export")
+@click.command(name="export", short_help="Scored records (or trajectories) to JSONL or Parquet.")
 @click.option(
     "--topic",
     default="scored",

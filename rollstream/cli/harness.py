@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from rollstream.cli.group import Group
 from rollstream.cli.options import settings_options
 from rollstream.sandbox.harnesses.install import PACKAGES, install, install_dir, installed
 from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext, preset, resolve_executable
@@ -16,7 +17,7 @@ from rollstream.sandbox.harnesses.runner import run_harness
 from rollstream.settings import StatePaths
 
 
-@click.group()
+@click.group(cls=Group, short_help="Install and run the real coding harnesses.")
 def harness() -> None:
     """Install and run the real coding harnesses (Claude Code, Codex, Qwen Code, Pi)."""
 

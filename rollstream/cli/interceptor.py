@@ -6,12 +6,15 @@ import click
 
 from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.capture.publisher.client import PublisherSettings
+from rollstream.cli.extras import require_extra
 from rollstream.cli.options import settings_options
 from rollstream.lifecycle import StopSignal, run_service
 from rollstream.settings import KafkaSettings, StatePaths
 
 
-@click.command(name="interceptor")
+@click.command(
+    name="interceptor", short_help="The capturing proxy: records every model call to Kafka."
+)
 @settings_options(InterceptorSettings, "settings")
 @settings_options(KafkaSettings, "kafka")
 @settings_options(PublisherSettings, "publisher")
@@ -22,6 +25,7 @@ def interceptor(
 
     Point a harness's base URL at the printed address and give it its session id as API key.
     """
+    require_extra("capture")
     from rollstream.capture.interceptor.proxy import Interceptor
 
     async def main(stop: StopSignal) -> None:

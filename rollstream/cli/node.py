@@ -7,23 +7,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import click
-import yaml
 
 from rollstream.capture.node.settings import NodeSettings
 from rollstream.capture.publisher.client import PublisherSettings
+from rollstream.cli.extras import require_extra
 from rollstream.cli.options import settings_options
 from rollstream.lifecycle import StopSignal, run_service
 from rollstream.settings import KafkaSettings, StatePaths
 
 
-@click.command(name="node")
+@click.command(name="node", short_help="Run harness sessions for the tasks on the tasks topic.")
 @settings_options(NodeSettings, "settings")
 @settings_options(KafkaSettings, "kafka")
 @settings_options(PublisherSettings, "publisher")
 def node(settings: NodeSettings, kafka: KafkaSettings, publisher: PublisherSettings) -> None:
     """Run harness sessions for the tasks topic (a consumer group); serve the task API."""
+    require_extra("capture")
     from rollstream.capture.node.service import Node
 
     async def main(stop: StopSignal) -> None:
@@ -39,7 +39,7 @@ def node(settings: NodeSettings, kafka: KafkaSettings, publisher: PublisherSetti
 
 
 def _stack_node() -> str | None:
-    """The node of the stack `rollstream up` started in this state directory, if one runs."""
+    """The node of the stack `rollstream stack up` started in this state directory, if one runs."""
     from rollstream.dev.stack.processes import StackState, state_path
     from rollstream.settings import StatePaths
 
@@ -47,7 +47,7 @@ def _stack_node() -> str | None:
     return state.url("node") if state is not None else None
 
 
-@click.command(name="run")
+@click.command(name="run", short_help="Submit a task to a node and follow its sessions.")
 @click.option(
     "--task",
     "task_file",
@@ -63,7 +63,7 @@ def _stack_node() -> str | None:
     "node_url",
     default=None,
     envvar="ROLLSTREAM_NODE_URL",
-    help="A node's API. Default: the node of `rollstream up`, else http://127.0.0.1:8200. "
+    help="A node's API. Default: the node of `rollstream stack up`, else http://127.0.0.1:8200. "
     "[env: ROLLSTREAM_NODE_URL]",
 )
 @click.option("--timeout", type=float, default=3600, show_default=True, help="Seconds to wait.")
@@ -76,6 +76,9 @@ def run(
     timeout: float,
 ) -> None:
     """Submit a task to a node and follow its sessions to the end."""
+    # Imported here so that `rollstream --help` works without the 'capture' extra.
+    import yaml
+
     node_url = node_url or _stack_node() or "http://127.0.0.1:8200"
     doc: Any = yaml.safe_load(task_file.read_text())
     if not isinstance(doc, dict):
@@ -101,6 +104,9 @@ def run(
 async def _submit_and_follow(
     doc: dict[str, Any], node_url: str, wait: bool, timeout: float
 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    import aiohttp
+    import yaml
+
     state: dict[str, Any] = {"sessions": [], "done": False}
     async with aiohttp.ClientSession(
         base_url=node_url, timeout=aiohttp.ClientTimeout(total=30)

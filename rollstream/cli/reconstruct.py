@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import click
 
+from rollstream.cli.extras import require_extra
 from rollstream.cli.options import settings_options
 from rollstream.lifecycle import StopSignal, run_service
 from rollstream.processing.reconstruct.settings import ReconstructSettings
 from rollstream.settings import KafkaSettings
 
 
-@click.command(name="reconstruct")
+@click.command(name="reconstruct", short_help="Rebuild each session's calls into one trajectory.")
 @settings_options(ReconstructSettings, "settings")
 @settings_options(KafkaSettings, "kafka")
 def reconstruct(settings: ReconstructSettings, kafka: KafkaSettings) -> None:
@@ -18,6 +19,7 @@ def reconstruct(settings: ReconstructSettings, kafka: KafkaSettings) -> None:
 
     Run more instances with the same --strategy to scale out.
     """
+    require_extra("processing")
     from rollstream.processing.reconstruct.service import Reconstructor
 
     async def main(stop: StopSignal) -> None:

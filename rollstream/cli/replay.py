@@ -12,7 +12,7 @@ from rollstream.cli.options import settings_options, since_option
 from rollstream.settings import KafkaSettings
 
 
-@click.command(name="replay")
+@click.command(name="replay", short_help="Rebuild the retained events with a strategy, to a topic.")
 @click.option("--strategy", required=True, help="Strategy name or module:function.")
 @click.option("--to", "to", required=True, help="Output: <prefix>.trajectories.<TO>.")
 @click.option("--from-beginning", is_flag=True, help="Read the whole retained log (default).")

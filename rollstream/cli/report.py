@@ -13,7 +13,7 @@ from rollstream.lifecycle import StopSignal, run_service
 from rollstream.settings import KafkaSettings
 
 
-@click.command(name="report")
+@click.command(name="report", short_help="An HTML page of a run's scored records.")
 @click.option(
     "--topic",
     default="scored",

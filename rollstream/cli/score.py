@@ -10,7 +10,7 @@ from rollstream.processing.score.settings import ScoreSettings
 from rollstream.settings import KafkaSettings
 
 
-@click.command(name="score")
+@click.command(name="score", short_help="Evaluate each trajectory into one Scored record.")
 @settings_options(ScoreSettings, "settings")
 @settings_options(KafkaSettings, "kafka")
 def score(settings: ScoreSettings, kafka: KafkaSettings) -> None:

@@ -11,7 +11,7 @@ from rollstream.dev.smoke import run_smoke
 from rollstream.settings import KafkaSettings
 
 
-@click.command()
+@click.command(short_help="One synthetic session through the broker and back.")
 @click.option("--turns", type=click.IntRange(1, 500), default=5, show_default=True)
 @settings_options(KafkaSettings, "kafka")
 def smoke(kafka: KafkaSettings, turns: int) -> None:

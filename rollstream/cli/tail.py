@@ -12,7 +12,7 @@ from rollstream.lifecycle import StopSignal, run_service
 from rollstream.settings import KafkaSettings
 
 
-@click.command(name="tail")
+@click.command(name="tail", short_help="Decode and print the records of a topic.")
 @click.argument("topic")
 @click.option("-f", "--follow", is_flag=True, help="Keep waiting for new records (Ctrl+C stops).")
 @click.option("--from-end", is_flag=True, help="Skip the records already in the topic.")

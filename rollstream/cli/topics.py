@@ -6,13 +6,14 @@ import asyncio
 
 import click
 
+from rollstream.cli.group import Group
 from rollstream.cli.options import settings_options
 from rollstream.kafka.admin import TopicAdmin, TopicsSettings
 from rollstream.schemas.topics import Topic, TopicNames, topic_specs
 from rollstream.settings import KafkaSettings
 
 
-@click.group()
+@click.group(cls=Group, short_help="Create and inspect rollstream's topics.")
 def topics() -> None:
     """Create and inspect rollstream's topics."""
 
