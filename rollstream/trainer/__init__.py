@@ -10,7 +10,9 @@ async with TrajectoryStream(TrainerSettings(max_staleness=2), group="trainer-a")
         await stream.publish_policy_version(stream.policy_version + 1)
 ```
 
-See docs/trainer-client.md for the semantics (groups, staleness, commits, exactly-once).
+Training loops that are not async use :class:`SyncTrajectoryStream` (same methods, blocking),
+and :func:`trajectory_dataset` makes a torch ``IterableDataset`` of one (torch is imported only
+then). See docs/trainer-client.md for the semantics (groups, staleness, commits, exactly-once).
 """
 
 from rollstream.trainer.batch import (
@@ -19,6 +21,8 @@ from rollstream.trainer.batch import (
     group_advantages,
     to_batch,
 )
+from rollstream.trainer.dataset import DatasetOutput, TrajectoryItems, trajectory_dataset
+from rollstream.trainer.filters import FilterReason
 from rollstream.trainer.groups import (
     Group,
     GroupAssembler,
@@ -29,9 +33,12 @@ from rollstream.trainer.groups import (
 from rollstream.trainer.ledger import OffsetLedger, PartitionPosition, StreamPosition
 from rollstream.trainer.settings import TrainerSettings
 from rollstream.trainer.stream import TrajectoryStream
+from rollstream.trainer.sync import SyncTrajectoryStream
 
 __all__ = [
     "Batch",
+    "DatasetOutput",
+    "FilterReason",
     "Group",
     "GroupAssembler",
     "OffsetLedger",
@@ -39,10 +46,13 @@ __all__ = [
     "RecordBatch",
     "StreamMetrics",
     "StreamPosition",
+    "SyncTrajectoryStream",
     "TorchUnavailableError",
     "TrainerSettings",
+    "TrajectoryItems",
     "TrajectoryStream",
     "group_advantages",
     "oldest_policy_version",
     "to_batch",
+    "trajectory_dataset",
 ]

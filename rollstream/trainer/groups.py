@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from rollstream.schemas import Scored
 from rollstream.schemas.sessions import SUPERSEDED
+from rollstream.trainer.filters import FilterReason, filter_records, rejected_group
 from rollstream.trainer.ledger import OffsetLedger, Partition, StreamPosition
 from rollstream.trainer.settings import TrainerSettings
 
@@ -88,6 +89,11 @@ class StreamMetrics:
     committed past): not a Scored or Trajectory record; a trajectory that cannot be grouped
     (``taskless=skip``); an attempt a node cut short when it handed the task over (the sample's
     re-run takes its place in the group); a record whose handling failed in any other way.
+    ``dropped_status``, ``dropped_uniform`` and ``dropped_tokens`` count what the filters of
+    :class:`TrainerSettings` drop (see :mod:`rollstream.trainer.filters`), groups in groups
+    mode and records in batches mode; ``dropped_records`` includes their records.
+    ``revoked_partitions`` counts partitions taken away in rebalances (another member joined,
+    or a step outlasted ``max_poll_interval_ms``): their records are read again.
     """
 
     delivered_groups: int = 0
@@ -102,6 +108,16 @@ class StreamMetrics:
     taskless: int = 0
     unusable: int = 0
     superseded: int = 0
+    dropped_status: int = 0
+    dropped_uniform: int = 0
+    dropped_tokens: int = 0
+    revoked_partitions: int = 0
+
+    def filtered(self, reason: FilterReason, units: int, records: int) -> None:
+        """Count ``units`` (groups, or records in batches mode) a filter dropped for ``reason``."""
+        name = f"dropped_{reason}"
+        setattr(self, name, getattr(self, name) + units)
+        self.dropped_records += records
 
 
 @dataclass
@@ -145,6 +161,11 @@ class GroupAssembler:
         self._pending: dict[str, _Unit] = {}  # trajectory id -> the unit holding it
         self._seen: OrderedDict[Hashable, None] = OrderedDict()  # finished trajectory ids
         self._closed: OrderedDict[Hashable, None] = OrderedDict()  # groups handed on
+
+    @property
+    def ready(self) -> bool:
+        """Whether a group (or batch) is complete and waits for :meth:`pop`."""
+        return bool(self._ready)
 
     @property
     def batches(self) -> bool:
@@ -240,6 +261,10 @@ class GroupAssembler:
                 self.metrics.dropped_stale += 1
                 self.metrics.dropped_records += len(group.records)
                 continue
+            reason = rejected_group(group.records, self.settings) if self.settings.filters else None
+            if reason is not None:
+                self.metrics.filtered(reason, 1, len(group.records))
+                continue
             self.metrics.delivered_groups += 1
             self.metrics.delivered_records += len(group.records)
             if not group.complete:
@@ -272,6 +297,7 @@ class GroupAssembler:
         A group that loses members goes back to waiting for them, even if it was complete.
         """
         gone = set(partitions)
+        self.metrics.revoked_partitions += len(gone)
         filling, ready = list(self._open.values()), list(self._ready)
         self._open.clear()
         self._ready.clear()
@@ -350,6 +376,10 @@ class GroupAssembler:
         stale = len(records) - len(fresh)
         self.metrics.dropped_stale += stale
         self.metrics.dropped_records += stale
+        if self.settings.filters:
+            fresh, dropped = filter_records(fresh, self.settings)
+            for reason, count in dropped.items():
+                self.metrics.filtered(reason, count, count)
         if not fresh:
             return None
         self.metrics.delivered_records += len(fresh)

@@ -8,6 +8,10 @@ exactly-once training keep :meth:`TrajectoryStream.positions` inside the trainin
 (written atomically with the weights) and resume with ``start_offsets=`` that position: it
 holds the offsets and the trajectories past them already delivered, which are then skipped.
 
+The stream polls the broker each time it is asked for a group, also when groups completed by
+an earlier poll are waiting (it then reads one record), so ``max_poll_interval_ms`` bounds the
+time between two requests, that is one training step, not the steps one poll can feed.
+
 A record the stream cannot use (bytes that are no record, a record of another type, a
 trajectory that cannot be grouped, anything else that fails while it is handled) is skipped
 with a log line and counted in :attr:`TrajectoryStream.metrics`; commits pass it. Only broker
@@ -16,10 +20,12 @@ failures leave ``__anext__`` (as :class:`~rollstream.errors.BrokerError`, retria
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from datetime import datetime
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.errors import ConsumerStoppedError, KafkaError
@@ -53,11 +59,12 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.owner._assembler.release((tp.topic, tp.partition) for tp in revoked)
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        assert self.owner._consumer is not None
-        for tp in assigned:
-            offset = self.owner._seek.pop((tp.topic, tp.partition), None)
-            if offset is not None:
-                self.owner._consumer.seek(tp, offset)
+        # aiokafka logs and swallows what a listener raises: keep it for __anext__ to raise,
+        # rather than read from the wrong place.
+        try:
+            await self.owner._place(assigned)
+        except Exception as exc:
+            self.owner._failure = exc
 
 
 class TrajectoryStream:
@@ -67,6 +74,10 @@ class TrajectoryStream:
     record at its own pace. Use ``async with`` (or :meth:`start` / :meth:`stop`), iterate,
     train, then ``await stream.commit()``. Set :attr:`policy_version` (or call
     :meth:`publish_policy_version`) after each weight update so stale groups are dropped.
+
+    ``partitions`` reads exactly those partitions of the topic instead of sharing them with
+    the group's other members (one consumer per data-parallel rank, say): offsets are still
+    committed under ``group``, but nothing is rebalanced.
     """
 
     def __init__(
@@ -76,8 +87,10 @@ class TrajectoryStream:
         kafka: KafkaSettings | None = None,
         *,
         start_offsets: StreamPosition | Mapping[Partition, int] | None = None,
+        partitions: Sequence[int] | None = None,
     ) -> None:
         self.settings = settings or TrainerSettings()
+        self.partitions = None if partitions is None else sorted(set(partitions))
         self.group = group
         self.kafka = kafka or KafkaSettings()
         self.topic = TopicNames(self.kafka.topic_prefix).resolve(self.settings.topic)
@@ -100,6 +113,8 @@ class TrajectoryStream:
         self._consumer: AIOKafkaConsumer | None = None
         self._store: SchemaStore | None = None
         self._stopped = False
+        self._failure: Exception | None = None  # raised by the rebalance listener
+        self._feeding: asyncio.Future[None] | None = None  # records being taken (_poll)
 
     @property
     def policy_version(self) -> int:
@@ -118,9 +133,16 @@ class TrajectoryStream:
     async def start(self) -> None:
         """Join the consumer group on the topic (resuming from its committed offsets)."""
         self._stopped = False
+        self._failure = self._feeding = None
         self._store = SchemaStore(self.kafka, self._serializer.registry)
         self._consumer = make_consumer(
-            self.kafka, group_id=self.group, max_poll_records=self.settings.max_poll_records
+            self.kafka,
+            group_id=self.group,
+            max_poll_records=self.settings.max_poll_records,
+            max_poll_interval_ms=self.settings.max_poll_interval_ms,
+            # A time is sought per partition once it is assigned; what it cannot place (an
+            # offset out of range) falls back to the start, as without a time.
+            auto_offset_reset="latest" if self.settings.start == "latest" else "earliest",
         )
         try:
             await self._store.start()
@@ -133,7 +155,22 @@ class TrajectoryStream:
         if not known:
             await self.stop()
             raise ConfigurationError(f"no topic {self.topic}: run `rollstream topics create`")
-        self._consumer.subscribe([self.topic], listener=_Rebalance(self))
+        if self.partitions is None:
+            self._consumer.subscribe([self.topic], listener=_Rebalance(self))
+            return
+        missing = sorted(set(self.partitions) - {tp.partition for tp in known})
+        if missing:
+            await self.stop()
+            raise ConfigurationError(
+                f"{self.topic} has {len(known)} partitions, not {', '.join(map(str, missing))}"
+            )
+        assigned = [TopicPartition(self.topic, p) for p in self.partitions]
+        self._consumer.assign(assigned)
+        try:
+            await self._place(assigned)
+        except KafkaError as exc:
+            await self.stop()
+            raise BrokerError(f"trainer stream {self.group}: {exc}") from exc
 
     async def stop(self) -> None:
         """Leave the group without committing (call :meth:`commit` first if you trained)."""
@@ -156,29 +193,18 @@ class TrajectoryStream:
     async def __anext__(self) -> Group | RecordBatch:
         """The next group (groups mode) or batch (batches mode); waits for one."""
         while True:
+            if self._assembler.ready and not self._stopped:
+                # The broker counts max_poll_interval_ms from the last poll, and one poll can
+                # complete the groups of many training steps: a poll of one record at each
+                # call makes the limit hold per step. Before pop, so a broker error loses no
+                # group.
+                await self._poll(0, 1)
             item = self._assembler.pop()
             if item is not None:
                 return item
             if self._stopped:
                 raise StopAsyncIteration
-            consumer = self._require()
-            try:
-                batch = await consumer.getmany(
-                    timeout_ms=self.settings.poll_timeout_ms,
-                    max_records=self.settings.max_poll_records,
-                )
-            except ConsumerStoppedError as exc:
-                raise StopAsyncIteration from exc
-            except KafkaError as exc:
-                raise BrokerError(f"trainer stream {self.group}: {exc}") from exc
-            now = time.monotonic()
-            assignment = consumer.assignment()
-            for tp, messages in batch.items():
-                if tp not in assignment:  # fetched just before a revocation: not ours now
-                    continue
-                for message in messages:
-                    await self._take((tp.topic, tp.partition), message, now)
-            self._assembler.expire(now)
+            await self._poll(self.settings.poll_timeout_ms, self.settings.max_poll_records)
 
     async def groups(self) -> AsyncIterator[Group]:
         """The stream as groups only (groups mode), for precise typing."""
@@ -236,6 +262,77 @@ class TrajectoryStream:
         )
         self.policy_version = version
         return record
+
+    async def _poll(self, timeout_ms: int, max_records: int) -> None:
+        """Read what the broker has (waiting up to ``timeout_ms``) into the assembler."""
+        if self._failure is not None:  # kept: reading on would start somewhere unintended
+            raise BrokerError(
+                f"trainer stream {self.group}: placing assigned partitions failed: "
+                f"{self._failure}; restart the stream",
+                retriable=True,
+            ) from self._failure
+        if self._feeding is not None:
+            # Its caller was cancelled: finish it first, records go in offset order. Or it
+            # failed: raise that again, since reading on would pass the records it never took.
+            await asyncio.shield(self._feeding)
+            self._feeding = None
+        consumer = self._require()
+        try:
+            batch = await consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        except ConsumerStoppedError as exc:
+            raise StopAsyncIteration from exc
+        except KafkaError as exc:
+            raise BrokerError(f"trainer stream {self.group}: {exc}") from exc
+        # The consumer's position is past these records now: a caller cancelled while they
+        # are taken (a timeout around anext) must not leave the rest unread.
+        self._feeding = asyncio.ensure_future(self._feed(consumer, batch))
+        await asyncio.shield(self._feeding)
+        self._feeding = None
+
+    async def _feed(
+        self, consumer: AIOKafkaConsumer, batch: Mapping[TopicPartition, list[ConsumerRecord]]
+    ) -> None:
+        now = time.monotonic()
+        assignment = consumer.assignment()
+        for tp, messages in batch.items():
+            if tp not in assignment:  # fetched just before a revocation: not ours now
+                continue
+            for message in messages:
+                await self._take((tp.topic, tp.partition), message, now)
+        self._assembler.expire(now)
+
+    async def _place(self, assigned: Iterable[TopicPartition]) -> None:
+        """Seek newly assigned partitions: to ``start_offsets``, else (no commit) to ``start``.
+
+        ``start`` earliest and latest are the consumer's reset policy; a time is looked up
+        here, for the partitions the group has no committed offset for. Those are paused
+        while it is (before the first await: the fetcher may start on them meanwhile).
+        """
+        consumer = self._require()
+        start = self.settings.start
+        unplaced: list[TopicPartition] = []
+        for tp in assigned:
+            offset = self._seek.pop((tp.topic, tp.partition), None)
+            if offset is not None:
+                consumer.seek(tp, offset)
+            elif isinstance(start, datetime):
+                unplaced.append(tp)
+        if not unplaced:
+            return
+        assert isinstance(start, datetime)
+        consumer.pause(*unplaced)  # left paused on a failure, which __anext__ raises
+        at = max(0, int(start.timestamp() * 1000))
+        by_time = {tp: at for tp in unplaced if await consumer.committed(tp) is None}
+        found = await consumer.offsets_for_times(dict(by_time)) if by_time else {}
+        after = {tp: hit.offset for tp, hit in found.items() if hit is not None}
+        # Nothing written at or after that time (yet): from the end. Sought explicitly, not
+        # with seek_to_end, which a reset to earliest still under way can overwrite.
+        late = [tp for tp in by_time if tp not in after]
+        after |= await consumer.end_offsets(late) if late else {}
+        for tp, offset in after.items():
+            consumer.seek(tp, offset)
+        current = consumer.assignment()
+        consumer.resume(*[tp for tp in unplaced if tp in current])
 
     def _require(self) -> AIOKafkaConsumer:
         if self._consumer is None:

@@ -181,7 +181,7 @@ async def run_pipeline_bench(
     }
 
 
-# Distinct groups per run and service: the transactional id is <group>-<instance>.
+# Distinct groups per run and service (a group also names its transactional ids).
 def _group(run: PipelineRun, service: str) -> str:
     return f"{run.kafka.topic_prefix}-bench-{service}"
 
