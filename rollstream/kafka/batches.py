@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from rollstream.errors import SerializationError
+from rollstream.kafka.deadletters import dead_letter
 from rollstream.schemas import AvroRecord, DeadLetter
 
 
@@ -73,10 +74,10 @@ class Transformation[T](Protocol):
     #: A rebalance voids a batch in hand (its work is cancelled and the batch read again).
     cancel_on_rebalance: bool
 
-    async def assigned(
+    def assigned(
         self, tp: TopicPartition, state: dict[str, Any] | None, committed: int | None
     ) -> None:
-        """``tp`` is ours from now: its last committed state and offset."""
+        """``tp`` is ours from now: its last committed state and offset (no await: taken whole)."""
 
     def revoked(self, tps: Sequence[TopicPartition]) -> None:
         """``tps`` are no longer ours (no transaction of ours is in flight)."""
@@ -100,4 +101,24 @@ class ProcessorMetrics:
     transactions: int = 0
     dropped_batches: int = 0  # voided by a rebalance
     fenced: int = 0  # partitions given up because another member's producer fenced ours
-    decode_retries: int = 0
+    schema_refreshes: int = 0  # the schema store re-read for a writer schema not known yet
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One decoding attempt: the record, or the error (a retriable one is tried once more)."""
+
+    message: ConsumerRecord
+    record: AvroRecord | None = None
+    error: SerializationError | None = None
+
+    @property
+    def retry(self) -> bool:
+        """Whether the error may go away after a schema-store refresh."""
+        return self.error is not None and self.error.retriable
+
+    def final(self, group_id: str) -> Incoming:
+        """The record, or its dead letter (carrying the error's retriable flag)."""
+        if self.error is None:
+            return Incoming(self.message, record=self.record)
+        return Incoming(self.message, dead=dead_letter(self.message, self.error, group_id))

@@ -10,6 +10,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import IllegalStateError
 from aiokafka.structs import TopicPartition
 
 from rollstream.schemas.topics import MAX_MESSAGE_BYTES
@@ -71,6 +72,36 @@ async def behind(consumer: AIOKafkaConsumer, end: dict[TopicPartition, int]) -> 
         if await consumer.position(tp) < offset:
             return True
     return False
+
+
+async def caught_up(consumer: AIOKafkaConsumer, tp: TopicPartition) -> bool:
+    """Whether ``tp`` was read to its end (the last stable offset, under read_committed)."""
+    if tp not in consumer.assignment():
+        return False  # revoked meanwhile (the offsets below assert on it)
+    end = consumer.last_stable_offset(tp)
+    if end is None or end < 0:
+        end = consumer.highwater(tp)
+    if end is None:
+        return False  # not fetched yet
+    try:
+        return bool(await consumer.position(tp) >= end)
+    except IllegalStateError:
+        return False  # revoked meanwhile
+
+
+async def seek_to_committed(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> None:
+    """Move each of ``tps`` still assigned back to the group's committed offset (or the start)."""
+    for tp in tps:
+        if tp not in consumer.assignment():
+            continue
+        try:
+            committed = await consumer.committed(tp)
+            if committed is None:
+                await consumer.seek_to_beginning(tp)
+            else:
+                consumer.seek(tp, committed)
+        except IllegalStateError:
+            continue  # reassigned meanwhile: its next owner starts from the committed offset
 
 
 #: Per loop: how many ordinary_tasks() blocks are open, and the factory to restore after the last.

@@ -5,12 +5,15 @@ The reconstructor and the scorer are written on it; each only supplies its trans
 
 - a consumer in the group reading ``read_committed``, offsets committed only inside
   transactions;
-- decoding, with a schema-store refresh for a writer schema not known yet; a record that still
-  fails becomes a dead letter, retried first when its error is ``retriable``;
+- decoding: a record that fails becomes a dead letter carrying the error's ``retriable`` flag,
+  a retriable failure (a writer schema not known yet) only after the schema store was read
+  again (once per poll, however many records need it);
 - for each input partition, one transaction holding that partition's outputs, its dead letters,
   its state on the compacted state topic (optional) and its next offset, all or nothing;
 - rebalances: a revocation waits for the transaction in flight, then the transformation drops
-  the partitions; an assignment loads their state before any of their records is handed over.
+  the partitions; an assignment starts their producers, loads their state and seeks to their
+  committed offsets before any of their records is handed over (a failure there stops the run
+  loop, for a restart, rather than leave them assigned and idle).
 
 **Guarantee.** Outputs, dead letters, state and offsets of a partition become visible
 together or not at all to ``read_committed`` readers, so a crash or restart anywhere neither
@@ -23,13 +26,16 @@ network partition) and does not know it yet. What closes that gap is the transac
 KIP-447): every assignment starts that partition's producer afresh, and its
 ``InitProducerId`` bumps the id's epoch, which aborts the old owner's open transaction and
 fences every later one (``ProducerFenced``). An expelled member's outputs and offsets for the
-partition therefore never commit; when it is told so, it drops the partition.
+partition therefore never commit; it drops the partition and asks the group to assign anew.
 
 **Limits.** One producer (one connection and sender) per owned input partition; transactions
 of different partitions commit concurrently, not atomically together. Without KIP-447's stable
-offset fetch, a new owner could read a partition's committed offset in the moment between an
-old transaction's commit and its offsets landing; re-reading is then bounded by one batch and,
-for the reconstructor, absorbed by its state.
+offset fetch, a new owner could read a partition's committed offset in the moment between the
+old owner's last commit and its offsets landing at the group coordinator: that last batch is
+then processed again (for the reconstructor: sessions lying wholly within it are emitted
+again). Upgrading from per-instance transactional ids, a transaction left open under an old id
+is not fenced by the new ones: ``read_committed`` readers wait until the broker aborts it
+(``transaction.timeout.ms``).
 """
 
 from __future__ import annotations
@@ -39,23 +45,28 @@ import contextlib
 import logging
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.errors import IllegalStateError, InvalidProducerEpoch, ProducerFenced
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from rollstream.errors import SerializationError
 from rollstream.kafka.batches import (
     Batch,
-    Incoming,
+    Decoded,
     ProcessorMetrics,
     Transaction,
     Transformation,
     UnexpectedRecordError,
 )
-from rollstream.kafka.clients import make_consumer, make_producer, ordinary_tasks
-from rollstream.kafka.deadletters import dead_letter
+from rollstream.kafka.clients import (
+    caught_up,
+    make_consumer,
+    ordinary_tasks,
+    seek_to_committed,
+)
+from rollstream.kafka.partition_producer import PartitionProducer
 from rollstream.kafka.schema_store import SchemaStore
-from rollstream.kafka.state import load_states, state_key, state_records
+from rollstream.kafka.state import load_states
 from rollstream.schemas import AvroSerializer
 from rollstream.settings import KafkaSettings
 
@@ -90,7 +101,6 @@ class TransactionalProcessor[T]:
         accepts: tuple[type, ...] = (),
         max_batch_records: int = 500,
         poll_timeout_ms: int = 200,
-        decode_retries: int = 3,
         consumer_overrides: dict[str, Any] | None = None,
     ) -> None:
         self.kafka = kafka
@@ -103,17 +113,17 @@ class TransactionalProcessor[T]:
         self.accepts = accepts
         self.max_batch_records = max_batch_records
         self.poll_timeout_ms = poll_timeout_ms
-        self.decode_retries = decode_retries
         self.consumer_overrides = consumer_overrides or {}
         self.serializer = AvroSerializer()
         self.metrics = ProcessorMetrics()
         self.committing = asyncio.Lock()
         self.generation = 0
         self.consumer: AIOKafkaConsumer | None = None
-        self._producers: dict[TopicPartition, AIOKafkaProducer] = {}
-        self._state_chunks: dict[TopicPartition, int] = {}
+        self._producers: dict[TopicPartition, PartitionProducer] = {}
         self._store: SchemaStore | None = None
         self._working: asyncio.Task[T] | None = None
+        self._failure: BaseException | None = None  # from the rebalance listener
+        self._listener = _Listener(self)
 
     def transactional_id(self, tp: TopicPartition) -> str:
         """The transactional id of ``tp``'s producer: the same for whichever member owns it."""
@@ -129,7 +139,7 @@ class TransactionalProcessor[T]:
             max_poll_records=self.max_batch_records,
             **self.consumer_overrides,
         )
-        self.consumer.subscribe([self.input_topic], listener=_Listener(self))
+        self.consumer.subscribe([self.input_topic], listener=self._listener)
         with ordinary_tasks():  # an interceptor may share this loop (see ordinary_tasks)
             await self.consumer.start()
 
@@ -150,32 +160,27 @@ class TransactionalProcessor[T]:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    def owned(self) -> set[TopicPartition]:
-        """The partitions this member holds a producer for."""
-        return set(self._producers)
-
     async def caught_up(self, tp: TopicPartition) -> bool:
         """Whether ``tp`` was read to its end (the last stable offset, under read_committed)."""
         assert self.consumer is not None
-        end = self.consumer.last_stable_offset(tp)
-        if end is None or end < 0:
-            end = self.consumer.highwater(tp)
-        if end is None:
-            return False  # not fetched yet
-        try:
-            return bool(await self.consumer.position(tp) >= end)
-        except IllegalStateError:
-            return False  # revoked meanwhile
+        return await caught_up(self.consumer, tp)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll, transform, commit; until ``stop`` is set (a batch in hand is the next's)."""
         assert self.consumer is not None
         while not stop.is_set():
+            if self._failure is not None:
+                raise self._failure  # taking partitions failed: restart rather than stall them
             generation = self.generation  # before the poll: a rebalance during it counts
             polled = await self.consumer.getmany(
                 timeout_ms=self.poll_timeout_ms, max_records=self.max_batch_records
             )
             batch = await self._decode(polled, generation)
+            if self.generation != generation:
+                # Partitions moved while the batch was decoded: positions went back to the
+                # committed offsets, and the transformation's state for them may be new.
+                await self._rewind(polled)
+                continue
             done, result = await self._transform(batch, stop)
             if not done:
                 if stop.is_set():
@@ -190,6 +195,7 @@ class TransactionalProcessor[T]:
     ) -> Batch:
         assert self.consumer is not None
         batch = Batch(generation)
+        refreshed = False  # one schema-store refresh per poll, however many records need it
         for tp, messages in polled.items():
             if tp not in self._producers:
                 # Fetched while the assignment was still loading its state, or just revoked:
@@ -197,31 +203,35 @@ class TransactionalProcessor[T]:
                 if tp in self.consumer.assignment():
                     self.consumer.seek(tp, messages[0].offset)
                 continue
-            batch.records[tp] = [await self._incoming(message) for message in messages]
+            incoming = []
+            for message in messages:
+                item = self._incoming(message)
+                if item.retry and not refreshed:
+                    # A newer writer's schema: it is in the store by now.
+                    assert self._store is not None
+                    await self._store.refresh()
+                    self.metrics.schema_refreshes += 1
+                    refreshed = True
+                    item = self._incoming(message)
+                incoming.append(item.final(self.group_id))
+            batch.records[tp] = incoming
             self.metrics.records += len(messages)
         return batch
 
-    async def _incoming(self, message: ConsumerRecord) -> Incoming:
-        for attempt in range(self.decode_retries + 1):
-            try:
-                if message.value is None:
-                    raise SerializationError("a record without a value")
-                record = self.serializer.decode(message.value)
-                if self.accepts and not isinstance(record, self.accepts):
-                    raise UnexpectedRecordError(
-                        f"a {type(record).__name__} record, not a "
-                        + " or ".join(t.__name__ for t in self.accepts)
-                    )
-                return Incoming(message, record=record)
-            except SerializationError as exc:
-                if not exc.retriable or attempt == self.decode_retries:
-                    return Incoming(message, dead=dead_letter(message, exc, self.group_id))
-                # A newer writer's schema: it is in the store by now, or soon.
-                self.metrics.decode_retries += 1
-                await asyncio.sleep(0.5 * attempt)
-                assert self._store is not None
-                await self._store.refresh()
-        raise AssertionError("unreachable")
+    def _incoming(self, message: ConsumerRecord) -> Decoded:
+        """The message decoded, or the error it failed with."""
+        try:
+            if message.value is None:
+                raise SerializationError("a record without a value")
+            record = self.serializer.decode(message.value)
+            if self.accepts and not isinstance(record, self.accepts):
+                raise UnexpectedRecordError(
+                    f"a {type(record).__name__} record, not a "
+                    + " or ".join(t.__name__ for t in self.accepts)
+                )
+        except SerializationError as exc:
+            return Decoded(message, error=exc)
+        return Decoded(message, record=record)
 
     async def _transform(self, batch: Batch, stop: asyncio.Event) -> tuple[bool, Any]:
         """The app's result; (False, None) if a rebalance or ``stop`` voided the batch."""
@@ -276,24 +286,7 @@ class TransactionalProcessor[T]:
         return True
 
     async def _commit_one(self, tp: TopicPartition, transaction: Transaction) -> None:
-        producer = self._producers[tp]
-        states: list[tuple[bytes, bytes | None]] = []
-        if transaction.state is not None and self.state_topic is not None:
-            key = state_key(self.group_id, tp)
-            states = state_records(key, transaction.state, self._state_chunks.get(tp, 0))
-        async with producer.transaction():
-            for output in transaction.outputs:
-                await producer.send(output.topic, output.value, key=output.key)
-            for letter in transaction.dead:
-                value = self.serializer.encode(letter)
-                await producer.send(self.dead_letter_topic, value, key=letter.key)
-            for state_key_, value_ in states:
-                assert self.state_topic is not None
-                await producer.send(self.state_topic, value_, key=state_key_)
-            if transaction.offset is not None:
-                await producer.send_offsets_to_transaction({tp: transaction.offset}, self.group_id)
-        if states:
-            self._state_chunks[tp] = sum(value is not None for _, value in states)
+        await self._producers[tp].commit(transaction)
         self.metrics.transactions += 1
         self.metrics.dead_letters += len(transaction.dead)
 
@@ -309,9 +302,12 @@ class TransactionalProcessor[T]:
         await self._close(tps)
         self.app.revoked(tps)
         assert self.consumer is not None
-        # Not read again until the group, learning of our expulsion, assigns them anew.
+        # Not read again until the group assigns them anew. Ask for that now: an expelled
+        # member learns it so, and one the broker fenced for another reason (a transaction it
+        # timed out) gets its partitions back with fresh producers instead of idling on them.
         with contextlib.suppress(IllegalStateError):
             self.consumer.pause(*[tp for tp in tps if tp in self.consumer.assignment()])
+        self.consumer._coordinator.request_rejoin()
 
     async def _revoke(self, tps: list[TopicPartition]) -> None:
         # A transaction in flight finishes first: the group's rebalance waits for this
@@ -325,33 +321,66 @@ class TransactionalProcessor[T]:
             self.app.revoked(mine)
 
     async def _assign(self, tps: list[TopicPartition]) -> None:
-        assert self.consumer is not None
         async with self.committing:
             self.generation += 1  # positions went back to the committed offsets
             if self._working is not None:
                 self._working.cancel()
+        try:
+            await self._take(tps)
+        except Exception as exc:
+            # aiokafka logs and swallows what a listener raises; the partitions would stay
+            # assigned and never processed. The run loop raises it instead (a restart).
+            log.exception("%s: taking partitions failed", self.group_id)
+            self._failure = exc
+
+    async def _take(self, tps: list[TopicPartition]) -> None:
+        """Producers (fencing each partition's previous owner), state and positions of ``tps``.
+
+        Everything that awaits comes first; the partitions become the transformation's and
+        the processor's at once, so no commit sees one without the other.
+        """
+        assert self.consumer is not None
         fresh = [tp for tp in tps if tp not in self._producers]
         producers = {
-            tp: make_producer(self.kafka, transactional_id=self.transactional_id(tp), linger_ms=20)
+            tp: PartitionProducer(
+                self.kafka,
+                tp,
+                self.transactional_id(tp),
+                group_id=self.group_id,
+                serializer=self.serializer,
+                dead_letter_topic=self.dead_letter_topic,
+                state_topic=self.state_topic,
+            )
             for tp in fresh
         }
-        # Each start fences the partition's previous owner (see the module docstring).
-        await asyncio.gather(*(p.start() for p in producers.values()))
-        states: dict[TopicPartition, dict[str, Any]] = {}
-        if self.state_topic is not None and fresh:
-            states = await load_states(self.kafka, self.state_topic, self.group_id, fresh)
+        started = await asyncio.gather(
+            *(p.start() for p in producers.values()), return_exceptions=True
+        )
+        failed = next((r for r in started if isinstance(r, BaseException)), None)
+        try:
+            if failed is not None:
+                raise failed
+            states: dict[TopicPartition, dict[str, Any]] = {}
+            if self.state_topic is not None and fresh:
+                states = await load_states(self.kafka, self.state_topic, self.group_id, fresh)
+            # Read after the producers started: the previous owner is fenced by now, so this
+            # is its last committed offset. aiokafka fetched a position before this callback,
+            # possibly before that owner's last commit: seek to the committed one.
+            committed = {tp: await self.consumer.committed(tp) for tp in fresh}
+        except BaseException:
+            for producer in producers.values():
+                await producer.stop()
+            raise
         for tp in fresh:
-            self._state_chunks[tp] = int(states[tp].get("chunks", 1)) if tp in states else 0
-            await self.app.assigned(tp, states.get(tp), await self.consumer.committed(tp))
+            if committed[tp] is not None:
+                self.consumer.seek(tp, committed[tp])
+            producers[tp].state_chunks = int(states[tp].get("chunks", 1)) if tp in states else 0
+            self.app.assigned(tp, states.get(tp), committed[tp])
         self._producers.update(producers)
 
     async def _close(self, tps: list[TopicPartition]) -> None:
-        producers = [self._producers.pop(tp) for tp in tps if tp in self._producers]
-        for tp in tps:
-            self._state_chunks.pop(tp, None)
-        for producer in producers:
-            with contextlib.suppress(Exception):
-                await producer.stop()
+        for producer in [self._producers.pop(tp) for tp in tps if tp in self._producers]:
+            await producer.stop()
 
     async def _rewind(self, polled: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         """After a voided batch: read its partitions again from the group's committed offsets.
@@ -360,15 +389,6 @@ class TransactionalProcessor[T]:
         processed and committed past them.
         """
         assert self.consumer is not None
-        self.metrics.dropped_batches += 1
-        for tp in polled:
-            if tp not in self.consumer.assignment():
-                continue
-            try:
-                committed = await self.consumer.committed(tp)
-                if committed is None:
-                    await self.consumer.seek_to_beginning(tp)
-                else:
-                    self.consumer.seek(tp, committed)
-            except IllegalStateError:
-                continue  # reassigned meanwhile: its next owner starts from the committed offset
+        if polled:  # an empty poll dropped nothing
+            self.metrics.dropped_batches += 1
+            await seek_to_committed(self.consumer, list(polled))

@@ -269,13 +269,10 @@ class TrajectoryStream:
             raise BrokerError(
                 f"trainer stream {self.group}: placing assigned partitions failed: "
                 f"{self._failure}; restart the stream",
-                retriable=True,
+                retriable=False,  # not without a restart
             ) from self._failure
-        if self._feeding is not None:
-            # Its caller was cancelled: finish it first, records go in offset order. Or it
-            # failed: raise that again, since reading on would pass the records it never took.
-            await asyncio.shield(self._feeding)
-            self._feeding = None
+        if self._feeding is not None:  # its caller was cancelled, or it failed: see _fed
+            await self._fed()
         consumer = self._require()
         try:
             batch = await consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
@@ -286,7 +283,19 @@ class TrajectoryStream:
         # The consumer's position is past these records now: a caller cancelled while they
         # are taken (a timeout around anext) must not leave the rest unread.
         self._feeding = asyncio.ensure_future(self._feed(consumer, batch))
-        await asyncio.shield(self._feeding)
+        await self._fed()
+
+    async def _fed(self) -> None:
+        """Wait for the records being taken; a failure there needs a restart of the stream."""
+        assert self._feeding is not None  # records go in order: a cancelled caller's first
+        try:
+            await asyncio.shield(self._feeding)
+        except Exception as exc:
+            raise BrokerError(
+                f"trainer stream {self.group}: taking fetched records failed: {exc}; restart "
+                "the stream (reading on would pass the records it never took)",
+                retriable=False,
+            ) from exc
         self._feeding = None
 
     async def _feed(

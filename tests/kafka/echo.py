@@ -44,7 +44,7 @@ class Echo:
     pending: dict[TopicPartition, list[int]] = field(default_factory=dict)
     serializer: AvroSerializer = field(default_factory=AvroSerializer)
 
-    async def assigned(
+    def assigned(
         self, tp: TopicPartition, state: dict[str, Any] | None, committed: int | None
     ) -> None:
         self.seen[tp] = (state, committed)
@@ -102,7 +102,6 @@ def processor(
         group_id=spec["group"],
         dead_letter_topic=spec["deadletters"],
         state_topic=spec["state"],
-        decode_retries=spec.get("decode_retries", 3),
         consumer_overrides=spec.get("consumer", {}),
     )
 

@@ -9,7 +9,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
-from rollstream.errors import ConfigurationError
+from rollstream.errors import BrokerError, ConfigurationError
 from rollstream.schemas import AvroRecord, AvroSerializer, PolicyVersion, Scored, TopicNames
 from rollstream.settings import KafkaSettings
 from rollstream.trainer import (
@@ -303,3 +303,26 @@ async def test_task_less_and_unusable_records_are_skipped_and_a_restart_does_not
 async def test_without_the_topic_the_stream_says_so(kafka_settings: KafkaSettings) -> None:
     with pytest.raises(ConfigurationError, match="scored"):
         await TrajectoryStream(TrainerSettings(), "trainer-x", kafka_settings).start()
+
+
+async def test_a_failure_taking_fetched_records_asks_for_a_restart_not_a_retry(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    producer_factory: ProducerFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading on past a batch the stream failed to take would commit past records it never
+    took: every later read fails too, and the error's flag says a retry will not help."""
+    await produce(await producer_factory(), rollstream_topics.scored, sentinel("g"))
+    async with TrajectoryStream(TrainerSettings(), "trainer-f", kafka_settings) as stream:
+
+        def broken(now: float) -> None:
+            raise RuntimeError("assembler broke")
+
+        monkeypatch.setattr(stream._assembler, "expire", broken)
+        for _ in range(2):
+            with pytest.raises(BrokerError, match="restart the stream") as failed:
+                async with asyncio.timeout(30):
+                    while True:
+                        await anext(stream)
+            assert failed.value.retriable is False

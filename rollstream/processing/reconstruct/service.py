@@ -66,6 +66,11 @@ class Reconstructor:
 
     def __init__(self, settings: ReconstructSettings, kafka: KafkaSettings) -> None:
         self.settings = settings
+        if settings.instance is not None:
+            log.warning(
+                "--instance (%s) is ignored: transactional ids are per input partition",
+                settings.instance,
+            )
         self.kafka = kafka
         self.names = TopicNames(kafka.topic_prefix)
         self.output = self.names.resolve(settings.output)
@@ -127,7 +132,7 @@ class Reconstructor:
 
     cancel_on_rebalance = False
 
-    async def assigned(
+    def assigned(
         self, tp: TopicPartition, state: dict[str, Any] | None, committed: int | None
     ) -> None:
         """Buffers for ``tp`` from its last state: what was emitted past the committed offset."""

@@ -23,6 +23,12 @@ class ReconstructSettings(BaseSettings):
     group: str | None = Field(
         default=None, description="Consumer group. Default: rollstream-reconstruct-<strategy>."
     )
+    instance: str | None = Field(
+        default=None,
+        description="Ignored, kept so that command lines and environments written for earlier "
+        "versions still start: transactional ids now belong to input partitions, the same on "
+        "every instance.",
+    )
     output: str = Field(
         default="trajectories",
         description="Output topic (logical name or full name).",

@@ -70,6 +70,11 @@ class Scorer:
                 f"(known: {', '.join(sorted(EVALUATORS))})"
             )
         self.settings = settings
+        if settings.instance is not None:
+            log.warning(
+                "--instance (%s) is ignored: transactional ids are per input partition",
+                settings.instance,
+            )
         self.kafka = kafka
         self.names = TopicNames(kafka.topic_prefix)
         self.input = self.names.resolve(settings.input)
@@ -122,7 +127,7 @@ class Scorer:
 
     cancel_on_rebalance = True
 
-    async def assigned(
+    def assigned(
         self, tp: TopicPartition, state: dict[str, Any] | None, committed: int | None
     ) -> None:
         """Nothing to load: the scorer keeps no state between batches."""

@@ -20,6 +20,12 @@ class ScoreSettings(BaseSettings):
     group_id: str = Field(
         default="scorer", description="Consumer group (and the prefix of the transactional id)."
     )
+    instance: str | None = Field(
+        default=None,
+        description="Ignored, kept so that command lines and environments written for earlier "
+        "versions still start: transactional ids now belong to input partitions, the same on "
+        "every instance.",
+    )
     input: str = Field(
         default="trajectories",
         description="Input topic (logical name, e.g. trajectories.NAME of a replay, or full name).",

@@ -53,3 +53,13 @@ def test_the_command_is_registered_with_its_settings() -> None:
     assert result.exit_code == 0
     assert "ROLLSTREAM_SCORE_EVALUATOR_TIMEOUT_S" in result.output
     assert "--default-evaluator" in result.output
+
+
+def test_the_instance_of_earlier_versions_is_accepted_and_said_to_be_ignored(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("WARNING"):
+        Scorer(ScoreSettings(instance="old-host"), KAFKA)
+    assert "--instance (old-host) is ignored" in caplog.text
+    result = CliRunner().invoke(cli, ["score", "--instance", "x", "--help"])
+    assert result.exit_code == 0, result.output
