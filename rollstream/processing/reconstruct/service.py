@@ -15,7 +15,6 @@ the record budget goes out without its messages (flagged), or as a dead letter s
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 from rollstream.errors import ConfigurationError, RecordTooLargeError
 from rollstream.kafka.batches import Batch, Output, ProcessorMetrics, Transaction
 from rollstream.kafka.processor import TransactionalProcessor
+from rollstream.kafka.processor_service import ProcessorService
 from rollstream.models.families import load_family
 from rollstream.models.family import Family
 from rollstream.processing.oversized import encode_trajectory
@@ -61,8 +61,10 @@ class ReconstructMetrics:
     processor: ProcessorMetrics = field(default_factory=ProcessorMetrics)
 
 
-class Reconstructor:
+class Reconstructor(ProcessorService):
     """One instance of the service; run several with the same group to scale out."""
+
+    label = "reconstruct"
 
     def __init__(self, settings: ReconstructSettings, kafka: KafkaSettings) -> None:
         self.settings = settings
@@ -99,34 +101,6 @@ class Reconstructor:
         )
         self.serializer = self.processor.serializer
         self.metrics = ReconstructMetrics(by_status={}, processor=self.processor.metrics)
-
-    async def start(self) -> None:
-        """Join the group; each partition's producer and state come with its assignment."""
-        await self.processor.start()
-
-    async def stop(self) -> None:
-        """Leave the group; open sessions are left to whoever takes the partitions next."""
-        await self.processor.stop()
-
-    async def __aenter__(self) -> Reconstructor:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    async def run(self, stop: asyncio.Event) -> None:
-        """Poll, buffer, emit; until ``stop`` is set."""
-        logging_task = asyncio.create_task(self._log_progress(stop))
-        try:
-            await self.processor.run(stop)
-        finally:
-            logging_task.cancel()
-
-    async def _log_progress(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            await asyncio.sleep(30)
-            log.info("reconstruct: %s", self.progress())
 
     # The transformation (rollstream.kafka.batches.Transformation).
 

@@ -28,6 +28,7 @@ from rollstream.errors import ConfigurationError, RecordTooLargeError
 from rollstream.kafka.batches import Batch, Incoming, Output, ProcessorMetrics, Transaction
 from rollstream.kafka.deadletters import dead_letter
 from rollstream.kafka.processor import TransactionalProcessor
+from rollstream.kafka.processor_service import ProcessorService
 from rollstream.processing.oversized import encode_scored
 from rollstream.processing.score.evaluators import EVALUATORS, EvalResult, evaluate, spec_for
 from rollstream.processing.score.settings import ScoreSettings
@@ -36,7 +37,6 @@ from rollstream.schemas.trajectories import Scored, Trajectory
 from rollstream.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
-_PROGRESS_EVERY_S = 30.0
 
 
 @dataclass
@@ -59,8 +59,10 @@ class ScoreMetrics:
         return self.processor.dropped_batches
 
 
-class Scorer:
+class Scorer(ProcessorService):
     """One instance of the service; run several with the same group to scale out."""
+
+    label = "score"
 
     def __init__(self, settings: ScoreSettings, kafka: KafkaSettings) -> None:
         if settings.default_evaluator not in EVALUATORS:
@@ -94,34 +96,6 @@ class Scorer:
         self.serializer = self.processor.serializer
         self.metrics = ScoreMetrics(processor=self.processor.metrics)
         self._pending: dict[TopicPartition, list[Scored]] = {}
-
-    async def start(self) -> None:
-        """Join the group; each partition's producer starts with its assignment."""
-        await self.processor.start()
-
-    async def stop(self) -> None:
-        """Leave the group; an uncommitted batch is scored again by the next owner."""
-        await self.processor.stop()
-
-    async def __aenter__(self) -> Scorer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    async def run(self, stop: asyncio.Event) -> None:
-        """Poll, evaluate, commit; until ``stop`` is set (an unfinished batch is dropped)."""
-        logging_task = asyncio.create_task(self._log_progress(stop))
-        try:
-            await self.processor.run(stop)
-        finally:
-            logging_task.cancel()
-
-    async def _log_progress(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            await asyncio.sleep(_PROGRESS_EVERY_S)
-            log.info("score: %s", self.progress())
 
     # The transformation (rollstream.kafka.batches.Transformation).
 
