@@ -11,6 +11,14 @@ from rollstream.errors import MissingToolError
 HOST = "127.0.0.1"
 
 
+def reachable(host: str) -> str:
+    """An address to reach a server listening on ``host`` from this machine.
+
+    A wildcard (0.0.0.0, ::, empty) listens everywhere but is no destination: loopback is.
+    """
+    return HOST if host in ("", "0.0.0.0", "::", "[::]") else host
+
+
 def port_is_free(port: int, host: str = HOST) -> bool:
     """Whether ``port`` can be bound on ``host`` right now by a listening server.
 

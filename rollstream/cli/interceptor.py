@@ -24,8 +24,12 @@ def interceptor(
     """Proxy harness calls to the inference server; record every call to Kafka.
 
     Point a harness's base URL at the printed address and give it its session id as API key.
+    With --workers N, N interceptor processes share the work, each session on one of them.
     """
     require_extra("capture")
+    if settings.workers > 1:
+        _pool(settings, kafka, publisher)
+        return
     from rollstream.capture.interceptor.proxy import Interceptor
 
     async def main(stop: StopSignal) -> None:
@@ -42,5 +46,32 @@ def interceptor(
             await stop.event.wait()
         finally:
             await proxy.stop()
+
+    run_service(main)
+
+
+def _pool(
+    settings: InterceptorSettings, kafka: KafkaSettings, publisher: PublisherSettings
+) -> None:
+    """Run ``settings.workers`` interceptors under one supervisor until stopped."""
+    from rollstream.capture.interceptor.pool import InterceptorPool
+
+    async def main(stop: StopSignal) -> None:
+        pool = InterceptorPool(settings, kafka, publisher, StatePaths())
+        await pool.start()
+        click.echo(
+            f"intercepting on {pool.url} with {settings.workers} workers -> {settings.upstream}; "
+            f"admin {pool.admin_url}; calls to {kafka.topic_prefix}.events at "
+            f"{kafka.bootstrap_servers}",
+            err=True,
+        )
+        if settings.mode == "forward":
+            click.echo(
+                f"forward proxy: trust the CA {pool.confdir}/mitmproxy-ca-cert.pem", err=True
+            )
+        try:
+            await stop.event.wait()
+        finally:
+            await pool.stop()
 
     run_service(main)

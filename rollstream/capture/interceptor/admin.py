@@ -52,9 +52,13 @@ def metrics_text(addon: RollstreamAddon, publisher: CapturePublisher) -> str:
 class AdminApp:
     """Routes of the admin port."""
 
-    def __init__(self, addon: RollstreamAddon, publisher: CapturePublisher) -> None:
+    def __init__(
+        self, addon: RollstreamAddon, publisher: CapturePublisher, url: str | None = None
+    ) -> None:
         self.addon = addon
         self.publisher = publisher
+        #: The proxy's base URL, told to whoever registers a session (a pool tells its worker's).
+        self.url = url
 
     def app(self) -> web.Application:
         """The aiohttp application."""
@@ -102,6 +106,8 @@ class AdminApp:
     async def register(self, request: web.Request) -> web.Response:
         """Accept the session's calls (strict mode); the node calls this before a harness runs.
 
+        The reply names the proxy's ``url`` (a pool's: the worker that holds the session).
+
         An optional body ``{"context": "exact"|"ordinary"}`` sets the session's context mode.
         A context that is neither is a 400, the session still registered (in the default
         mode): a typo in a task must not lock its harness out in strict mode.
@@ -117,7 +123,9 @@ class AdminApp:
             status = 500 if isinstance(exc.__cause__, OSError) else 400
             return web.json_response({"error": str(exc)}, status=status)
         mode = self.addon.exact.mode(None, session)
-        reply = {"session": session, "registered": True, "context": mode}
+        reply: dict[str, Any] = {"session": session, "registered": True, "context": mode}
+        if self.url is not None:
+            reply["url"] = self.url
         if refused:
             error = f"context must be one of {', '.join(CONTEXT_MODES)}, not {context!r}"
             return web.json_response(reply | {"error": error}, status=400)

@@ -24,7 +24,7 @@ from rollstream.capture.interceptor.registry import SessionRegistry
 from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.capture.publisher.client import CapturePublisher, PublisherSettings
 from rollstream.errors import BrokerError, ConfigurationError
-from rollstream.host import free_port
+from rollstream.host import free_port, reachable
 from rollstream.kafka.control import PolicyFollower
 from rollstream.kafka.schema_store import SchemaStore
 from rollstream.schemas import AvroSerializer, PolicyVersion, TopicNames
@@ -47,14 +47,16 @@ class Interceptor:
         self.kafka = kafka
         self.serializer = AvroSerializer()
         paths = paths or StatePaths()
-        spool = paths.state_dir / "spool" / f"interceptor-{settings.port}"
+        # Named, not only numbered by port: a pool's workers keep theirs across port changes.
+        name = settings.state_name or f"interceptor-{settings.port}"
+        spool = paths.state_dir / "spool" / name
         # Ours rather than mitmproxy's ~/.mitmproxy, so that tests and several state
         # directories each keep their own CA.
         self.confdir = (settings.confdir or paths.state_dir / "mitmproxy").expanduser()
         self.publisher = CapturePublisher(
             kafka, publisher or PublisherSettings(), TopicNames(kafka.topic_prefix).events, spool
         )
-        registry = paths.state_dir / "sessions" / f"interceptor-{settings.port}.txt"
+        registry = paths.state_dir / "sessions" / f"{name}.txt"
         self.addon = RollstreamAddon(settings, self.publisher.publish, SessionRegistry(registry))
         self.forward = (
             ForwardAddon(settings.upstream, settings.other_traffic)
@@ -108,7 +110,10 @@ class Interceptor:
             self._master.addons.add(self.forward)
         self._task = asyncio.create_task(self._master.run(), name="mitmproxy")
         await self._wait_listening()
-        self._admin = web.AppRunner(AdminApp(self.addon, self.publisher).app(), access_log=None)
+        admin = AdminApp(
+            self.addon, self.publisher, url=f"http://{reachable(self.settings.host)}:{self.port}"
+        )
+        self._admin = web.AppRunner(admin.app(), access_log=None)
         await self._admin.setup()
         site = web.TCPSite(self._admin, self.settings.host, self.admin_port)
         await site.start()

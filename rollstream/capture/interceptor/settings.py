@@ -24,6 +24,21 @@ class InterceptorSettings(BaseSettings):
     admin_port: int = Field(
         default=8101, ge=0, le=65535, description="Admin port (health, metrics, pause); 0: any."
     )
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="mitmproxy processes on this machine (one core each). Above 1: a supervisor"
+        " runs that many interceptors on free ports and keeps each session on one of them; the"
+        " admin port aggregates them (health, metrics, pause, sessions) and --port routes each"
+        " connection by its session. The node sends each harness straight to its worker.",
+    )
+    state_name: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="Name of this interceptor's spool and session registry under the state"
+        " directory. Default: interceptor-<port>. A worker pool names its workers' itself.",
+    )
     upstream_api_key: SecretStr | None = Field(
         default=None, description="Key sent upstream (the harness's key is its session id)."
     )

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from aiohttp import web
 
 from rollstream.capture.node.intake import TaskIntake
 from rollstream.capture.node.pool import NodeScheduler
-from rollstream.capture.node.session import CONTEXT_METADATA, SessionRunner
+from rollstream.capture.node.session import SessionRunner
 from rollstream.capture.node.settings import NodeSettings
 from rollstream.capture.publisher.client import CapturePublisher, PublisherSettings
 from rollstream.errors import BrokerError
@@ -27,13 +30,34 @@ from rollstream.schemas import (
     AvroRecord,
     AvroSerializer,
     PolicyVersion,
-    SessionEnded,
-    SessionStarted,
     TopicNames,
 )
 from rollstream.settings import KafkaSettings, StatePaths
 
 log = logging.getLogger(__name__)
+
+
+def session_base_url(base_url: str, reply: Mapping[str, Any]) -> str | None:
+    """Where a session's harness calls, from the interceptor's answer to its registration.
+
+    A pool names the session's worker (``worker``, and its ``url``): the harness calls that
+    worker directly, no hop through the pool. The worker is on the machine the node reaches the
+    pool by, so the host stays ``base_url``'s (a worker's own view, e.g. 127.0.0.1 behind a
+    container's network, may not be the node's) and only its port is taken. A single
+    interceptor's reply changes nothing: ``base_url`` may reach it through a mapped port.
+    """
+    url = reply.get("url")
+    if "worker" not in reply or not isinstance(url, str):
+        return None
+    port = urlsplit(url).port
+    if port is None:
+        return None
+    parts = urlsplit(base_url)
+    host = parts.hostname or "127.0.0.1"
+    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 # Registration precedes a harness's start: an admin port that is not there must not delay it.
 _REGISTRATION_TIMEOUT = aiohttp.ClientTimeout(total=2)
 
@@ -57,7 +81,14 @@ class Node:
             kafka, publisher or PublisherSettings(), self.names.events, spool
         )
         self.runtime = make_runtime(settings)
-        self.runner = SessionRunner(settings, self.runtime, self._emit, self._calls_of)
+        self.runner = SessionRunner(
+            settings,
+            self.runtime,
+            self._emit,
+            self._calls_of,
+            register=self._register,
+            forget=self._forget,
+        )
         self.scheduler = NodeScheduler(self.runner, settings)
         self.intake = TaskIntake(
             settings, kafka, self.scheduler, self.serializer, settled=self.publisher.settled
@@ -121,23 +152,29 @@ class Node:
 
     async def _emit(self, record: AvroRecord) -> None:
         session = str(getattr(record, "session_id", ""))
-        if isinstance(record, SessionStarted):
-            # Emitted before the harness starts: registered now, its calls are accepted by an
-            # interceptor in strict mode from the first, in the context mode its task asks.
-            context = record.task.metadata.get(CONTEXT_METADATA) if record.task else None
-            await self._registration("PUT", session, {"context": context} if context else None)
         self.publisher.publish(session.encode(), self.serializer.encode(record))
-        if isinstance(record, SessionEnded):
-            await self._registration("DELETE", session)
+
+    async def _register(self, session: str, context: str | None) -> str | None:
+        """Register the session before its harness is launched; where the harness must call.
+
+        Registered, its calls are accepted by an interceptor in strict mode from the first, in
+        the context mode its task asks; a pool answers with the worker that holds it.
+        """
+        reply = await self._registration("PUT", session, {"context": context} if context else None)
+        return session_base_url(self.settings.base_url, reply)
+
+    async def _forget(self, session: str) -> None:
+        """Forget the session once it is over (strict mode: its key is refused from now on)."""
+        await self._registration("DELETE", session)
 
     async def _registration(
         self, method: str, session: str, body: dict[str, str] | None = None
-    ) -> None:
+    ) -> dict[str, Any]:
         """Register (PUT) or forget (DELETE) the session on the interceptor's admin port.
 
-        An interceptor in strict mode needs it, and one told the session's context mode
-        (``body``). A failure is logged, never fatal: the harness's calls are then refused
-        there (401), which its session's outcome shows, or rendered in the default mode.
+        A failure is logged, never fatal (an empty reply): the harness's calls are then
+        refused there (401), which its session's outcome shows, or rendered in the default
+        mode, and go to the node's ``base_url``.
         """
         assert self._http is not None
         url = f"{self.settings.interceptor_admin.rstrip('/')}/sessions/{session}"
@@ -147,8 +184,11 @@ class Node:
             ) as reply:
                 if reply.status >= 400:
                     log.warning("session %s: %s %s: %s", session, method, url, reply.status)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+                answer = await reply.json(content_type=None)
+                return answer if isinstance(answer, dict) else {}
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             log.warning("session %s: %s %s failed: %s", session, method, url, exc)
+            return {}
 
     async def _calls_of(self, session: str) -> int:
         """How many calls the interceptor recorded for the session, once none is in flight."""

@@ -8,6 +8,11 @@ is the caller's (``asyncio`` cancellation of the stage in progress, then ``Sessi
 SessionStarted is emitted when the harness is launched, so ``started_at`` is when its calls can
 begin; a session that never gets there (failed init, cancelled while queued) emits it just
 before its SessionEnded, so every session id has both records, in order.
+
+The session is registered on the interceptor at the start of init, not at SessionStarted: an
+interceptor pool answers with the worker that will hold the session, whose address goes into
+the harness's launch. It is forgotten once its SessionEnded is out, or at teardown when it
+never ends with one (withdrawn).
 """
 
 from __future__ import annotations
@@ -43,6 +48,11 @@ SessionRecord = SessionStarted | SessionEnded
 Emit = Callable[[SessionRecord], Awaitable[None]]
 #: The number of calls the interceptor recorded for a session (later: its admin API).
 CallsOf = Callable[[str], Awaitable[int]]
+#: Registers a session (with the context mode its task asks for, if any) on the interceptor;
+#: the base URL its harness must call (a pool's worker), or None for the node's ``base_url``.
+Register = Callable[[str, str | None], Awaitable[str | None]]
+#: Forgets a session on the interceptor once it is over.
+Forget = Callable[[str], Awaitable[None]]
 #: Task metadata keys ``harness.<option>`` become the preset's options (e.g. ``harness.command``).
 HARNESS_OPTION_PREFIX = "harness."
 
@@ -88,6 +98,10 @@ class Session:
     status: SessionStatus | None = None
     error: str | None = None
     started: SessionStarted | None = None
+    #: Where its harness calls: the interceptor (pool worker) holding it; None: ``base_url``.
+    base_url: str | None = None
+    #: Registered on the interceptor and not yet forgotten.
+    registered: bool = False
     ended: SessionEnded | None = None
     timings: dict[str, float] = field(default_factory=dict)
     #: The policy version current when the session was created (what its records carry).
@@ -123,11 +137,15 @@ class SessionRunner:
         emit: Emit,
         calls_of: CallsOf,
         executable: Callable[[str], Path] | None = None,
+        register: Register | None = None,
+        forget: Forget | None = None,
     ) -> None:
         self.settings = settings
         self.runtime = runtime
         self._emit = emit
         self._calls_of = calls_of
+        self._register = register
+        self._forget = forget
         cache_dir = StatePaths().cache_dir
         self._executable = executable or (lambda name: resolve_executable(name, cache_dir))
         #: Set by the node from the control topic; stamped into sessions created from then on.
@@ -143,7 +161,7 @@ class SessionRunner:
         task = session.task
         options = harness_options(task)
         ctx = HarnessContext(
-            base_url=self.settings.base_url,
+            base_url=session.base_url or self.settings.base_url,
             session=session.session_id,
             model=options.get("model", self.settings.model),
             instruction=task.instruction,
@@ -160,9 +178,15 @@ class SessionRunner:
         loop = asyncio.get_running_loop()
         began = loop.time()
         deadline = began + task.init_timeout_s
-        step = "preparing the harness"
+        step = "registering the session with the interceptor"
         try:
-            # The launch first: an unknown harness or a missing option fails in no time.
+            if self._register is not None:
+                # Before the launch: a pool's reply names the worker the harness must call.
+                context = task.metadata.get(CONTEXT_METADATA)
+                session.registered = True  # even if its reply is lost: forgotten at the end
+                session.base_url = await self._register(session.session_id, context)
+            step = "preparing the harness"
+            # Before the runtime: an unknown harness or a missing option fails in no time.
             session.launch = self._launch(session)
             step = "starting the runtime and materializing the workspace"
             async with asyncio.timeout_at(deadline):
@@ -252,10 +276,12 @@ class SessionRunner:
         )
         session.ended = ended
         await self._emit(ended)
+        await self._forget_session(session)
         return ended
 
     async def teardown(self, session: Session) -> None:
-        """Remove the session's sandbox (unless kept)."""
+        """Forget a session still registered (withdrawn), remove its sandbox (unless kept)."""
+        await self._forget_session(session)
         if session.sandbox is not None:
             await self.runtime.stop(session.sandbox)
         session.stage = Stage.ENDED
@@ -296,6 +322,11 @@ class SessionRunner:
             "harness": session.task.harness,
             "policy_version": session.policy_version,
         }
+
+    async def _forget_session(self, session: Session) -> None:
+        if session.registered and self._forget is not None:
+            session.registered = False
+            await self._forget(session.session_id)
 
     async def _emit_started(self, session: Session) -> None:
         metadata = session.task.metadata | {"runtime": self.runtime.name}

@@ -198,10 +198,13 @@ def plan(settings: StackSettings) -> list[Component]:
                 # one served policy answers.
                 "--upstream-model",
                 settings.model,
+                "--workers",
+                str(settings.workers),
                 *_context_options(settings, served),
             ),
             health=f"{admin}/health",
-            endpoint=f"{interceptor}/v1 (admin {admin})",
+            endpoint=f"{interceptor}/v1 (admin {admin}"
+            + (f", {settings.workers} workers)" if settings.workers > 1 else ")"),
             url=interceptor,
         )
     )

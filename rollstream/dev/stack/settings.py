@@ -59,6 +59,13 @@ class StackSettings(BaseSettings):
         description="The interceptor's context mode (docs/exact-context.md). exact needs the "
         "served model's tokenizer: the reference backend's, or the --vllm model's folder.",
     )
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="Interceptor processes (one core each; the interceptor's --workers): the "
+        "node sends each session's harness straight to its worker.",
+    )
     node: bool = Field(default=True, description="Start a rollout node.")
     start_timeout_s: float = Field(
         default=180.0, gt=0, description="How long each service may take to become healthy."
