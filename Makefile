@@ -62,12 +62,14 @@ unit: venv
 integration: venv jars vocabularies harnesses
 	$(BIN)/pytest -m integration
 
+# Everything but the tests marked long (the longer cluster faults), which `make chaos` runs.
 test: venv jars vocabularies harnesses chromium lint typecheck
-	$(BIN)/pytest
+	$(BIN)/pytest -m "not long"
 
 # The whole loop in a few minutes: the local stack, three tasks x 4 samples on Pi (the python
 # harness without npm), scoring, the example trainer, a summary table and an HTML report.
-# The reliability suite alone (it also runs in `make test`); prints the fault table at the end.
+# The reliability suite alone, long cluster faults included (`make test` runs the rest of it);
+# prints the fault table at the end.
 chaos: venv jars harnesses
 	$(BIN)/pytest -m chaos tests/chaos
 

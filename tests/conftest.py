@@ -1,4 +1,8 @@
-"""Shared fixtures: one real Kafka broker for the session, unique topics and clients per test."""
+"""Shared fixtures: one real Kafka broker for the session, unique topics and clients per test.
+
+Tests that need replication ask for ``kafka_cluster``: three KRaft nodes, started once when the
+first such test runs. A test that stops or kills a node starts it again before it ends.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from rollstream.dev.broker import BrokerInfo, BrokerSettings, LocalBroker
+from rollstream.dev.broker import BrokerInfo, BrokerSettings, LocalBroker, LocalCluster
 from rollstream.kafka.admin import TopicAdmin
 from rollstream.kafka.clients import make_consumer, make_producer
 from rollstream.schemas import TopicNames, TopicSpec, topic_specs
@@ -44,6 +48,33 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerInf
     info = broker.start()
     yield info
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A real three-node Kafka cluster (KRaft, each node broker and controller) on free ports."""
+    settings = BrokerSettings(
+        port=0, data_dir=tmp_path_factory.mktemp("cluster"), heap="512m", start_timeout=180
+    )
+    cluster = LocalCluster(
+        settings, StatePaths(cache_dir=JAR_CACHE), 3, record_state=False, outlive_parent=False
+    )
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def cluster_settings(kafka_cluster: LocalCluster) -> KafkaSettings:
+    """Settings reaching the session cluster through all its nodes, with a unique topic prefix."""
+    for node_id in range(1, kafka_cluster.size + 1):
+        # A test before this one may have failed with a node down; start it again.
+        if kafka_cluster.pid(node_id) is None:
+            kafka_cluster.start_node(node_id)
+    return KafkaSettings(
+        bootstrap_servers=kafka_cluster.bootstrap_servers,
+        topic_prefix=f"test-{uuid.uuid4().hex[:10]}",
+    )
 
 
 @pytest.fixture
@@ -129,5 +160,5 @@ async def consumer_factory(
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that uses the broker as an integration test."""
     for item in items:
-        if "kafka_broker" in getattr(item, "fixturenames", ()):
+        if {"kafka_broker", "kafka_cluster"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)

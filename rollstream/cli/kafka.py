@@ -1,4 +1,4 @@
-"""``rollstream kafka fetch|start|stop|status``: the local broker."""
+"""``rollstream kafka fetch|start|stop|status``: the local broker or cluster."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import click
 
 from rollstream.cli.group import Group
 from rollstream.cli.options import settings_options
-from rollstream.dev.broker import BrokerSettings, LocalBroker
+from rollstream.dev.broker import BrokerSettings, ClusterInfo, LocalCluster, local_kafka
 from rollstream.dev.broker.jars import ensure_jars, jar_dir
 from rollstream.settings import StatePaths
 
 
-@click.group(cls=Group, short_help="A local Kafka broker (KRaft, one node) from Maven jars.")
+@click.group(cls=Group, short_help="A local Kafka broker or cluster (KRaft) from Maven jars.")
 def kafka() -> None:
-    """Run a local Apache Kafka broker (KRaft, one node) from Maven Central jars."""
+    """Run a local Apache Kafka broker, or a cluster of several, from Maven Central jars."""
 
 
 def _broker_command(func: click.decorators.FC) -> click.decorators.FC:
@@ -36,15 +36,21 @@ def fetch(broker: BrokerSettings, paths: StatePaths) -> None:
 @kafka.command()
 @_broker_command
 def start(broker: BrokerSettings, paths: StatePaths) -> None:
-    """Start the broker in the background and wait until it is ready."""
-    local = LocalBroker(broker, paths)
+    """Start the broker (or --nodes N of them as one cluster) and wait until it is ready."""
+    local = local_kafka(broker, paths)
     already = local.running()
     info = local.start()
+    if isinstance(info, ClusterInfo):
+        pids = ", ".join(str(n.pid) for n in info.nodes)
+        what = f"a cluster of {len(info.nodes)} nodes (pids {pids})"
+        took = info.startup_seconds
+    else:
+        what, took = f"pid {info.pid}", info.startup_seconds
     if already:
-        click.echo(f"already running: pid {info.pid}, {info.bootstrap_servers}")
+        click.echo(f"already running: {what}, {info.bootstrap_servers}")
     else:
         click.echo(
-            f"Kafka {info.version} ready in {info.startup_seconds:.1f}s: pid {info.pid}, "
+            f"Kafka {info.version} ready in {took:.1f}s: {what}, "
             f"{info.bootstrap_servers}, data in {info.data_dir}"
         )
     click.echo(f"export ROLLSTREAM_BOOTSTRAP_SERVERS={info.bootstrap_servers}")
@@ -53,8 +59,8 @@ def start(broker: BrokerSettings, paths: StatePaths) -> None:
 @kafka.command()
 @_broker_command
 def stop(broker: BrokerSettings, paths: StatePaths) -> None:
-    """Stop the broker (controlled shutdown; killed after 30 s)."""
-    if LocalBroker(broker, paths).stop():
+    """Stop the broker or every node of the cluster (controlled shutdown; killed after 30 s)."""
+    if local_kafka(broker, paths).stop():
         click.echo("stopped")
     else:
         click.echo("not running")
@@ -64,19 +70,28 @@ def stop(broker: BrokerSettings, paths: StatePaths) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the broker record as JSON.")
 @_broker_command
 def status(broker: BrokerSettings, paths: StatePaths, as_json: bool) -> None:
-    """Show whether the broker runs and answers; exit code 1 if not."""
-    local = LocalBroker(broker, paths)
+    """Show whether the broker (or every node) runs and answers; exit code 1 if not."""
+    local = local_kafka(broker, paths)
     info = local.running()
     if info is None:
-        click.echo("not running")
+        if isinstance(local, LocalCluster):
+            alive = [n for n in range(1, local.size + 1) if local.pid(n) is not None]
+            click.echo(f"not running: {len(alive)} of {local.size} nodes alive {alive}")
+        else:
+            click.echo("not running")
         sys.exit(1)
     healthy = local.healthy()
     if as_json:
         click.echo(json.dumps({"healthy": healthy, **json.loads(info.to_json())}))
     else:
         state = "running" if healthy else "running but not answering metadata requests"
+        if isinstance(info, ClusterInfo):
+            nodes = ", ".join(f"node {n.node_id} pid {n.pid}" for n in info.nodes)
+            what = f"a cluster of {len(info.nodes)} nodes ({nodes})"
+        else:
+            what = f"pid {info.pid}"
         click.echo(
-            f"{state}: pid {info.pid}, Kafka {info.version}, {info.bootstrap_servers}, "
+            f"{state}: {what}, Kafka {info.version}, {info.bootstrap_servers}, "
             f"data in {info.data_dir}, jars in {jar_dir(paths.cache_dir, info.version)}"
         )
     sys.exit(0 if healthy else 1)

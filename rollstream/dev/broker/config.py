@@ -28,12 +28,45 @@ def new_cluster_id() -> str:
 
 
 @dataclass(frozen=True)
+class NodeIdentity:
+    """One node of a local cluster: what it keeps across restarts.
+
+    ``voters`` is the static KRaft voter set, ``id@host:controller_port`` per node; every node
+    of the cluster gets the same one, and a restarted node must come back on the same ports.
+    """
+
+    node_id: int
+    port: int
+    controller_port: int
+    cluster_id: str
+    voters: str
+    nodes: int
+
+
+def replication_for(nodes: int) -> tuple[int, int]:
+    """The replication factor and ``min.insync.replicas`` rollstream uses on ``nodes`` brokers.
+
+    Three replicas where there are three brokers, and writes acknowledged by two of them: one
+    broker may be down (a restart, a crash) without refusing ``acks=all`` writes, and no
+    acknowledged write lives on a single disk.
+    """
+    replicas = min(3, max(1, nodes))
+    return replicas, max(1, replicas - 1)
+
+
+@dataclass(frozen=True)
 class BrokerLayout:
     """The files and ports of one broker instance."""
 
     data_dir: Path
     port: int
     controller_port: int
+    identity: NodeIdentity | None = None
+
+    @property
+    def node_id(self) -> int:
+        """The KRaft node id (1 for a single broker)."""
+        return self.identity.node_id if self.identity else 1
 
     @property
     def bootstrap_servers(self) -> str:
@@ -72,11 +105,18 @@ class BrokerLayout:
 
 
 def render_server_properties(layout: BrokerLayout, overrides: dict[str, str] | None = None) -> str:
-    """A combined broker+controller KRaft config for one node on 127.0.0.1."""
+    """A combined broker+controller KRaft config for one node (alone or in a cluster)."""
+    identity = layout.identity
+    replicas, min_isr = replication_for(identity.nodes if identity else 1)
+    quorum = (
+        {"controller.quorum.voters": identity.voters}
+        if identity
+        else {"controller.quorum.bootstrap.servers": f"{HOST}:{layout.controller_port}"}
+    )
     props: dict[str, str] = {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.bootstrap.servers": f"{HOST}:{layout.controller_port}",
+        "node.id": str(layout.node_id),
+        **quorum,
         "listeners": f"PLAINTEXT://{HOST}:{layout.port},CONTROLLER://{HOST}:{layout.controller_port}",
         "advertised.listeners": (
             f"PLAINTEXT://{HOST}:{layout.port},CONTROLLER://{HOST}:{layout.controller_port}"
@@ -85,16 +125,16 @@ def render_server_properties(layout: BrokerLayout, overrides: dict[str, str] | N
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         "log.dirs": str(layout.log_dirs),
-        # One node: every internal topic must be satisfiable with a single replica.
-        "offsets.topic.replication.factor": "1",
+        # Internal topics as replicated as ours: a broker down must not stop transactions.
+        "offsets.topic.replication.factor": str(replicas),
         "offsets.topic.num.partitions": "4",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.replication.factor": str(replicas),
+        "transaction.state.log.min.isr": str(min_isr),
         "transaction.state.log.num.partitions": "4",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
-        "default.replication.factor": "1",
-        "min.insync.replicas": "1",
+        "share.coordinator.state.topic.replication.factor": str(replicas),
+        "share.coordinator.state.topic.min.isr": str(min_isr),
+        "default.replication.factor": str(replicas),
+        "min.insync.replicas": str(min_isr),
         # Tests create many consumer groups; the default 3 s delay would dominate their runtime.
         "group.initial.rebalance.delay.ms": "0",
         # The default 128 MiB is allocated at start-up whether or not compaction is used.

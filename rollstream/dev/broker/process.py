@@ -22,6 +22,7 @@ from aiokafka.client import AIOKafkaClient
 from rollstream.dev.broker.config import (
     READY_LINE,
     BrokerLayout,
+    NodeIdentity,
     log_tail,
     new_cluster_id,
     pick_port,
@@ -54,6 +55,7 @@ class BrokerInfo:
     cluster_id: str
     started_at: float
     startup_seconds: float
+    node_id: int = 1
 
     def to_json(self) -> str:
         """Serialize for the state file."""
@@ -135,10 +137,14 @@ class LocalBroker:
         record_state: bool = True,
         overrides: dict[str, str] | None = None,
         outlive_parent: bool = True,
+        identity: NodeIdentity | None = None,
+        data_dir: Path | None = None,
     ) -> None:
         self.settings = settings
         self.paths = paths
-        self.data_dir = (settings.data_dir or paths.state_dir / "kafka").resolve()
+        self.data_dir = (data_dir or settings.data_dir or paths.state_dir / "kafka").resolve()
+        #: Set for a node of a cluster: its id, ports, the cluster id and the voter set.
+        self.identity = identity
         self.record_state = record_state
         self.overrides = overrides or {}
         self.outlive_parent = outlive_parent
@@ -153,6 +159,15 @@ class LocalBroker:
         if existing is not None:
             self.info = existing
             return existing
+        layout, cluster_id, began = self.launch()
+        return self.wait_ready(layout, cluster_id, began)
+
+    def launch(self) -> tuple[BrokerLayout, str, float]:
+        """Format the data directory once and start the JVM, without waiting for it.
+
+        A cluster launches all its nodes before waiting for any: a node's broker is ready only
+        once a quorum of controllers runs.
+        """
         if self._proc is not None:
             self._proc.poll()  # reap a previous process of ours that died (e.g. killed)
             self._proc = None
@@ -192,6 +207,11 @@ class LocalBroker:
                 start_new_session=True,
                 preexec_fn=None if self.outlive_parent else die_with_parent,
             )
+        return layout, cluster_id, began
+
+    def wait_ready(self, layout: BrokerLayout, cluster_id: str, began: float) -> BrokerInfo:
+        """Wait until the launched broker is ready; record and return it."""
+        assert self._proc is not None, "launch first"
         self._wait_ready(layout, began)
         self.info = BrokerInfo(
             pid=self._proc.pid,
@@ -203,11 +223,16 @@ class LocalBroker:
             cluster_id=cluster_id,
             started_at=time.time(),
             startup_seconds=round(time.monotonic() - began, 3),
+            node_id=layout.node_id,
         )
         if self.record_state:
             state = self.paths.broker_state_file
             state.parent.mkdir(parents=True, exist_ok=True)
             state.write_text(self.info.to_json())
+        if self.identity is not None:
+            # A cluster's node records itself in its own directory: `kafka status` and `stop`
+            # run in other processes and must find every node.
+            self._node_file.write_text(self.info.to_json())
         log.info("Kafka %s ready at %s", self.settings.version, layout.bootstrap_servers)
         return self.info
 
@@ -221,13 +246,14 @@ class LocalBroker:
             return False
         with contextlib.suppress(ProcessLookupError):
             os.kill(info.pid, signal.SIGTERM)
-        if not self._wait_exit(info.pid, timeout):
+        if not self.wait_exit(info.pid, timeout):
             log.warning("broker %d ignored SIGTERM for %.0fs, killing it", info.pid, timeout)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(info.pid, signal.SIGKILL)
-            self._wait_exit(info.pid, 10.0)
+            self.wait_exit(info.pid, 10.0)
         if self.record_state:
             self.paths.broker_state_file.unlink(missing_ok=True)
+        self._node_file.unlink(missing_ok=True)
         self.info = None
         return True
 
@@ -235,10 +261,14 @@ class LocalBroker:
         """The broker recorded for this data directory, if its process is alive."""
         if self.info is not None and _pid_is_broker(self.info.pid, self._props_path()):
             return self.info
-        if not self.record_state:
+        if self.identity is not None:
+            state = self._node_file
+        elif self.record_state:
+            state = self.paths.broker_state_file
+        else:
             return None
         try:
-            info = BrokerInfo.from_json(self.paths.broker_state_file.read_text())
+            info = BrokerInfo.from_json(state.read_text())
         except (OSError, ValueError, TypeError):
             return None
         if Path(info.data_dir) != self.data_dir or not _pid_is_broker(info.pid, self._props_path()):
@@ -264,12 +294,29 @@ class LocalBroker:
 
     # -- internals -------------------------------------------------------------------------
 
+    @property
+    def _node_file(self) -> Path:
+        return self.data_dir / "node.json"
+
     def _props_path(self) -> Path:
         return self.data_dir / "server.properties"
 
     def _prepare_layout(self) -> tuple[BrokerLayout, str]:
         """Pick ports, keep the cluster id and controller port of an existing data directory."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.identity is not None:
+            # A cluster's node: the cluster picked and keeps its ports and the voter set.
+            layout = BrokerLayout(
+                self.data_dir, self.identity.port, self.identity.controller_port, self.identity
+            )
+            cluster_id = self.identity.cluster_id
+        else:
+            layout, cluster_id = self._single_layout()
+        layout.server_properties.write_text(render_server_properties(layout, self.overrides))
+        layout.log4j2_properties.write_text(render_log4j2_properties(layout))
+        return layout, cluster_id
+
+    def _single_layout(self) -> tuple[BrokerLayout, str]:
         identity_file = self.data_dir / _IDENTITY_FILE
         identity: dict[str, Any] = {}
         if identity_file.exists():
@@ -291,10 +338,7 @@ class LocalBroker:
         identity_file.write_text(
             json.dumps({"cluster_id": cluster_id, "controller_port": controller_port})
         )
-        layout = BrokerLayout(self.data_dir, port, controller_port)
-        layout.server_properties.write_text(render_server_properties(layout, self.overrides))
-        layout.log4j2_properties.write_text(render_log4j2_properties(layout))
-        return layout, cluster_id
+        return BrokerLayout(self.data_dir, port, controller_port), cluster_id
 
     def _format(self, java: str, classpath: str, layout: BrokerLayout, cluster_id: str) -> None:
         cmd = [
@@ -305,7 +349,8 @@ class LocalBroker:
             f"-Dkafka.logs.dir={layout.logs_dir}",
             "kafka.tools.StorageTool",
             "format",
-            "--standalone",
+            # A single node bootstraps its own dynamic quorum; a cluster names its voters.
+            *(["--standalone"] if self.identity is None else []),
             f"--cluster-id={cluster_id}",
             "--config",
             str(layout.server_properties),
@@ -340,7 +385,8 @@ class LocalBroker:
             f"\n--- {layout.stdout_log} ---\n{log_tail(layout.stdout_log)}"
         )
 
-    def _wait_exit(self, pid: int, timeout: float) -> bool:
+    def wait_exit(self, pid: int, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for broker ``pid`` to exit; whether it did."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.pid == pid:

@@ -20,6 +20,13 @@ class BrokerSettings(BaseSettings):
         le=65535,
         description="Preferred client port on 127.0.0.1; another free port if taken, 0 for any.",
     )
+    nodes: int = Field(
+        default=1,
+        ge=1,
+        le=9,
+        description="KRaft nodes (each broker and controller); 3 for a replicated cluster with "
+        "topics of 3 replicas and min.insync.replicas 2. Client ports follow PORT.",
+    )
     controller_port: int = Field(
         default=0, ge=0, le=65535, description="KRaft controller port; 0 for any free port."
     )

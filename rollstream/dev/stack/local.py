@@ -10,7 +10,8 @@ from pathlib import Path
 
 import aiohttp
 
-from rollstream.dev.broker.process import LocalBroker
+from rollstream.dev.broker.cluster import ClusterInfo, local_kafka
+from rollstream.dev.broker.process import BrokerInfo
 from rollstream.dev.broker.settings import BrokerSettings
 from rollstream.dev.stack.components import plan
 from rollstream.dev.stack.processes import (
@@ -66,9 +67,10 @@ class LocalStack:
             )
         started_broker = False
         if "ROLLSTREAM_BOOTSTRAP_SERVERS" not in os.environ:
-            local = LocalBroker(self.broker, self.paths)
+            local = local_kafka(self.broker, self.paths)
             started_broker = local.running() is None
-            info = await asyncio.to_thread(local.start)
+            start: Callable[[], BrokerInfo | ClusterInfo] = local.start
+            info = await asyncio.to_thread(start)
             kafka = KafkaSettings(
                 **(kafka.model_dump() | {"bootstrap_servers": info.bootstrap_servers})
             )
@@ -78,7 +80,9 @@ class LocalStack:
         names = TopicNames(kafka.topic_prefix)
         async with TopicAdmin(kafka) as admin:
             specs = topic_specs(names, self.topics.partitions, self.topics.retention_days)
-            await admin.create(specs, self.topics.replication_factor)
+            await admin.create(
+                specs, self.topics.replication_factor, self.topics.min_insync_replicas
+            )
         env = {
             "ROLLSTREAM_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
             "ROLLSTREAM_TOPIC_PREFIX": kafka.topic_prefix,
@@ -133,7 +137,7 @@ class LocalStack:
             (c.name, terminate(c, self.settings.stop_timeout_s)) for c in reversed(state.components)
         ]
         if state.started_broker:
-            stopped = LocalBroker(self.broker, self.paths).stop()
+            stopped = local_kafka(self.broker, self.paths).stop()
             outcomes.append(("kafka", "stopped" if stopped else "not running"))
         self.state_file.unlink(missing_ok=True)
         return outcomes
