@@ -13,23 +13,38 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import IllegalStateError
 from aiokafka.structs import TopicPartition
 
+from rollstream.errors import ConfigurationError
 from rollstream.schemas.topics import MAX_MESSAGE_BYTES
 from rollstream.settings import KafkaSettings
+
+#: What every producer keeps, transactional or not: a write is acknowledged once every in-sync
+#: replica has it (at least ``min.insync.replicas``), and a retried send is never duplicated.
+DURABILITY: dict[str, Any] = {"acks": "all", "enable_idempotence": True}
 
 
 def make_producer(settings: KafkaSettings, **overrides: Any) -> AIOKafkaProducer:
     """An idempotent, zstd-compressing producer that accepts records up to 16 MiB.
 
     aiokafka checks a record's uncompressed size against ``max_request_size``, so it is raised
-    together with the topics' ``max.message.bytes``.
+    together with the topics' ``max.message.bytes``. ``overrides`` may tune anything but
+    ``DURABILITY``: weakening it raises ``ConfigurationError``.
     """
-    kwargs: dict[str, Any] = settings.client_kwargs() | {
-        "acks": "all",
-        "enable_idempotence": True,
-        "compression_type": "zstd",
-        "max_request_size": MAX_MESSAGE_BYTES,
-        "linger_ms": 5,
+    weakened = {
+        k: v
+        for k, v in overrides.items()
+        if k in DURABILITY and v != DURABILITY[k] and not (k == "acks" and v == -1)
     }
+    if weakened:
+        raise ConfigurationError(f"producers keep {DURABILITY}; refusing {weakened}")
+    kwargs: dict[str, Any] = (
+        settings.client_kwargs()
+        | DURABILITY
+        | {
+            "compression_type": "zstd",
+            "max_request_size": MAX_MESSAGE_BYTES,
+            "linger_ms": 5,
+        }
+    )
     return AIOKafkaProducer(**(kwargs | overrides))
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from rollstream.errors import RecordTooLargeError
@@ -32,12 +32,18 @@ class Topic(StrEnum):
 
 @dataclass(frozen=True)
 class TopicSpec:
-    """A topic to create: full name, partitions, configs, and what it holds."""
+    """A topic to create: full name, partitions, configs, and what it holds.
+
+    ``replication_factor`` and ``min_insync_replicas`` left None are decided when the topic is
+    created, from what the cluster offers (see ``rollstream.kafka.replication``).
+    """
 
     name: str
     partitions: int
     configs: dict[str, str] = field(default_factory=dict)
     description: str = ""
+    replication_factor: int | None = None
+    min_insync_replicas: int | None = None
 
 
 @dataclass(frozen=True)
@@ -108,12 +114,16 @@ def topic_specs(
     names: TopicNames,
     partitions: int = 6,
     retention_days: float = 30.0,
+    replication_factor: int | None = None,
+    min_insync_replicas: int | None = None,
 ) -> list[TopicSpec]:
     """Every rollstream topic with its configuration.
 
     ``partitions`` applies to the keyed data topics (events, trajectories, scored, tasks): it
     bounds how many consumers of one group work in parallel. ``retention_days`` applies to the
     events topic, which is also the replay source; derived topics keep half as long.
+    ``replication_factor`` and ``min_insync_replicas`` apply to every topic (None: decided from
+    the cluster when the topics are created).
     """
     base = {
         "compression.type": "zstd",
@@ -122,7 +132,7 @@ def topic_specs(
     retention = str(int(retention_days * _DAY_MS))
     derived_retention = str(int(retention_days * _DAY_MS / 2))
     compacted = base | {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
-    return [
+    specs = [
         TopicSpec(
             names.events,
             partitions,
@@ -163,6 +173,10 @@ def topic_specs(
             compacted,
             "consumer state written in their transactions; key = group/topic/partition; compacted",
         ),
+    ]
+    return [
+        replace(s, replication_factor=replication_factor, min_insync_replicas=min_insync_replicas)
+        for s in specs
     ]
 
 
