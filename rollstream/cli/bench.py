@@ -348,9 +348,11 @@ def fidelity(
 def _register_more() -> None:
     """Subcommands defined in their own modules, so this one stays small."""
     from rollstream.cli.bench_scale import scale
+    from rollstream.cli.bench_scaleout import cluster, instances
+    from rollstream.cli.bench_stream import stream
     from rollstream.cli.bench_suite import all_benchmarks, pipeline, publisher
 
-    for command in (publisher, pipeline, scale, all_benchmarks):
+    for command in (publisher, cluster, pipeline, instances, scale, stream, all_benchmarks):
         bench.add_command(command)
 
 

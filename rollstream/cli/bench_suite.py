@@ -164,10 +164,11 @@ def all_benchmarks(
 ) -> None:
     """Every benchmark with its default configuration, one after another, then RESULTS.md.
 
-    Runs backend, interceptor, node, reconstruct, publisher, pipeline and scale (those that
-    exist), each merging its results into --json; regenerates --markdown once at the end,
-    with the machine description at the top. A benchmark that fails does not stop the
-    others; the command then exits with 1. Needs a broker (`rollstream kafka start`).
+    Runs backend, interceptor, node, reconstruct, publisher, cluster, pipeline, instances,
+    scale and fidelity (those that exist), each merging its results into --json; regenerates
+    --markdown once at the end, with the machine description at the top. A benchmark that
+    fails does not stop the others; the command then exits with 1. Needs a broker
+    (`rollstream kafka start`); cluster starts brokers of its own besides.
     """
     group = ctx.parent.command if ctx.parent is not None else None
     commands = group.commands if isinstance(group, click.Group) else {}

@@ -74,7 +74,7 @@ class PipelineBenchConfig:
     timeout_s: float = 300.0
 
 
-def _sessions(
+def session_load(
     prefix: str, count: int, pool: int, shape: SyntheticShape
 ) -> list[tuple[str, list[bytes]]]:
     """``count`` sessions (copies of ``pool`` drawn ones), each as its id and encoded records."""
@@ -88,9 +88,10 @@ def _sessions(
     return out
 
 
-async def _produce_all(
+async def produce_all(
     producer: AIOKafkaProducer, topic: str, sessions: list[tuple[str, list[bytes]]]
 ) -> None:
+    """Send every session's records keyed by its id; return once all are acknowledged."""
     futures = []
     for sid, values in sessions:
         for value in values:
@@ -130,7 +131,7 @@ def _schedule(config: PipelineBenchConfig) -> list[tuple[float, str, bytes, bool
     )
     count = max(1, round(config.rate * config.duration_s))
     sends = []
-    for i, (sid, values) in enumerate(_sessions("e2e", count, config.e2e_pool, shape)):
+    for i, (sid, values) in enumerate(session_load("e2e", count, config.e2e_pool, shape)):
         step = config.session_spread_s / max(1, len(values) - 1)
         for k, value in enumerate(values):
             sends.append((i / config.rate + k * step, sid, value, k == len(values) - 1))
@@ -150,13 +151,13 @@ async def run_pipeline_bench(
         tool_result_tokens=config.tool_result_tokens,
         completion_tokens=config.completion_tokens,
     )
-    load = _sessions("tp", config.sessions, config.pool, shape)
+    load = session_load("tp", config.sessions, config.pool, shape)
     schedule = _schedule(config)
     producer = make_producer(kafka)
     await producer.start()
     try:
         progress(f"  prefilling {names.events} with {config.sessions} sessions")
-        await _produce_all(producer, names.events, load)
+        await produce_all(producer, names.events, load)
         with tempfile.TemporaryDirectory() as tmp:
             async with PipelineRun(kafka, Path(tmp), config.timeout_s) as run:
                 recon = await _reconstructor_throughput(config, run)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +32,8 @@ class Arrivals:
     seen: Counter[str] = field(default_factory=Counter)
     times: list[float] = field(default_factory=list)
     values: list[bytes] = field(default_factory=list)
+    # Off where only the times matter: Scored records carry their whole trajectory.
+    keep_values: bool = True
 
     def add(self, key: bytes | None, value: bytes | None, now: float) -> None:
         """Note one record readable at ``now``."""
@@ -39,7 +42,8 @@ class Arrivals:
         self.first.setdefault(session, now)
         self.seen[session] += 1
         self.times.append(now)
-        self.values.append(value or b"")
+        if self.keep_values:
+            self.values.append(value or b"")
 
     def count(self, prefix: str) -> int:
         """Sessions of ``prefix`` seen."""
@@ -194,8 +198,15 @@ class PipelineRun:
 
         RuntimeError if a service exited or the reader failed; TimeoutError after the timeout.
         """
+        await self.wait_until(
+            lambda: arrivals.count(prefix) >= count,
+            lambda: f"{arrivals.count(prefix)} of {count} {prefix} sessions arrived",
+        )
+
+    async def wait_until(self, done: Callable[[], bool], status: Callable[[], str]) -> None:
+        """Until ``done()``; errors as :meth:`wait_for`'s, the timeout's saying ``status()``."""
         deadline = time.monotonic() + self.timeout_s
-        while arrivals.count(prefix) < count:
+        while not done():
             for service in self.services:
                 service.check()
             for task in self._tasks:
@@ -203,8 +214,11 @@ class PipelineRun:
                     task.result()  # the reader's or sampler's error, if it has one
                     raise RuntimeError("the reader stopped")
             if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"{arrivals.count(prefix)} of {count} {prefix} sessions arrived within "
-                    f"{self.timeout_s} s"
-                )
+                raise TimeoutError(f"{status()} within {self.timeout_s} s")
             await asyncio.sleep(0.05)
+
+    def stop_services(self) -> None:
+        """Stop every service started so far (a clean stop each), and forget them."""
+        for service in self.services:
+            service.stop()
+        self.services = []

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rollstream.capture.publisher.client import CapturePublisher, PublisherSettings
+from rollstream.dev.bench.common import process_cpu_seconds
 from rollstream.dev.bench.load import Encoding, encoded, renamed
 from rollstream.dev.bench.logdirs import topic_log_bytes
 from rollstream.dev.synthetic import SyntheticShape, synthetic_session
@@ -79,14 +80,14 @@ class PublisherBenchConfig:
         )
 
 
-def _events_like(prefix: str, name: str, partitions: int) -> TopicSpec:
+def events_like(prefix: str, name: str, partitions: int) -> TopicSpec:
     """A topic named ``name`` configured like the events topic (zstd, large messages)."""
     names = TopicNames(prefix)
     events = next(s for s in topic_specs(names, partitions) if s.name == names.events)
     return TopicSpec(name, partitions, dict(events.configs))
 
 
-def _throughput_load(config: PublisherBenchConfig, encoding: Encoding) -> list[tuple[bytes, bytes]]:
+def throughput_load(config: PublisherBenchConfig, encoding: Encoding) -> list[tuple[bytes, bytes]]:
     """(key, value) of ``config.records`` CallRecords, concurrent sessions' turns interleaved."""
     serializer = AvroSerializer()
     pool = [synthetic_session(f"pool-{i}", config.shape(), seed=i) for i in range(config.sessions)]
@@ -107,7 +108,8 @@ def _throughput_load(config: PublisherBenchConfig, encoding: Encoding) -> list[t
     return out[: config.records]
 
 
-async def _wait_published(publisher: CapturePublisher, count: int, timeout: float) -> None:
+async def wait_published(publisher: CapturePublisher, count: int, timeout: float) -> None:
+    """Until ``count`` records are acknowledged; TimeoutError (with the last error) after."""
     deadline = time.monotonic() + timeout
     while publisher.metrics.published < count:
         if time.monotonic() > deadline:
@@ -118,12 +120,13 @@ async def _wait_published(publisher: CapturePublisher, count: int, timeout: floa
         await asyncio.sleep(0.001)
 
 
-async def _create(kafka: KafkaSettings, spec: TopicSpec) -> None:
+async def create_topic(kafka: KafkaSettings, spec: TopicSpec) -> None:
+    """Create one measured topic (its replication as the spec says, else the cluster's)."""
     async with TopicAdmin(kafka) as admin:
         await admin.create([spec])
 
 
-async def _delete(kafka: KafkaSettings, topic: str) -> None:
+async def delete_topic(kafka: KafkaSettings, topic: str) -> None:
     """Drop a measured topic: the runs write hundreds of MB the broker need not keep."""
     admin = make_admin(kafka)
     await admin.start()
@@ -145,13 +148,18 @@ async def _count_records(kafka: KafkaSettings, topic: str) -> int:
         await consumer.stop()
 
 
-async def _one_throughput_run(
+async def one_throughput_run(
     config: PublisherBenchConfig,
     kafka: KafkaSettings,
     topic: str,
     load: list[tuple[bytes, bytes]],
     spool: Path,
+    broker_pids: tuple[int, ...] = (),
 ) -> dict[str, Any]:
+    """One timed run of ``load`` through a fresh publisher into ``topic``.
+
+    With ``broker_pids`` (brokers of this machine), their CPU seconds over the timed span too.
+    """
     settings = PublisherSettings()
     window = max(1, settings.max_queue_records // 2)
     publisher = CapturePublisher(kafka, settings, topic, spool)
@@ -159,16 +167,18 @@ async def _one_throughput_run(
     try:
         # The producer connects on the first batch: not part of the timing.
         publisher.publish(b"warmup", b"warmup")
-        await _wait_published(publisher, 1, config.timeout_s)
+        await wait_published(publisher, 1, config.timeout_s)
         cpu_before = time.process_time()
+        brokers_before = sum(process_cpu_seconds(pid) for pid in broker_pids)
         began = time.perf_counter()
         for i, (key, value) in enumerate(load):
             if i + 1 - publisher.metrics.published > window:
-                await _wait_published(publisher, i + 1 - window, config.timeout_s)
+                await wait_published(publisher, i + 1 - window, config.timeout_s)
             publisher.publish(key, value)
-        await _wait_published(publisher, len(load) + 1, config.timeout_s)
+        await wait_published(publisher, len(load) + 1, config.timeout_s)
         elapsed = time.perf_counter() - began
         cpu = time.process_time() - cpu_before
+        broker_cpu = sum(process_cpu_seconds(pid) for pid in broker_pids) - brokers_before
         metrics = publisher.metrics
     finally:
         await publisher.stop()
@@ -179,6 +189,8 @@ async def _one_throughput_run(
         "records_per_s": len(load) / elapsed,
         "mb_per_s": value_bytes / elapsed / 1e6,
         "cpu_us_per_record": cpu / len(load) * 1e6,
+        "elapsed_s": elapsed,
+        "broker_cpu_s": broker_cpu,
         "value_bytes_per_record": value_bytes / len(load),
         "log_bytes_per_record": log_bytes / (len(load) + 1),
         "stored": stored,
@@ -194,19 +206,19 @@ async def measure_throughput(
 ) -> dict[str, Any]:
     """CallRecords/s per encoding, median over alternating rounds."""
     encodings = [Encoding(e) for e in config.encodings]
-    loads = {e: _throughput_load(config, e) for e in encodings}
+    loads = {e: throughput_load(config, e) for e in encodings}
     runs: dict[Encoding, list[dict[str, Any]]] = {e: [] for e in encodings}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(config.rounds):
             for e in encodings if r % 2 == 0 else encodings[::-1]:
                 topic = f"{kafka.topic_prefix}.publisher-{e.value}-{r}"
-                await _create(kafka, _events_like(kafka.topic_prefix, topic, config.partitions))
+                await create_topic(kafka, events_like(kafka.topic_prefix, topic, config.partitions))
                 try:
-                    run = await _one_throughput_run(
+                    run = await one_throughput_run(
                         config, kafka, topic, loads[e], Path(tmp) / f"{e.value}-{r}"
                     )
                 finally:
-                    await _delete(kafka, topic)
+                    await delete_topic(kafka, topic)
                 runs[e].append(run)
                 progress(
                     f"  round {r + 1} {e.value}: {run['records_per_s']:,.0f} records/s, "
@@ -262,16 +274,16 @@ async def measure_session_bytes(
         for e in (Encoding(e) for e in config.encodings):
             values = [serializer.encode(r) for r in encoded(session, e)]
             topic = f"{kafka.topic_prefix}.session-{e.value}"
-            await _create(kafka, _events_like(kafka.topic_prefix, topic, 1))
+            await create_topic(kafka, events_like(kafka.topic_prefix, topic, 1))
             try:
                 publisher = CapturePublisher(kafka, PublisherSettings(), topic, Path(tmp) / e.value)
                 async with publisher:
                     for i, value in enumerate(values):
                         publisher.publish(key, value)
-                        await _wait_published(publisher, i + 1, config.timeout_s)
+                        await wait_published(publisher, i + 1, config.timeout_s)
                 log_bytes = await topic_log_bytes(kafka, topic, 1)
             finally:
-                await _delete(kafka, topic)
+                await delete_topic(kafka, topic)
             result = {
                 "encoding": e.value,
                 "records": len(values),

@@ -6,12 +6,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rollstream.dev.bench.cluster_report import cluster_section
 from rollstream.dev.bench.common import machine
 from rollstream.dev.bench.fidelity_report import fidelity_section
+from rollstream.dev.bench.instances_report import instances_section
 from rollstream.dev.bench.pipeline_report import pipeline_section
 from rollstream.dev.bench.publisher_report import publisher_section
 from rollstream.dev.bench.reconstruct_long import long_sessions_section
 from rollstream.dev.bench.scale_report import scale_section
+from rollstream.dev.bench.stream_section import stream_section
 from rollstream.dev.bench.suite import header_lines
 from rollstream.dev.bench.summary import update_readme
 
@@ -290,8 +293,11 @@ SECTIONS = {
     "node": _node_section,
     "reconstruct": _reconstruct_and_long_section,
     "publisher": publisher_section,
+    "cluster": cluster_section,
     "pipeline": pipeline_section,
+    "instances": instances_section,
     "scale": scale_section,
+    "stream": stream_section,
     "fidelity": fidelity_section,
 }
 

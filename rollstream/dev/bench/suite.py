@@ -14,10 +14,13 @@ from rollstream.dev.bench.common import machine
 ORDER = (
     "backend",
     "interceptor",
+    "stream",
     "node",
     "reconstruct",
     "publisher",
+    "cluster",
     "pipeline",
+    "instances",
     "scale",
     "fidelity",
 )

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rollstream.dev.bench.stream_section import summary_row as _stream
 from rollstream.errors import ConfigurationError
 
 START = "<!-- bench-table:start -->"
@@ -105,6 +106,31 @@ def _publisher(result: Result) -> str:
     )
 
 
+def _cluster(result: Result) -> str:
+    single, cluster = result["setups"][0], result["setups"][-1]
+    ratio = result["ratio"]
+    return (
+        f"{cluster['records_per_s']:,} vs {single['records_per_s']:,} records/s "
+        f"({ratio['records_per_s']}x) into {cluster['nodes']} nodes "
+        f"({cluster['replication_factor']} replicas, min ISR {cluster['min_insync_replicas']}) "
+        "vs one broker; publish → ack p99 "
+        f"{cluster['latency_p99_ms']} vs {single['latency_p99_ms']} ms at "
+        f"{result['config']['rate']:g} records/s"
+    )
+
+
+def _instances(result: Result) -> str:
+    def rates(counts: list[Result], key: str) -> str:
+        return " / ".join("n/a" if c[key] is None else f"{c[key]:,}" for c in counts)
+
+    rec, scorer = result["reconstructor"]["counts"], result["scorer"]["counts"]
+    return (
+        f"with {' / '.join(str(c['instances']) for c in rec)} instances: reconstructor "
+        f"{rates(rec, 'per_s')} calls/s ({rates(rec, 'per_instance_s')} each), scorer "
+        f"{rates(scorer, 'per_s')} trajectories/s ({rates(scorer, 'per_instance_s')} each)"
+    )
+
+
 def _scale(result: Result) -> str:
     load, proxy = result["load"], result["interceptor"]
     return (
@@ -127,11 +153,14 @@ def _fidelity(result: Result) -> str:
 ROWS: tuple[tuple[str, str, Callable[[Result], str]], ...] = (
     ("backend", "reference backend, one core", _backend),
     ("interceptor", "interceptor vs plain mitmproxy", _interceptor),
+    ("stream", "streamed tokens, mitmproxy vs rollstream 1 and 2 workers", _stream),
     ("scale", "one interceptor, many sessions", _scale),
     ("node", "rollout node (sleep-based sessions)", _node),
     ("publisher", "capture publisher", _publisher),
+    ("cluster", "publisher into a 3-node cluster vs one broker", _cluster),
     ("reconstruct", "reconstruction, one process", _reconstruct),
     ("pipeline", "reconstruct + score through Kafka", _pipeline),
+    ("instances", "reconstructor and scorer, more instances", _instances),
     ("fidelity", "model families x real harnesses", _fidelity),
 )
 

@@ -94,4 +94,4 @@ def test_stops_before_running_anything_without_a_broker(tmp_path: Path) -> None:
 def test_registered_under_bench() -> None:
     group = cli.commands["bench"]
     assert isinstance(group, click.Group)
-    assert {"publisher", "pipeline", "all"} <= set(group.commands)
+    assert {"publisher", "cluster", "pipeline", "instances", "all"} <= set(group.commands)
