@@ -22,6 +22,7 @@ from rollstream.kafka.replication import (
     resolve_replication,
     spec_replication,
 )
+from rollstream.kafka.topic_configs import describe_topic_configs
 from rollstream.schemas import TopicNames, TopicSpec, topic_specs
 from rollstream.settings import KafkaSettings
 
@@ -205,3 +206,29 @@ async def test_every_producer_keeps_acks_all_and_idempotence() -> None:
     for weakening in weakenings:
         with pytest.raises(ConfigurationError, match="refusing"):
             make_producer(settings, **weakening)
+
+
+class _FlakyConfigs:
+    """An admin client whose broker learns of the topic only after ``unknown_for`` answers."""
+
+    def __init__(self, unknown_for: int) -> None:
+        self.unknown_for = unknown_for
+        self.calls = 0
+
+    async def describe_configs(self, resources: list[Any]) -> list[Any]:
+        self.calls += 1
+        (resource,) = resources
+        if self.calls <= self.unknown_for:
+            answer = (3, "This server does not host this topic-partition.", 2, resource.name, [])
+        else:
+            entry = ("min.insync.replicas", "2", False, 1, False, [])
+            answer = (0, None, 2, resource.name, [entry])
+        return [type("Response", (), {"resources": [answer]})()]
+
+
+async def test_configs_of_a_topic_created_a_moment_ago_are_asked_again() -> None:
+    admin = _FlakyConfigs(unknown_for=2)
+    configs = await describe_topic_configs(admin, ["t"])  # type: ignore[arg-type]
+    assert configs == {"t": {"min.insync.replicas": ("2", 1)}} and admin.calls == 3
+    with pytest.raises(BrokerError, match="UNKNOWN_TOPIC_OR_PARTITION"):
+        await describe_topic_configs(_FlakyConfigs(10**6), ["t"], patience=0.3)  # type: ignore[arg-type]
