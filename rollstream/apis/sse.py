@@ -55,24 +55,40 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume bytes; return the events they completed."""
+        parsed = self.single(chunk)
+        if parsed is not None:
+            return [SSEEvent(parsed)]
+        return self.feed_general(chunk)
+
+    def single(self, chunk: bytes) -> dict[str, Any] | None:
+        """The JSON object of a read that is exactly one whole one-line ``data:`` event.
+
+        None (and nothing consumed) for any other read: then the caller hands the read to
+        :meth:`feed_general`. Where this gives an object, :meth:`feed` gives that one event.
+        """
+        # bytes.find, not ``in``: ``in`` first tries the operand as an integer and clears the
+        # TypeError, which costs more than the search itself.
         if (
             not self._buffer
             and chunk.startswith(b"data: {")
             and chunk.find(b"\n") == len(chunk) - 2
             and chunk.endswith(b"\n")
-            and b"\r" not in chunk
-            and (self._ids_marker is None or self._ids_marker not in chunk)
+            and chunk.find(b"\r") < 0
+            and (self._ids_marker is None or chunk.find(self._ids_marker) < 0)
         ):
             # The usual read of a stream: one whole event of one data line, a JSON object,
             # nothing buffered before it. The interceptor runs this for every read, and the
-            # general parse below costs three times as much; it gives the same event.
+            # general parse costs three times as much; it gives the same event.
             try:
                 parsed = orjson.loads(chunk[6:-2])
             except orjson.JSONDecodeError:
-                pass
-            else:
-                if isinstance(parsed, dict):
-                    return [SSEEvent(parsed)]
+                return None
+            if isinstance(parsed, dict):
+                return parsed
+        return None
+
+    def feed_general(self, chunk: bytes) -> list[SSEEvent]:
+        """:meth:`feed` without the one-event shortcut, for a read :meth:`single` declined."""
         self._buffer += chunk
         events: list[SSEEvent] = []
         while True:
@@ -95,7 +111,7 @@ class SSEParser:
         return [event] if event is not None else []
 
     def _parse_block(self, block: bytes) -> SSEEvent | None:
-        if block.startswith(b"data:") and b"\n" not in block and b"\r" not in block:
+        if block.startswith(b"data:") and block.find(b"\n") < 0 and block.find(b"\r") < 0:
             # One data line, by far the most common event: what the general parse gives.
             name, raw = None, block[6:] if block[5:6] == b" " else block[5:]
         else:
@@ -105,7 +121,7 @@ class SSEParser:
             name, raw = fields
         if raw == _DONE_BYTES:
             return SSEEvent(DONE, name)  # no JSON parse (and its failure) for the last event
-        if self._ids_marker is not None and self._ids_marker in raw:
+        if self._ids_marker is not None and raw.find(self._ids_marker) >= 0:
             assert self._take_ids is not None
             taken = jsonfast.loads_taking_ids(raw, self._take_ids)
             if taken is not None:

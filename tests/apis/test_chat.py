@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -18,6 +19,7 @@ from rollstream.apis.chat import (
 )
 from rollstream.apis.errors import TranslationError
 
+JSON = dict[str, Any]
 REQUEST = {"model": "qwen", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 
 
@@ -208,3 +210,32 @@ def test_sglang_meta_info() -> None:
         }
     )
     assert capture.completion_token_ids == [5, 6] and capture.logprobs == [-0.1, -0.2]
+
+
+def _text_chunk(text: Any = None, arguments: Any = None, name: str = "") -> JSON:
+    delta: JSON = {"content": text}
+    if arguments is not None:
+        delta["tool_calls"] = [{"index": 0, "function": {"name": name, "arguments": arguments}}]
+    return {"choices": [{"index": 0, "delta": delta}]}
+
+
+def test_text_is_kept_in_pieces_and_read_whole_however_it_was_cut() -> None:
+    cut, whole = Capture(), Capture()
+    for i, piece in enumerate(["a", "", "b", "c"]):
+        cut.add_chunk(_text_chunk(piece, piece, "f" if i == 0 else ""))
+    whole.add_chunk(_text_chunk("abc", "abc", "f"))
+    assert cut == whole
+    assert cut.content == "abc" and cut.content == "abc"  # read again: the same text
+    assert cut.tool_calls == {0: {"id": None, "name": "f", "arguments": "abc"}}
+    cut.add_chunk(_text_chunk("d"))
+    assert cut.content == "abcd" and cut != whole
+
+
+@pytest.mark.parametrize("arguments", [7, ["x"], {"a": 1}])
+def test_tool_call_arguments_that_are_not_text_fail_as_they_always_did(arguments: Any) -> None:
+    with pytest.raises(TypeError) as failed:
+        Capture().add_chunk(_text_chunk(None, arguments))
+    with pytest.raises(TypeError) as before:
+        text = ""
+        text += arguments  # what the capture did before it kept pieces
+    assert str(failed.value) == str(before.value)

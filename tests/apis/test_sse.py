@@ -6,6 +6,7 @@ import itertools
 import struct
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -103,3 +104,47 @@ def test_taking_ids_is_only_for_the_named_key_and_leaves_other_events_alone() ->
     events = SSEParser(take_ids=KEY).feed(stream)
     assert events == [SSEEvent({"a": [1, 2]}), SSEEvent({KEY: [3, 1.5]})]
     assert SSEParser().feed(b'data: {"prompt_token_ids": [3]}\n\n') == [SSEEvent({KEY: [3]})]
+
+
+#: The reads above that are one whole event of one data line holding a JSON object.
+ONE_EVENT = {
+    b'data: {"a": 1}\n\n',
+    b'data: {"a": "\\u00e9\\n"}\n\n',
+    b'data: {"prompt_token_ids": [1]}\n\n',
+}
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        b'data: {"a": 1}\n\n',
+        b'data: {"a": "\\u00e9\\n"}\n\n',
+        b'data: {"a":\r1}\n\n',  # a CR ends the line: the data is '{"a":'
+        b'data: {"a": 1}\r\n\n',
+        b'data: {"a": 1}\n\ndata: {"b": 2}\n\n',
+        b'data: {"a": 1}\n',
+        b'data: {"a": 1}\n\n\n',
+        b"data: [1]\n\n",
+        b"data: {NaN}\n\n",
+        b'data: {"a": NaN}\n\n',  # only the standard library reads it
+        b'event: x\ndata: {"a": 1}\n\n',
+        b'data: {"prompt_token_ids": [1]}\n\n',
+    ],
+)
+@pytest.mark.parametrize("take_ids", [None, KEY])
+@pytest.mark.parametrize("buffered", [b"", b'data: {"x"'])
+def test_single_gives_a_one_event_read_as_feed_does_and_declines_the_rest(
+    read: bytes, take_ids: str | None, buffered: bytes
+) -> None:
+    one, other = SSEParser(take_ids=take_ids), SSEParser(take_ids=take_ids)
+    assert one.feed(buffered) == other.feed(buffered) == []
+    expected = other.feed(read) + other.flush()
+    single = one.single(read)
+    if single is not None:
+        assert expected == [SSEEvent(single)]
+        assert not buffered and read.count(b"\n") == 2 and b"\r" not in read
+        assert not (take_ids and KEY.encode() in read)
+    else:
+        assert one.feed_general(read) + one.flush() == expected
+    taken = read in ONE_EVENT and not buffered and not (take_ids and KEY.encode() in read)
+    assert (single is not None) is taken

@@ -218,17 +218,18 @@ class _FlakyConfigs:
     async def describe_configs(self, resources: list[Any]) -> list[Any]:
         self.calls += 1
         (resource,) = resources
+        answer: tuple[Any, ...]
         if self.calls <= self.unknown_for:
             answer = (3, "This server does not host this topic-partition.", 2, resource.name, [])
         else:
-            entry = ("min.insync.replicas", "2", False, 1, False, [])
+            entry: tuple[Any, ...] = ("min.insync.replicas", "2", False, 1, False, [])
             answer = (0, None, 2, resource.name, [entry])
         return [type("Response", (), {"resources": [answer]})()]
 
 
 async def test_configs_of_a_topic_created_a_moment_ago_are_asked_again() -> None:
     admin = _FlakyConfigs(unknown_for=2)
-    configs = await describe_topic_configs(admin, ["t"])  # type: ignore[arg-type]
+    configs = await describe_topic_configs(admin, ["t"])
     assert configs == {"t": {"min.insync.replicas": ("2", 1)}} and admin.calls == 3
     with pytest.raises(BrokerError, match="UNKNOWN_TOPIC_OR_PARTITION"):
-        await describe_topic_configs(_FlakyConfigs(10**6), ["t"], patience=0.3)  # type: ignore[arg-type]
+        await describe_topic_configs(_FlakyConfigs(10**6), ["t"], patience=0.3)
