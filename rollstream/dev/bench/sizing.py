@@ -164,7 +164,7 @@ def render(benchmarks: dict[str, Any], work: Workload | None = None) -> list[str
         ("records/s into Kafka", [f"{p.records_s:,.0f}" for p in plans]),
         (
             "bytes/s into Kafka (x replicas)",
-            [f"{_si(p.bytes_s, 'B')} (x{work.replication})" for p in plans],
+            [f"{_si(p.bytes_s, 'B/s')} (x{work.replication})" for p in plans],
         ),
         ("interceptor workers per node", [str(p.workers_per_node) for p in plans]),
         ("partitions (events, trajectories, scored)", [str(p.partitions) for p in plans]),
