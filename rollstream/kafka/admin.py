@@ -136,7 +136,7 @@ class TopicAdmin:
         the cluster's default (``resolve_replication``). Every created topic gets its
         ``min.insync.replicas`` as a topic config.
         """
-        brokers = len(await self.brokers())
+        brokers = len(await self.known_brokers())
         wanted = {
             s.name: spec_replication(s, brokers, replication_factor, min_insync_replicas)
             for s in specs
@@ -165,7 +165,11 @@ class TopicAdmin:
         configs = await describe_topic_configs(
             self._admin, [s.name for s in specs if s.name in existing]
         )
-        metadata = {t["topic"]: t for t in await self._admin.describe_topics(list(existing))}
+        metadata = (
+            {t["topic"]: t for t in await cluster_topics(self._admin, sorted(existing), only=True)}
+            if existing
+            else {}
+        )
         for spec in specs:
             want = wanted[spec.name]
             if spec.name not in existing:
@@ -210,6 +214,18 @@ class TopicAdmin:
         """The ids of the brokers the cluster's metadata names (those up), sorted."""
         cluster = await self._admin.describe_cluster()
         return sorted(b["node_id"] for b in cluster["brokers"])
+
+    async def known_brokers(self) -> list[int]:
+        """The brokers up and those holding any replica (a broker down is still one), sorted.
+
+        The default replication is decided from these: counted from the brokers up, one broker
+        down would make new topics less replicated for good (and ``replicate`` lower their
+        ``min.insync.replicas``).
+        """
+        live = set(await self.brokers())
+        metadata = await self._admin.describe_topics()
+        holding = {r for t in metadata for p in t["partitions"] for r in p["replicas"]}
+        return sorted(live | holding)
 
     async def list_topics(self) -> list[str]:
         """Every topic name in the cluster, internal ones excluded, sorted."""
@@ -271,7 +287,8 @@ class TopicAdmin:
         removes replicas. None settings are the cluster's defaults, as in ``create``.
         """
         brokers = await self.brokers()
-        want = resolve_replication(len(brokers), replication_factor, min_insync_replicas)
+        known = await self.known_brokers()
+        want = resolve_replication(len(known), replication_factor, min_insync_replicas)
         metadata = await cluster_topics(self._admin, names)
         states = partitions_of(metadata)
         # Every topic's replicas weigh on a broker, not only those of the topics replicated.
@@ -280,10 +297,11 @@ class TopicAdmin:
         targets = plan_replicas(ours, want.replication_factor, brokers, load)
         await alter_reassignments(self._admin, targets)
         # Also wait for partitions still catching up (an earlier run that did not wait).
+        # (Not those waiting on a broker that is down: they cannot catch up before it is back.)
         lagging = {
             (p.topic, p.partition): list(p.replicas)
             for p in ours
-            if not set(p.isr) >= set(p.replicas)
+            if not set(p.isr) >= set(p.replicas) and set(p.replicas) - set(p.isr) <= set(brokers)
         }
         if (targets or lagging) and wait:
             awaited = lagging | targets
@@ -296,7 +314,13 @@ class TopicAdmin:
             parts = {p.partition: p for p in states.values() if p.topic == name}
             before = configs[name].get(MIN_INSYNC, (None, 0))[0]
             wanted = str(want.min_insync_replicas)
-            settle = before != wanted and may_set_min_insync(want, before, parts.values())
+            # Lowered only when asked for: a default never weakens a topic's durability.
+            lowering = before is not None and before.isdigit() and int(before) > int(wanted)
+            settle = (
+                before != wanted
+                and not (lowering and min_insync_replicas is None)
+                and may_set_min_insync(want, before, parts.values())
+            )
             if settle:
                 await set_topic_config(self._admin, name, configs[name], MIN_INSYNC, wanted)
             reports.append(

@@ -10,7 +10,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import IllegalStateError
+from aiokafka.errors import (
+    IllegalStateError,
+    KafkaConnectionError,
+    NodeNotReadyError,
+    RequestTimedOutError,
+)
 from aiokafka.structs import TopicPartition
 
 from rollstream.errors import ConfigurationError
@@ -63,9 +68,34 @@ def make_consumer(
     return AIOKafkaConsumer(*topics, **(kwargs | overrides))
 
 
+class _AdminClient(AIOKafkaAdminClient):  # type: ignore[misc]
+    """aiokafka's admin client, asking another broker when the one it picked is down.
+
+    aiokafka sends most admin requests to a broker picked at random from its metadata, which
+    names a broker that just went down until the next refresh: one broker down then fails a
+    third of the calls with a retriable connection error, though two brokers could answer.
+    """
+
+    async def _send_request(self, request: Any, node_id: int | None = None) -> Any:
+        if node_id is not None:
+            return await super()._send_request(request, node_id)
+        for attempt in range(_ADMIN_ATTEMPTS):
+            try:
+                return await super()._send_request(request)
+            except (NodeNotReadyError, KafkaConnectionError, RequestTimedOutError):
+                if attempt == _ADMIN_ATTEMPTS - 1:
+                    raise
+                self._client.force_metadata_update()
+                await asyncio.sleep(0.2)
+        raise AssertionError("unreachable")
+
+
+_ADMIN_ATTEMPTS = 10
+
+
 def make_admin(settings: KafkaSettings, **overrides: Any) -> AIOKafkaAdminClient:
-    """An admin client for topic management."""
-    return AIOKafkaAdminClient(**(settings.client_kwargs() | overrides))
+    """An admin client for topic management (another broker is asked if one is down)."""
+    return _AdminClient(**(settings.client_kwargs() | overrides))
 
 
 async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition] | None:

@@ -13,6 +13,7 @@ import re
 import time
 
 import pytest
+from aiokafka.errors import KafkaError
 from click.testing import CliRunner
 
 from rollstream.cli import cli
@@ -259,3 +260,36 @@ def test_the_cli_on_a_single_broker_has_nothing_to_replicate(kafka_settings: Kaf
     assert replicated.exit_code == 0, replicated.output
     lines = replicated.output.splitlines()
     assert len(lines) == 8 and all(line.endswith("has 1+ replicas, in sync") for line in lines)
+
+
+async def test_a_broker_down_neither_shrinks_the_default_nor_lowers_min_insync(
+    kafka_cluster: LocalCluster, cluster_settings: KafkaSettings
+) -> None:
+    names = TopicNames(cluster_settings.topic_prefix)
+    async with TopicAdmin(cluster_settings) as admin:
+        await admin.create([TopicSpec(names.events, 3, {})])
+    kafka_cluster.kill(3)
+    try:
+        async with TopicAdmin(cluster_settings) as admin:
+
+            async def node_3_gone() -> bool:
+                try:  # the client may still pick node 3 until its metadata says it is gone
+                    return await admin.brokers() == [1, 2]
+                except KafkaError:
+                    return False
+
+            await until(node_3_gone, 60, "the metadata without node 3", interval=0.5)
+            # Node 3 still holds replicas: the cluster has three brokers, one of them down.
+            assert await admin.known_brokers() == [1, 2, 3]
+            [report] = await admin.add_replicas([names.events], wait=False)
+            assert report.replication_factor == 3 and not report.reassigned
+            assert (await admin.configs([names.events]))[names.events]["min.insync.replicas"] == "2"
+            # A new topic still asks for three replicas (Kafka places or refuses them), not two.
+            try:
+                [created] = await admin.create([TopicSpec(names.scored, 3, {})])
+            except BrokerError as exc:  # refused while the broker is down: loud, not weaker
+                assert "replication" in str(exc).lower(), exc
+            else:
+                assert created.replication_factor == 3
+    finally:
+        await kafka_cluster.restart_node(3)

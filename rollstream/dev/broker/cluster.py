@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from types import TracebackType
 from typing import Self
 
-from rollstream.dev.broker.config import NodeIdentity, new_cluster_id, pick_port
+from rollstream.dev.broker.config import BrokerLayout, NodeIdentity, new_cluster_id, pick_port
 from rollstream.dev.broker.process import BrokerInfo, LocalBroker, _run_sync
 from rollstream.dev.broker.settings import BrokerSettings
 from rollstream.errors import BrokerError
@@ -66,8 +66,8 @@ class LocalCluster:
     """``nodes`` combined broker+controller Kafka nodes forming one KRaft quorum.
 
     ``start()`` launches every node, then waits until each is ready and the cluster's metadata
-    names them all. ``stop()`` stops them (controlled shutdown, one at a time so that the
-    quorum lives until the last). With ``record_state`` the cluster is written to the state
+    names them all; a failure stops every node it launched. ``stop()`` stops them all at once.
+    With ``record_state`` the cluster is written to the state
     file other rollstream commands discover the bootstrap servers from.
     """
 
@@ -102,13 +102,12 @@ class LocalCluster:
         """Start every node that is not running; return when the whole cluster answers."""
         began = time.monotonic()
         nodes = self._brokers()
-        launched = {
-            node_id: broker.launch()
-            for node_id, broker in nodes.items()
-            if broker.running() is None
-        }
+        launched: dict[int, tuple[BrokerLayout, str, float]] = {}
         infos: dict[int, BrokerInfo] = {}
         try:
+            for node_id, broker in nodes.items():
+                if broker.running() is None:
+                    launched[node_id] = broker.launch()
             for node_id, broker in nodes.items():
                 if node_id in launched:
                     infos[node_id] = broker.wait_ready(*launched[node_id])
@@ -116,6 +115,9 @@ class LocalCluster:
                     infos[node_id] = broker.running() or broker.start()
             self._wait_members(began)
         except BaseException:
+            # Launched nodes not yet ready have no state file that stop() would find.
+            for node_id in launched:
+                nodes[node_id].kill_launched()
             self.stop(timeout=10.0)
             raise
         self.info = ClusterInfo(
@@ -240,9 +242,12 @@ class LocalCluster:
         """The node that leads the KRaft quorum now, read from the nodes' own logs."""
         best: tuple[int, int] | None = None  # (epoch, node)
         for broker in self._brokers().values():
-            log_file = broker.data_dir / "logs" / "server.log"
-            with contextlib.suppress(OSError):
-                for match in _LEADER_LINE.finditer(log_file.read_text(errors="replace")):
+            # The rolled files too: the leader's line may have rolled out of server.log.
+            for log_file in sorted((broker.data_dir / "logs").glob("server.log*")):
+                text = ""
+                with contextlib.suppress(OSError):
+                    text = log_file.read_text(errors="replace")
+                for match in _LEADER_LINE.finditer(text):
                     candidate = (int(match.group(2)), int(match.group(1)))
                     if best is None or candidate > best:
                         best = candidate

@@ -236,6 +236,12 @@ class LocalBroker:
         log.info("Kafka %s ready at %s", self.settings.version, layout.bootstrap_servers)
         return self.info
 
+    def kill_launched(self) -> None:
+        """SIGKILL the process :meth:`launch` started, if it still runs (a failed start)."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+
     def stop(self, timeout: float = 30.0) -> bool:
         """Stop the broker: SIGTERM (controlled shutdown), SIGKILL after ``timeout``.
 

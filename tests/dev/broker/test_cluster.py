@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -175,3 +176,30 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+@pytest.mark.integration
+def test_a_failed_start_leaves_no_node_running(tmp_path: Path) -> None:
+    cluster = LocalCluster(
+        BrokerSettings(data_dir=tmp_path / "kafka", port=0, heap="384m", start_timeout=120),
+        StatePaths(state_dir=tmp_path / "state", cache_dir=JAR_CACHE),
+        3,
+        record_state=False,
+        outlive_parent=False,
+    )
+    taken = json.loads(_identity_file(cluster).read_text())["nodes"][0]["port"]
+    with socket.socket() as blocker:
+        blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        blocker.bind(("127.0.0.1", taken))
+        blocker.listen()
+        with pytest.raises(BrokerError):
+            cluster.start()
+    # Node 1 fails while nodes 2 and 3 are launched but not yet waited for: none may live on.
+    for node_id in (1, 2, 3):
+        proc = cluster.node(node_id)._proc
+        assert proc is None or proc.poll() is not None, f"node {node_id} still runs"
+
+
+def _identity_file(cluster: LocalCluster) -> Path:
+    cluster._identities()  # picks and records the ports, as start() would
+    return cluster.data_dir / "cluster.json"
