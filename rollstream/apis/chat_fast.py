@@ -22,30 +22,51 @@ What it gives equals the general path's, which the property tests check:
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import orjson
 
 from rollstream.apis.chat import JSON, Asked, Capture, logprob_of
+from rollstream.apis.chat_template import ChunkTemplate
 from rollstream.schemas import jsonfast
 
 #: A parsed chunk and the read it came from, in; the bytes for the harness out, or None when
 #: the chunk is not the common one (nothing was captured or changed: the general path takes it).
 FastChunk = Callable[[JSON, bytes], bytes | None]
 
+# Chunks that teach no template (several ids, top logprobs, a server writing JSON its own way)
+# cost a little each time one is tried: after this many, the call stops trying.
+_LEARN_ATTEMPTS = 8
 
-def chunk_fast_path(capture: Capture, asked: Asked, harness_model: str | None) -> FastChunk:
+
+@dataclass(slots=True)
+class FastPath:
+    """One call's fast path: :attr:`parsed` for a parsed chunk, :attr:`template` for raw bytes.
+
+    ``template`` (``chat_template``), once a chunk has taught it, reads the answer's later
+    common chunks without parsing them; ``parsed`` takes what it does not match.
+    """
+
+    parsed: FastChunk
+    template: ChunkTemplate | None = None
+
+
+def chunk_fast_path(capture: Capture, asked: Asked, harness_model: str | None) -> FastPath:
     """The fast path of one streamed Chat call that goes to the harness as Chat (passthrough).
 
-    The function it returns takes a chunk orjson parsed from ``raw``, which must be exactly one
+    Its ``parsed`` function takes a chunk orjson parsed from ``raw``, which must be exactly one
     event (one ``data:`` line, then a blank line: ``SSEParser.single`` gives such chunks), and
     may change the chunk. Only dicts, lists and JSON's scalars are in such a chunk: a subscript
-    that succeeds on a value means it is a dict (a string key) or a list (unpacking).
+    that succeeds on a value means it is a dict (a string key) or a list (unpacking). A chunk
+    it takes teaches the path its template, unless the template it has already matched it.
     """
     strip_ids = not asked.token_ids
     null_logprobs = not asked.logprobs
     dumps = orjson.dumps
+    attempts = _LEARN_ATTEMPTS
 
     def fast(chunk: JSON, raw: bytes) -> bytes | None:
+        nonlocal attempts
         # Subscripts in a try, not get() and isinstance(): the checks are half the cost of
         # this path, and a missing field or a value of the wrong kind raises before any change.
         try:
@@ -76,6 +97,13 @@ def chunk_fast_path(capture: Capture, asked: Asked, harness_model: str | None) -
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
 
+        if attempts:  # before the chunk is changed below: the template is of the upstream's
+            learnt = ChunkTemplate.learn(chunk, raw, asked, harness_model)
+            if learnt is None:
+                attempts -= 1
+            else:
+                path.template = learnt
+
         # Captured as Capture._add_choice captures it.
         capture.saw_token_ids = True
         capture.completion_token_ids += ids
@@ -105,4 +133,5 @@ def chunk_fast_path(capture: Capture, asked: Asked, harness_model: str | None) -
             body = jsonfast.dumps(chunk)
         return b"data: " + body + b"\n\n"
 
-    return fast
+    path = FastPath(fast)
+    return path

@@ -53,6 +53,11 @@ class SSEParser:
         self._take_ids = take_ids
         self._ids_marker = b'"' + take_ids.encode() + b'"' if take_ids else None
 
+    @property
+    def idle(self) -> bool:
+        """Nothing buffered: the next read starts an event (what :meth:`single` needs too)."""
+        return not self._buffer
+
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume bytes; return the events they completed."""
         parsed = self.single(chunk)

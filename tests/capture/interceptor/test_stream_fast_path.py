@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from rollstream.apis.adapters import ADAPTER_BY_KIND
 from rollstream.apis.chat import Asked, Capture, strip_chunk
-from rollstream.apis.chat_fast import FastChunk, chunk_fast_path
+from rollstream.apis.chat_fast import FastPath, chunk_fast_path
+from rollstream.apis.chat_template import ChunkTemplate
 from rollstream.apis.sse import SSEEvent
 from rollstream.capture.interceptor import streaming
 from rollstream.capture.interceptor.recording import CallState
@@ -224,17 +225,33 @@ def _same_json(upstream: bytes, general: bytes) -> bool:
 
 
 def _counting(taken: list[bool]) -> Any:
-    def make(capture: Capture, asked: Asked, harness_model: str | None) -> FastChunk:
-        fast = chunk_fast_path(capture, asked, harness_model)
+    """``chunk_fast_path`` noting, for each read its parsed path saw, whether it took it."""
+
+    def make(capture: Capture, asked: Asked, harness_model: str | None) -> FastPath:
+        path = chunk_fast_path(capture, asked, harness_model)
+        parsed = path.parsed
 
         def counted(chunk: JSON, raw: bytes) -> bytes | None:
-            sent = fast(chunk, raw)
+            sent = parsed(chunk, raw)
             taken.append(sent is not None)
             return sent
 
-        return counted
+        path.parsed = counted
+        return path
 
     return make
+
+
+def _matching(matched: list[bool]) -> Any:
+    """``ChunkTemplate.match`` noting whether each read it saw matched."""
+    match = ChunkTemplate.match
+
+    def counted(self: ChunkTemplate, raw: bytes, capture: Capture) -> bytes | None:
+        sent = match(self, raw, capture)
+        matched.append(sent is not None)
+        return sent
+
+    return mock.patch.object(ChunkTemplate, "match", counted)
 
 
 @settings(max_examples=300, deadline=None)
@@ -244,12 +261,15 @@ def test_the_fast_path_gives_what_the_general_path_gives(
 ) -> None:
     body, asked, reads, style = call
     taken: list[bool] = []
+    matched: list[bool] = []
     with mock.patch.object(streaming, "chunk_fast_path", _counting(taken)):
         fast_state, fast = _function(body, asked, fast=True)
     slow_state, slow = _function(body, asked, fast=False)
     nothing_to_strip = asked.token_ids and asked.logprobs
     for read in [*reads, b""]:
-        fast_out, slow_out = list(fast(read)), list(slow(read))
+        with _matching(matched):
+            fast_out = list(fast(read))
+        slow_out = list(slow(read))
         if fast_out != slow_out:
             # Only an event forwarded as the upstream wrote it, JSON for JSON the same; never
             # where the upstream writes as orjson does, nor where anything was stripped.
@@ -264,6 +284,7 @@ def test_the_fast_path_gives_what_the_general_path_gives(
     assert (fast_state.error, fast_state.status) == (slow_state.error, slow_state.status)
     assert (fast_state.first_token_at is None) is (slow_state.first_token_at is None)
     event(f"fast path taken: {'some' if any(taken) else 'none'}")
+    event(f"template matched: {'some' if any(matched) else 'none'}")
 
 
 def test_a_vllm_stream_takes_the_fast_path_for_every_token_and_sends_the_same_bytes() -> None:
@@ -271,12 +292,15 @@ def test_a_vllm_stream_takes_the_fast_path_for_every_token_and_sends_the_same_by
     for asked, model in [(Asked(), "harness-model"), (Asked(True, True), UPSTREAM)]:
         body = {"model": model, "messages": [], "stream": True}
         taken: list[bool] = []
+        matched: list[bool] = []
         with mock.patch.object(streaming, "chunk_fast_path", _counting(taken)):
             fast_state, fast = _function(body, asked, fast=True)
         slow_state, slow = _function(body, asked, fast=False)
         for read in [*reads, b""]:
-            assert list(fast(read)) == list(slow(read))
-        assert taken.count(True) == 40  # every token's read; the role and finish chunks not
+            with _matching(matched):
+                assert list(fast(read)) == list(slow(read))
+        # Every token's read; the role and finish chunks not. Top logprobs: no template.
+        assert taken.count(True) == 40 and not any(matched)
         assert fast_state.capture == slow_state.capture
         assert len(fast_state.capture.completion_token_ids) == 40
         assert fast_state.capture.finish_reason == "length"
@@ -310,7 +334,7 @@ def test_a_chunk_off_the_common_shape_is_left_alone_or_handled_alike(
     raw = _encode(chunk, "orjson")
     capture = Capture()
     parsed = orjson.loads(raw[6:-2])
-    sent = chunk_fast_path(capture, asked, "harness-model")(parsed, raw)
+    sent = chunk_fast_path(capture, asked, "harness-model").parsed(parsed, raw)
     assert (sent is not None) is (variant in TAKEN)
     if sent is None:  # declined before touching anything
         assert capture == Capture() and parsed == chunk
@@ -327,7 +351,7 @@ def test_a_common_chunk_is_captured_and_stripped_as_the_general_path_does(
     chunk = _chunk(UPSTREAM, copy.deepcopy(TEXT_CHOICE))
     raw = _encode(chunk, "spaced")  # not as orjson writes it: the output is written again
     capture = Capture()
-    sent = chunk_fast_path(capture, asked, model)(orjson.loads(raw[6:-2]), raw)
+    sent = chunk_fast_path(capture, asked, model).parsed(orjson.loads(raw[6:-2]), raw)
     assert (capture, sent) == _general(chunk, asked, model)
     assert capture.content == 'a "quoted" \\ é' and capture.completion_logprobs == [-0.25]
 
@@ -337,7 +361,7 @@ def test_with_nothing_to_strip_the_upstream_event_goes_out_as_it_came() -> None:
     raw = _encode(chunk, "ascii")
     for model in [None, UPSTREAM]:
         capture = Capture()
-        fast = chunk_fast_path(capture, Asked(True, True), model)
+        fast = chunk_fast_path(capture, Asked(True, True), model).parsed
         assert fast(orjson.loads(raw[6:-2]), raw) is raw
         assert capture == _general(chunk, Asked(True, True), model)[0]
 
