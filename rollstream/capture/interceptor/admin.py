@@ -5,15 +5,77 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from aiohttp import web
 
 from rollstream.capture.interceptor.registry import CONTEXT_MODES, RegistryError
+from rollstream.host import reachable
 
 if TYPE_CHECKING:
     from rollstream.capture.interceptor.addon import RollstreamAddon
     from rollstream.capture.publisher.client import CapturePublisher
+
+
+#: Paths of the admin port's routes (``admin_routes``), for whoever calls them: a pool asks its
+#: workers, the node registers sessions.
+HEALTH_PATH = "/health"
+METRICS_PATH = "/metrics"
+SESSION_PATH = "/sessions/{session}"
+PAUSE_PATH = "/admin/pause"
+RESUME_PATH = "/admin/resume"
+POLICY_VERSION_PATH = "/admin/policy-version"
+
+
+def server_url(host: str, port: int) -> str:
+    """``http://host:port`` for a server listening on ``host``, as this machine reaches it.
+
+    A wildcard listen address is no destination: loopback stands in (``host.reachable``).
+    """
+    address = reachable(host)
+    return f"http://[{address}]:{port}" if ":" in address else f"http://{address}:{port}"
+
+
+class AdminHandlers(Protocol):
+    """What answers the admin port's routes: one interceptor, or a pool for all its workers."""
+
+    async def health(self, request: web.Request) -> web.Response:
+        """GET /health."""
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """GET /metrics."""
+
+    async def session(self, request: web.Request) -> web.Response:
+        """GET /sessions/{session}."""
+
+    async def register(self, request: web.Request) -> web.Response:
+        """PUT /sessions/{session}."""
+
+    async def forget(self, request: web.Request) -> web.Response:
+        """DELETE /sessions/{session}."""
+
+    async def pause(self, request: web.Request) -> web.Response:
+        """POST /admin/pause."""
+
+    async def resume(self, request: web.Request) -> web.Response:
+        """POST /admin/resume."""
+
+    async def policy_version(self, request: web.Request) -> web.Response:
+        """POST /admin/policy-version."""
+
+
+def admin_routes(handlers: AdminHandlers) -> list[web.RouteDef]:
+    """The admin port's routes, answered by ``handlers`` (the one table of them)."""
+    return [
+        web.get(HEALTH_PATH, handlers.health),
+        web.get(METRICS_PATH, handlers.metrics),
+        web.get(SESSION_PATH, handlers.session),
+        web.put(SESSION_PATH, handlers.register),
+        web.delete(SESSION_PATH, handlers.forget),
+        web.post(PAUSE_PATH, handlers.pause),
+        web.post(RESUME_PATH, handlers.resume),
+        web.post(POLICY_VERSION_PATH, handlers.policy_version),
+    ]
 
 
 def metrics_text(addon: RollstreamAddon, publisher: CapturePublisher) -> str:
@@ -34,6 +96,7 @@ def metrics_text(addon: RollstreamAddon, publisher: CapturePublisher) -> str:
         ("rollstream_publish_batches_total", "counter", m.batches),
         ("rollstream_records_spooled_total", "counter", m.spooled),
         ("rollstream_records_drained_total", "counter", m.drained),
+        ("rollstream_records_adopted_total", "counter", m.adopted),
         ("rollstream_records_dropped_total", "counter", m.dropped),
         ("rollstream_records_rejected_total", "counter", m.rejected),
         ("rollstream_spool_held_records", "gauge", m.held),
@@ -63,14 +126,7 @@ class AdminApp:
     def app(self) -> web.Application:
         """The aiohttp application."""
         app = web.Application()
-        app.router.add_get("/health", self.health)
-        app.router.add_get("/metrics", self.metrics)
-        app.router.add_get("/sessions/{session}", self.session)
-        app.router.add_put("/sessions/{session}", self.register)
-        app.router.add_delete("/sessions/{session}", self.forget)
-        app.router.add_post("/admin/pause", self.pause)
-        app.router.add_post("/admin/resume", self.resume)
-        app.router.add_post("/admin/policy-version", self.policy_version)
+        app.add_routes(admin_routes(self))
         return app
 
     async def health(self, request: web.Request) -> web.Response:

@@ -8,7 +8,9 @@ connection relayed to its session's worker, for harnesses that know one address)
 
 Every session lives on one worker, where its state is (delta ledger, sequence numbers,
 exact-context memory, strict-mode registration). The node registers a session before launching
-its harness and points the harness at the worker's own address (no hop through the pool).
+its harness and points the harness at the worker's own address, which the registration's reply
+names (no hop through the pool), or at the pool's router when it cannot reach the worker there
+(remapped ports) or is told to (the node's ``worker_urls``).
 
 A worker that dies is started again on the same ports with the same state name, so it is the
 same interceptor: harnesses holding its address reach it again, its registry still accepts its
@@ -30,6 +32,7 @@ from aiohttp import web
 from mitmproxy.certs import CertStore
 from mitmproxy.options import CONF_BASENAME, KEY_SIZE
 
+from rollstream.capture.interceptor.admin import PAUSE_PATH, server_url
 from rollstream.capture.interceptor.pool_admin import PoolAdminApp
 from rollstream.capture.interceptor.pool_affinity import Affinity
 from rollstream.capture.interceptor.pool_router import ConnectionRouter
@@ -174,12 +177,12 @@ class InterceptorPool:
     @property
     def url(self) -> str:
         """The pool's proxy address (the router), for harnesses the node did not launch."""
-        return f"http://{reachable(self.settings.host)}:{self.port}"
+        return server_url(self.settings.host, self.port)
 
     @property
     def admin_url(self) -> str:
         """The pool's admin port."""
-        return f"http://{reachable(self.settings.host)}:{self.admin_port}"
+        return server_url(self.settings.host, self.admin_port)
 
     # -- what the admin port tells us --------------------------------------------------------
 
@@ -297,5 +300,5 @@ class InterceptorPool:
         assert self.http is not None
         body = {"drain_timeout_s": 0.1, "lease_s": remaining}
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            async with self.http.post(f"{worker.admin_url}/admin/pause", json=body) as reply:
+            async with self.http.post(f"{worker.admin_url}{PAUSE_PATH}", json=body) as reply:
                 log.info("interceptor worker %d paused again (%s)", worker.index, reply.status)

@@ -6,46 +6,87 @@ harness there), GET and DELETE ask the session's worker. Health, metrics, pause,
 the policy version go to every worker at once. A pause, a resume and a policy version are
 also remembered by the pool, so a worker that restarts comes back in the pool's state; a pause
 that a worker did not answer is not ``drained`` (the caller cannot know it holds calls).
+
+A registration the worker does not answer within ``WORKER_TIMEOUT_S`` is a 504, and the session
+stays assigned to that worker: it may have registered the session all the same, and the
+session's later connections must then reach it. Whoever registers waits longer than that (the
+node's ``registration_timeout_s``), so that the pool's answer, not its caller's patience,
+decides the outcome.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
-from rollstream.capture.interceptor.pool_metrics import merge_metrics, per_worker, render
+from rollstream.capture.interceptor.admin import METRICS_PATH, admin_routes
+from rollstream.capture.interceptor.pool_metrics import (
+    ScrapeCache,
+    by_worker,
+    per_worker,
+    render,
+    single,
+)
+from rollstream.host import reachable
 
 if TYPE_CHECKING:
     from rollstream.capture.interceptor.pool import InterceptorPool
     from rollstream.capture.interceptor.pool_worker import WorkerProcess
 
+log = logging.getLogger(__name__)
+
 #: A worker's answer: HTTP status and JSON body, or None when it did not answer.
 Reply = tuple[int, dict[str, Any]] | None
-_QUICK = 5.0  # seconds: everything but a pause answers at once
+#: Seconds the pool waits for a worker's answer (everything but a pause answers at once).
+WORKER_TIMEOUT_S = 5.0
 
 
 class PoolAdminApp:
     """Routes of the pool's admin port."""
 
-    def __init__(self, pool: InterceptorPool) -> None:
+    def __init__(self, pool: InterceptorPool, worker_timeout_s: float = WORKER_TIMEOUT_S) -> None:
         self.pool = pool
+        self.worker_timeout_s = worker_timeout_s
+        self.scrapes = ScrapeCache()
+        # One scrape of the workers at a time: an older answer observed after a newer one
+        # would look like a counter that went down, i.e. a restart, and be counted twice.
+        self._scraping = asyncio.Lock()
 
     def app(self) -> web.Application:
         """The aiohttp application (the same routes as ``AdminApp``)."""
         app = web.Application()
-        app.router.add_get("/health", self.health)
-        app.router.add_get("/metrics", self.metrics)
-        app.router.add_get("/sessions/{session}", self.session)
-        app.router.add_put("/sessions/{session}", self.register)
-        app.router.add_delete("/sessions/{session}", self.forget)
-        app.router.add_post("/admin/pause", self.pause)
-        app.router.add_post("/admin/resume", self.resume)
-        app.router.add_post("/admin/policy-version", self.policy_version)
+        app.add_routes(admin_routes(self))
         return app
+
+    async def _send(
+        self,
+        worker: WorkerProcess,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, dict[str, Any]]:
+        """The worker's answer; aiohttp.ClientError, TimeoutError or ValueError if none."""
+        http = self.pool.http
+        assert http is not None
+        headers = {"content-type": "application/json"} if body else None
+        async with http.request(
+            method,
+            f"{worker.admin_url}{path}",
+            data=body or None,
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(
+                total=self.worker_timeout_s if timeout is None else timeout
+            ),
+        ) as response:
+            answer = await response.json(content_type=None)
+            return response.status, answer if isinstance(answer, dict) else {}
 
     async def _ask(
         self,
@@ -53,21 +94,10 @@ class PoolAdminApp:
         method: str,
         path: str,
         body: bytes | None = None,
-        timeout: float = _QUICK,
+        timeout: float | None = None,
     ) -> Reply:
-        http = self.pool.http
-        assert http is not None
-        headers = {"content-type": "application/json"} if body else None
         try:
-            async with http.request(
-                method,
-                f"{worker.admin_url}{path}",
-                data=body or None,
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=timeout),
-            ) as response:
-                answer = await response.json(content_type=None)
-                return response.status, answer if isinstance(answer, dict) else {}
+            return await self._send(worker, method, path, body, timeout)
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return None
 
@@ -82,7 +112,7 @@ class PoolAdminApp:
 
     async def health(self, request: web.Request) -> web.Response:
         """Ok only if every worker answers ok; each worker's answer, and the pool's summary."""
-        replies = await self._all("GET", "/health")
+        replies = await self._all("GET", request.rel_url.raw_path)
         workers = []
         for worker, reply in zip(self.pool.workers, replies, strict=True):
             ok = reply is not None and reply[0] == 200 and reply[1].get("status") == "ok"
@@ -109,16 +139,24 @@ class PoolAdminApp:
         return web.json_response(body, status=200 if healthy else 503)
 
     async def metrics(self, request: web.Request) -> web.Response:
-        """The workers' metrics summed and per worker, and the pool's own."""
-        texts = await asyncio.gather(*(self._text(w) for w in self.pool.workers))
-        families = merge_metrics(list(texts))
+        """Every worker's metrics labelled by worker (``pool_metrics``), and the pool's own."""
         pool, n = self.pool, len(self.pool.workers)
-        families["rollstream_pool_workers"] = per_worker(
-            "rollstream_pool_workers", "gauge", [], total=n
+        async with self._scraping:
+            # Read before asking: an answer then comes from the process counted, never from
+            # one started later (whose counts the cache would take for its predecessor's).
+            restarts = [w.restarts for w in pool.workers]
+            texts = await asyncio.gather(*(self._text(w) for w in pool.workers))
+            shown = [
+                self.scrapes.observe(w.index, text, count)
+                for w, text, count in zip(pool.workers, texts, restarts, strict=True)
+            ]
+        families = by_worker(shown)
+        up = [float(t is not None) for t in texts]
+        families["rollstream_pool_workers"] = single("rollstream_pool_workers", "gauge", n)
+        families["rollstream_pool_workers_up"] = single(
+            "rollstream_pool_workers_up", "gauge", sum(up)
         )
-        families["rollstream_pool_workers_up"] = per_worker(
-            "rollstream_pool_workers_up", "gauge", [float(t is not None) for t in texts]
-        )
+        families["rollstream_pool_worker_up"] = per_worker("rollstream_pool_worker_up", "gauge", up)
         families["rollstream_pool_worker_restarts_total"] = per_worker(
             "rollstream_pool_worker_restarts_total",
             "counter",
@@ -140,7 +178,8 @@ class PoolAdminApp:
         assert http is not None
         try:
             async with http.get(
-                f"{worker.admin_url}/metrics", timeout=aiohttp.ClientTimeout(total=_QUICK)
+                f"{worker.admin_url}{METRICS_PATH}",
+                timeout=aiohttp.ClientTimeout(total=self.worker_timeout_s),
             ) as response:
                 return await response.text() if response.status == 200 else None
         except (aiohttp.ClientError, TimeoutError):
@@ -150,10 +189,14 @@ class PoolAdminApp:
         """The session's calls, as its worker counts them."""
         session = request.match_info["session"]
         worker = self.pool.workers[self.pool.affinity.worker_of(session)]
-        return _answer(worker, await self._ask(worker, "GET", f"/sessions/{session}"))
+        return _answer(worker, await self._ask(worker, "GET", request.rel_url.raw_path))
 
     async def register(self, request: web.Request) -> web.Response:
-        """Register the session on its worker (a new one: the least loaded that is up)."""
+        """Register the session on its worker (a new one: the least loaded that is up).
+
+        A worker that does not answer in time keeps the session (a 504 naming it); one that
+        cannot be reached or refuses it does not (a new session's assignment is dropped).
+        """
         session = request.match_info["session"]
         affinity = self.pool.affinity
         new = session not in affinity
@@ -161,16 +204,54 @@ class PoolAdminApp:
         # Counted at once, so that registrations arriving together spread over the workers.
         affinity.assign(session, index)
         worker = self.pool.workers[index]
-        reply = await self._ask(worker, "PUT", f"/sessions/{session}", await request.read())
+        url = self._worker_url(worker, request)
+        reply: Reply = None
+        try:
+            reply = await self._send(worker, "PUT", request.rel_url.raw_path, await request.read())
+        except aiohttp.ConnectionTimeoutError:
+            pass  # never connected: the worker did not see the request
+        except TimeoutError:
+            # Sent and unanswered: the worker may have registered it (a slow disk, a busy
+            # loop). Dropping the assignment would send the session's later connections to
+            # another worker, which does not know it.
+            log.warning(
+                "session %s: interceptor worker %d did not answer its registration within %g s;"
+                " the session stays assigned to it",
+                session,
+                worker.index,
+                self.worker_timeout_s,
+            )
+            error = (
+                f"interceptor worker {worker.index} did not answer within "
+                f"{self.worker_timeout_s:g} s; the session stays assigned to it"
+            )
+            return web.json_response(
+                {"error": error, "session": session, "worker": worker.index, "url": url},
+                status=504,
+            )
+        except (aiohttp.ClientError, ValueError):
+            pass
         if new and (reply is None or not reply[1].get("registered")):
             affinity.forget(session)
-        return _answer(worker, reply, url=True)
+        return _answer(worker, reply, url=url)
+
+    def _worker_url(self, worker: WorkerProcess, request: web.Request) -> str:
+        """The worker's proxy URL told to whoever registers: the pool's view of it, mostly.
+
+        A pool listening on a wildcard has its workers listen on every address of this
+        machine; the pool's own view (loopback) names none another container or machine can
+        use, while the address the caller reached the admin port by is one of them.
+        """
+        host = self.pool.settings.host
+        if reachable(host) != host and request.url.host:  # a wildcard: reachable() replaced it
+            return str(URL.build(scheme="http", host=request.url.host, port=worker.port))
+        return worker.url
 
     async def forget(self, request: web.Request) -> web.Response:
         """Forget the session on its worker, and its assignment."""
         session = request.match_info["session"]
         worker = self.pool.workers[self.pool.affinity.worker_of(session)]
-        reply = await self._ask(worker, "DELETE", f"/sessions/{session}")
+        reply = await self._ask(worker, "DELETE", request.rel_url.raw_path)
         if reply is not None and reply[0] < 400:
             self.pool.affinity.forget(session)
         return _answer(worker, reply)
@@ -180,8 +261,9 @@ class PoolAdminApp:
         raw = await request.read()
         body = _loads(raw)
         drain = body.get("drain_timeout_s")
-        wait = (drain if isinstance(drain, int | float) and drain > 0 else 60.0) + _QUICK
-        replies = await self._all("POST", "/admin/pause", raw, timeout=wait)
+        wait = drain if isinstance(drain, int | float) and drain > 0 else 60.0
+        wait += self.worker_timeout_s
+        replies = await self._all("POST", request.rel_url.raw_path, raw, timeout=wait)
         refused = _refused(replies)
         if refused is not None:
             return refused
@@ -205,14 +287,14 @@ class PoolAdminApp:
     async def resume(self, request: web.Request) -> web.Response:
         """Resume every worker (one that is down comes back resumed)."""
         self.pool.note_resume()
-        replies = await self._all("POST", "/admin/resume")
+        replies = await self._all("POST", request.rel_url.raw_path)
         unreachable = [i for i, r in enumerate(replies) if r is None]
         return web.json_response({"paused": False, "unreachable": unreachable})
 
     async def policy_version(self, request: web.Request) -> web.Response:
         """Set the policy version on every worker (one that is down comes back with it)."""
         raw = await request.read()
-        replies = await self._all("POST", "/admin/policy-version", raw)
+        replies = await self._all("POST", request.rel_url.raw_path, raw)
         refused = _refused(replies)
         if refused is not None:
             return refused
@@ -223,14 +305,14 @@ class PoolAdminApp:
         return web.json_response({"policy_version": version, "unreachable": unreachable})
 
 
-def _answer(worker: WorkerProcess, reply: Reply, url: bool = False) -> web.Response:
+def _answer(worker: WorkerProcess, reply: Reply, url: str | None = None) -> web.Response:
     """The worker's reply, naming the worker (and its proxy ``url``); a 503 if it is down."""
     if reply is None:
         return _error(f"interceptor worker {worker.index} did not answer", 503)
     status, body = reply
     body = body | {"worker": worker.index}
-    if url:
-        body["url"] = worker.url
+    if url is not None:
+        body["url"] = url
     return web.json_response(body, status=status)
 
 

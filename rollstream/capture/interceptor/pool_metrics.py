@@ -1,25 +1,26 @@
-"""The pool's /metrics: its workers' Prometheus samples summed, each worker's beside, its own.
+"""The pool's /metrics: every worker's Prometheus samples labelled with its index, and its own.
 
-Counters and gauges of the same series add up across workers (calls, records, bytes, calls in
-flight, spool bytes), except the few that are states rather than amounts: the policy version,
-paused and the spool alarm are the largest worker's value, broker connected the smallest (1
-only if every worker is connected). Each worker's own samples follow with a ``worker`` label,
-so a dashboard can still tell a stuck worker from a quiet one. A worker that does not answer
-is left out of the sums (``rollstream_pool_workers_up`` says how many did); a restarted
-worker's counters start again from zero, which Prometheus treats as a counter reset.
+Each sample a worker exposes is repeated with a ``worker="i"`` label, and no unlabelled pool
+total is written beside them: one family keeps one label set, as Prometheus expects, and any
+aggregation a dashboard makes (``sum(rollstream_calls_total)``, ``max(rollstream_paused)``,
+``min(rollstream_broker_connected)``) answers the same against one interceptor or a pool. A
+``worker="all"`` total would be counted twice by exactly those queries. People reading the
+pool's state at a glance have /health, which sums and combines.
+
+Counters never go down (``ScrapeCache``): a worker that does not answer a scrape (down, slow)
+is shown with its last counters, and a restarted worker, whose counters start again from zero,
+carries what it had counted as a base under its new counts. So each worker's series, and any
+sum of them, only grows, and a worker restarted on its ports (the same interceptor, see
+``pool``) is no counter reset. Gauges are states of the moment: a worker that did not answer
+shows none (``rollstream_pool_worker_up`` says which did).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-_COMBINE: dict[str, Callable[[Iterable[float]], float]] = {
-    "rollstream_policy_version": max,
-    "rollstream_paused": max,
-    "rollstream_spool_alarm": max,
-    "rollstream_broker_connected": min,
-}
+#: A series: family name and label text (``{...}`` or empty).
+Series = tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -72,33 +73,91 @@ def fmt(value: float) -> str:
     return str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
 
 
-def merge_metrics(texts: list[str | None]) -> dict[str, Family]:
-    """The workers' expositions (None: the worker did not answer) merged; see the module docs."""
-    parsed = [(i, parse_metrics(t)) for i, t in enumerate(texts) if t is not None]
+@dataclass
+class _Worker:
+    """What the pool remembers of one worker's counters."""
+
+    #: Its restart count at its last answer (None: it never answered).
+    restarts: int | None = None
+    #: Each counter as its current process last reported it.
+    raw: dict[Series, float] = field(default_factory=dict)
+    #: What its earlier processes had counted, carried under the current one's counts.
+    base: dict[Series, float] = field(default_factory=dict)
+    #: Its last counters as shown (base included): what it shows while it does not answer.
+    shown: dict[str, Family] = field(default_factory=dict)
+
+
+class ScrapeCache:
+    """Each worker's last counters and carried bases, so that no counter shown goes down."""
+
+    def __init__(self) -> None:
+        self._workers: dict[int, _Worker] = {}
+
+    def observe(self, worker: int, text: str | None, restarts: int = 0) -> dict[str, Family]:
+        """What to show of ``worker`` for this scrape, given its exposition (None: no answer).
+
+        ``restarts`` is how often the pool restarted it: a change means a new process whose
+        counters started from zero, so everything it had counted becomes its base. A counter
+        found lower than last time is carried the same way (a restart the count missed).
+        """
+        state = self._workers.setdefault(worker, _Worker())
+        if text is None:
+            return {name: Family(f.kind, list(f.samples)) for name, f in state.shown.items()}
+        if state.restarts is not None and restarts != state.restarts:
+            for series, value in state.raw.items():
+                state.base[series] = state.base.get(series, 0.0) + value
+            state.raw = {}
+        state.restarts = restarts
+        families = parse_metrics(text)
+        for family in families.values():
+            if family.kind == "counter":
+                family.samples = [_carried(state, s) for s in family.samples]
+        # A counter it reported before and not now keeps its last value: the sum stays whole.
+        for name, before in state.shown.items():
+            now = families.setdefault(name, Family(before.kind, []))
+            present = {s.labels for s in now.samples}
+            now.samples += [s for s in before.samples if s.labels not in present]
+        state.shown = {
+            name: Family(f.kind, list(f.samples))
+            for name, f in families.items()
+            if f.kind == "counter"
+        }
+        return families
+
+
+def _carried(state: _Worker, sample: Sample) -> Sample:
+    """``sample`` (a counter, as the worker reports it) with the worker's carried base added."""
+    series = (sample.name, sample.labels)
+    last = state.raw.get(series, 0.0)
+    if sample.value < last:  # only a new process counts less than its predecessor did
+        state.base[series] = state.base.get(series, 0.0) + last
+    state.raw[series] = sample.value
+    return Sample(sample.name, sample.labels, sample.value + state.base.get(series, 0.0))
+
+
+def by_worker(shown: list[dict[str, Family]]) -> dict[str, Family]:
+    """Each worker's families (index: position in ``shown``) merged, every sample labelled."""
     merged: dict[str, Family] = {}
-    for _, families in parsed:
+    for worker, families in enumerate(shown):
         for name, family in families.items():
-            merged.setdefault(name, Family(family.kind, []))
-    for name, out in merged.items():
-        combine = _COMBINE.get(name, sum)
-        series: dict[str, list[float]] = {}
-        for _, families in parsed:
-            for sample in families.get(name, Family("", [])).samples:
-                series.setdefault(sample.labels, []).append(sample.value)
-        out.samples = [Sample(name, labels, combine(values)) for labels, values in series.items()]
-        for worker, families in parsed:
+            out = merged.setdefault(name, Family(family.kind, []))
             out.samples += [
                 Sample(name, with_label(s.labels, "worker", str(worker)), s.value)
-                for s in families.get(name, Family("", [])).samples
+                for s in family.samples
             ]
     return merged
 
 
-def per_worker(name: str, kind: str, values: list[float], total: float | None = None) -> Family:
-    """A pool metric: its total (default: the sum) and one sample per worker."""
-    samples = [Sample(name, "", sum(values) if total is None else total)]
-    samples += [Sample(name, with_label("", "worker", str(i)), v) for i, v in enumerate(values)]
-    return Family(kind, samples)
+def per_worker(name: str, kind: str, values: list[float]) -> Family:
+    """A pool metric with one sample per worker (labelled ``worker="i"``) and no total."""
+    return Family(
+        kind, [Sample(name, with_label("", "worker", str(i)), v) for i, v in enumerate(values)]
+    )
+
+
+def single(name: str, kind: str, value: float) -> Family:
+    """A pool metric that is one number for the whole pool (no per-worker lines beside it)."""
+    return Family(kind, [Sample(name, "", value)])
 
 
 def render(families: dict[str, Family]) -> str:

@@ -22,6 +22,7 @@ import aiohttp
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings
 
+from rollstream.capture.interceptor.admin import HEALTH_PATH, server_url
 from rollstream.errors import ConfigurationError
 from rollstream.lifecycle import die_with_parent
 
@@ -83,12 +84,12 @@ class WorkerProcess:
     @property
     def url(self) -> str:
         """The worker's proxy address (what a harness of one of its sessions calls)."""
-        return f"http://{self.host}:{self.port}"
+        return server_url(self.host, self.port)
 
     @property
     def admin_url(self) -> str:
         """The worker's own admin port."""
-        return f"http://{self.host}:{self.admin_port}"
+        return server_url(self.host, self.admin_port)
 
     @property
     def pid(self) -> int | None:
@@ -132,14 +133,14 @@ class WorkerProcess:
                 )
             with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
                 async with http.get(
-                    f"{self.admin_url}/health", timeout=_HEALTH_TIMEOUT
+                    f"{self.admin_url}{HEALTH_PATH}", timeout=_HEALTH_TIMEOUT
                 ) as response:
                     if response.status == 200:
                         self.up = True
                         return
             if time.monotonic() > deadline:
                 raise ConfigurationError(
-                    f"interceptor worker {self.index} did not answer {self.admin_url}/health "
+                    f"interceptor worker {self.index} did not answer {self.admin_url}{HEALTH_PATH} "
                     f"within {timeout:g} s",
                     retriable=True,
                 )

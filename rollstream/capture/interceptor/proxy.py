@@ -18,13 +18,13 @@ from mitmproxy.tools.dump import DumpMaster
 
 from rollstream.capture.interceptor import errorpages
 from rollstream.capture.interceptor.addon import RollstreamAddon
-from rollstream.capture.interceptor.admin import AdminApp
+from rollstream.capture.interceptor.admin import AdminApp, server_url
 from rollstream.capture.interceptor.forward import ForwardAddon
 from rollstream.capture.interceptor.registry import SessionRegistry
 from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.capture.publisher.client import CapturePublisher, PublisherSettings
 from rollstream.errors import BrokerError, ConfigurationError
-from rollstream.host import free_port, reachable
+from rollstream.host import free_port
 from rollstream.kafka.control import PolicyFollower
 from rollstream.kafka.schema_store import SchemaStore
 from rollstream.schemas import AvroSerializer, PolicyVersion, TopicNames
@@ -47,8 +47,11 @@ class Interceptor:
         self.kafka = kafka
         self.serializer = AvroSerializer()
         paths = paths or StatePaths()
+        # Port 0 is chosen now, not at start: the spool and registry are named after the port,
+        # and every port-0 interceptor of a state directory would otherwise share one spool.
+        self.port = settings.port or free_port(settings.host)
         # Named, not only numbered by port: a pool's workers keep theirs across port changes.
-        name = settings.state_name or f"interceptor-{settings.port}"
+        name = settings.state_name or f"interceptor-{self.port}"
         spool = paths.state_dir / "spool" / name
         # Ours rather than mitmproxy's ~/.mitmproxy, so that tests and several state
         # directories each keep their own CA.
@@ -67,7 +70,6 @@ class Interceptor:
         self._master: DumpMaster | None = None
         self._task: asyncio.Task[None] | None = None
         self._admin: web.AppRunner | None = None
-        self.port = settings.port
         self.admin_port = settings.admin_port
 
     def _on_policy(self, version: PolicyVersion) -> None:
@@ -85,8 +87,6 @@ class Interceptor:
         await self.publisher.start()
         if self.policy is not None:
             await self.policy.start()
-        if self.port == 0:
-            self.port = free_port(self.settings.host)
         forward = self.settings.mode == "forward"
         opts = options.Options(
             listen_host=self.settings.host,
@@ -110,9 +110,7 @@ class Interceptor:
             self._master.addons.add(self.forward)
         self._task = asyncio.create_task(self._master.run(), name="mitmproxy")
         await self._wait_listening()
-        admin = AdminApp(
-            self.addon, self.publisher, url=f"http://{reachable(self.settings.host)}:{self.port}"
-        )
+        admin = AdminApp(self.addon, self.publisher, url=server_url(self.settings.host, self.port))
         self._admin = web.AppRunner(admin.app(), access_log=None)
         await self._admin.setup()
         site = web.TCPSite(self._admin, self.settings.host, self.admin_port)
@@ -187,6 +185,8 @@ class Interceptor:
     @property
     def url(self) -> str:
         """The base URL harnesses point at."""
+        # The listen host as configured, not ``server_url``'s: ``rollstream interceptor`` prints
+        # it, and a wildcard there says where it listens (registrants are told ``server_url``).
         return f"http://{self.settings.host}:{self.port}"
 
     @property

@@ -10,14 +10,17 @@ session id, onto the events topic beside the interceptor's calls.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from aiohttp import web
 
+from rollstream.capture.interceptor.admin import SESSION_PATH
 from rollstream.capture.node.intake import TaskIntake
 from rollstream.capture.node.pool import NodeScheduler
 from rollstream.capture.node.session import SessionRunner
@@ -37,29 +40,89 @@ from rollstream.settings import KafkaSettings, StatePaths
 log = logging.getLogger(__name__)
 
 
-def session_base_url(base_url: str, reply: Mapping[str, Any]) -> str | None:
-    """Where a session's harness calls, from the interceptor's answer to its registration.
+def worker_url(base_url: str, reply: Mapping[str, Any]) -> str | None:
+    """The session's worker, from a pool's answer to its registration (None: not a pool's).
 
-    A pool names the session's worker (``worker``, and its ``url``): the harness calls that
-    worker directly, no hop through the pool. The worker is on the machine the node reaches the
-    pool by, so the host stays ``base_url``'s (a worker's own view, e.g. 127.0.0.1 behind a
-    container's network, may not be the node's) and only its port is taken. A single
-    interceptor's reply changes nothing: ``base_url`` may reach it through a mapped port.
+    The worker's address as the pool names it (``url``), with ``base_url``'s path: whatever
+    path reaches the pool's router reaches a worker, which the router relays to untouched. A
+    single interceptor's reply names no ``worker``: ``base_url`` is used as it is (it may reach
+    the interceptor through a mapped port its own ``url`` does not know).
     """
     url = reply.get("url")
     if "worker" not in reply or not isinstance(url, str):
         return None
-    port = urlsplit(url).port
-    if port is None:
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:  # out of range: no address to call
         return None
-    parts = urlsplit(base_url)
-    host = parts.hostname or "127.0.0.1"
-    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return urlunsplit(parts._replace(netloc=netloc))
+    if not parts.hostname or port is None:
+        return None
+    return urlunsplit(parts._replace(path=urlsplit(base_url).path, query="", fragment=""))
 
 
-# Registration precedes a harness's start: an admin port that is not there must not delay it.
-_REGISTRATION_TIMEOUT = aiohttp.ClientTimeout(total=2)
+class WorkerUrls:
+    """Where each session's harness calls, given the interceptor's reply to its registration.
+
+    ``pool``: always ``base_url`` (the pool's router, which routes by session). ``direct``: the
+    worker's own address, checked once per worker address with a TCP connect: a node that
+    reaches the pool through remapped ports (containers, port forwarding) may not reach its
+    workers where the pool says they are, and then uses ``base_url``, with one warning. An
+    address that failed is checked again after ``recheck_s`` (a worker caught restarting).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        mode: Literal["direct", "pool"],
+        connect_timeout_s: float = 1.0,
+        recheck_s: float = 30.0,
+    ) -> None:
+        self.base_url = base_url
+        self.mode = mode
+        self.connect_timeout_s = connect_timeout_s
+        self.recheck_s = recheck_s
+        self._failed_at: dict[str, float] = {}  # monotonic
+        # One check per address, shared by the registrations that arrive while it runs.
+        self._checks: dict[str, asyncio.Task[bool]] = {}
+
+    async def for_reply(self, reply: Mapping[str, Any]) -> str | None:
+        """The base URL the session's harness calls; None: the node's ``base_url``."""
+        url = worker_url(self.base_url, reply)
+        if url is None or self.mode == "pool":
+            return None
+        failed_at = self._failed_at.get(url)
+        if failed_at is not None and time.monotonic() - failed_at >= self.recheck_s:
+            del self._failed_at[url], self._checks[url]
+        check = self._checks.get(url)
+        if check is None:
+            check = self._checks[url] = asyncio.create_task(self._reachable(url))
+        if await asyncio.shield(check):
+            return url
+        self._failed_at.setdefault(url, time.monotonic())
+        return None
+
+    async def _reachable(self, url: str) -> bool:
+        parts = urlsplit(url)
+        assert parts.hostname is not None and parts.port is not None
+        try:
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection(parts.hostname, parts.port), self.connect_timeout_s
+            )
+        except (OSError, TimeoutError) as exc:
+            log.warning(
+                "interceptor worker at %s is not reachable from this node (%s): its sessions'"
+                " harnesses call the pool at %s instead (set ROLLSTREAM_NODE_WORKER_URLS=pool"
+                " to skip the check)",
+                url,
+                str(exc) or type(exc).__name__,
+                self.base_url,
+            )
+            return False
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return True
 
 
 class Node:
@@ -98,6 +161,7 @@ class Node:
         self._http: aiohttp.ClientSession | None = None
         self._api: web.AppRunner | None = None
         self.port = settings.port
+        self.worker_urls = WorkerUrls(settings.base_url, settings.worker_urls)
 
     def _on_policy(self, version: PolicyVersion) -> None:
         log.info("policy version %d: stamped into sessions from now on", version.version)
@@ -161,7 +225,7 @@ class Node:
         the context mode its task asks; a pool answers with the worker that holds it.
         """
         reply = await self._registration("PUT", session, {"context": context} if context else None)
-        return session_base_url(self.settings.base_url, reply)
+        return await self.worker_urls.for_reply(reply)
 
     async def _forget(self, session: str) -> None:
         """Forget the session once it is over (strict mode: its key is refused from now on)."""
@@ -177,11 +241,11 @@ class Node:
         mode, and go to the node's ``base_url``.
         """
         assert self._http is not None
-        url = f"{self.settings.interceptor_admin.rstrip('/')}/sessions/{session}"
+        url = self._session_url(session)
+        # Longer than a pool waits for its worker (see ``registration_timeout_s``).
+        timeout = aiohttp.ClientTimeout(total=self.settings.registration_timeout_s)
         try:
-            async with self._http.request(
-                method, url, json=body, timeout=_REGISTRATION_TIMEOUT
-            ) as reply:
+            async with self._http.request(method, url, json=body, timeout=timeout) as reply:
                 if reply.status >= 400:
                     log.warning("session %s: %s %s: %s", session, method, url, reply.status)
                 answer = await reply.json(content_type=None)
@@ -193,7 +257,7 @@ class Node:
     async def _calls_of(self, session: str) -> int:
         """How many calls the interceptor recorded for the session, once none is in flight."""
         assert self._http is not None
-        url = f"{self.settings.interceptor_admin.rstrip('/')}/sessions/{session}"
+        url = self._session_url(session)
         for _ in range(50):  # a harness may exit while its last call is still being recorded
             try:
                 async with self._http.get(url) as response:
@@ -204,3 +268,8 @@ class Node:
                 return int(body.get("calls_recorded", 0))
             await asyncio.sleep(0.1)
         return int(body.get("calls_recorded", 0))
+
+    def _session_url(self, session: str) -> str:
+        """The session's route on the interceptor's admin port."""
+        path = SESSION_PATH.format(session=session)
+        return f"{self.settings.interceptor_admin.rstrip('/')}{path}"

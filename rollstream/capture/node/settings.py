@@ -67,6 +67,23 @@ class NodeSettings(BaseSettings):
         default="http://127.0.0.1:8101",
         description="The interceptor's admin URL, asked how many calls each session made.",
     )
+    worker_urls: Literal["direct", "pool"] = Field(
+        default="direct",
+        description="With an interceptor pool (--workers): direct points each harness at the "
+        "worker holding its session, at the address the pool's registration reply names, once "
+        "a TCP connect there succeeds (else, with a warning, at base_url); pool points every "
+        "harness at base_url, the pool's router, which relays each connection to its "
+        "session's worker (one hop more; for ports remapped between node and pool).",
+    )
+    # A literal, not pool_admin.WORKER_TIMEOUT_S (5 s) times two: importing the pool here would
+    # make the settings need aiohttp, which a base install lacks (`rollstream node --help`).
+    registration_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long registering a session on the interceptor's admin port may take "
+        "before its harness starts without it. Keep it above an interceptor pool's wait for "
+        "its worker (5 s), so that the pool's answer decides, not the node's impatience.",
+    )
     group: str = Field(default="rollstream-node", description="Consumer group over the tasks.")
     handoff_timeout_s: float = Field(
         default=25.0,

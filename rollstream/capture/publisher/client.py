@@ -23,12 +23,13 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rollstream.capture.publisher.adopt import adopt_orphans
 from rollstream.capture.publisher.backlog import Backlog, Record
 from rollstream.capture.publisher.connection import BrokerConnection
 from rollstream.capture.publisher.delivery import deliver
 from rollstream.capture.publisher.metrics import PublisherMetrics
 from rollstream.capture.publisher.rejected import RejectedRecords
-from rollstream.capture.publisher.spool import Spool, SpoolError
+from rollstream.capture.publisher.spool import LOCK_TIMEOUT_S, Spool, SpoolError
 from rollstream.errors import RecordTooLargeError
 from rollstream.schemas.topics import check_record_size
 from rollstream.settings import KafkaSettings
@@ -81,7 +82,10 @@ class CapturePublisher:
     ) -> None:
         self.settings = settings
         self.topic = topic
-        self.spool = Spool(settings.spool_dir or spool_dir)
+        # Locked until stop(): SpoolLocked if another publisher keeps it (a shared spool).
+        self.spool = Spool(
+            settings.spool_dir or spool_dir, topic=topic, lock_timeout_s=LOCK_TIMEOUT_S
+        )
         self.rejected = RejectedRecords(self.spool.directory)
         self.metrics = PublisherMetrics(spool_bytes=self.spool.pending_bytes)
         self._backlog = Backlog(
@@ -113,7 +117,14 @@ class CapturePublisher:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the sending task; the broker may be away (records then wait in the spool)."""
+        """Start the sending task; the broker may be away (records then wait in the spool).
+
+        First the orphaned spools beside ours are adopted (``adopt``): their records go after
+        what ours holds and before anything new, so the order per key holds for a session
+        that moved here from a worker that is gone.
+        """
+        self.metrics.adopted += await asyncio.to_thread(adopt_orphans, self.spool, self.topic)
+        self.metrics.spool_bytes = self.spool.pending_bytes
         self._task = asyncio.create_task(self._run(), name="capture-publisher")
 
     async def stop(self, timeout: float = 10.0) -> None:
@@ -137,6 +148,7 @@ class CapturePublisher:
         if lost := self._backlog.drop_held():
             self.metrics.dropped += lost
             log.error("stopping with the spool unwritable: %d records held in memory lost", lost)
+        self.spool.close()  # for the next owner or an adopter; a publisher is not restarted
         await self._connection.close()
 
     async def __aenter__(self) -> CapturePublisher:

@@ -13,6 +13,8 @@ class PublisherMetrics:
     batches: int = 0
     spooled: int = 0
     drained: int = 0
+    #: Records moved into our spool from orphaned ones beside it (see ``adopt``), at start.
+    adopted: int = 0
     #: Records lost: the spool could not be written and the memory bound was reached.
     dropped: int = 0
     #: Records no broker would take (over the record budget or the topic's message size),

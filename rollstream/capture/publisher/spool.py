@@ -8,18 +8,29 @@ deduplicate by call id.
 
 An append the disk refuses (a full disk) is cut back to where it started, so the segment stays
 a sequence of whole frames and later appends stay readable.
+
+A publisher's spool is locked while open (an exclusive ``flock`` on ``lock``, holding the
+owner's pid), so that a spool nobody holds is known to be an orphan: another publisher of the
+same topic (``meta.json``) may then adopt its records (``rollstream.capture.publisher.adopt``).
+A ``Spool`` opened without ``lock_timeout_s`` is a view for tests and operators.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import struct
+import threading
+import weakref
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
+from rollstream.capture.publisher import spool_dir
 from rollstream.errors import RollstreamError
 
 log = logging.getLogger(__name__)
@@ -28,12 +39,29 @@ _HEADER = struct.Struct("<II")
 _CRC = struct.Struct("<I")
 _NO_KEY = 0xFFFFFFFF
 SEGMENT_BYTES = 64 * 1024 * 1024
+#: How long a publisher waits for its own spool's lock: an adopter holds it for one chunk, a
+#: previous owner for as long as its stop takes; longer means two publishers share the spool.
+LOCK_TIMEOUT_S = 15.0
 
 
 class SpoolError(RollstreamError):
     """The spool cannot be written (e.g. the disk is full); retriable once space returns."""
 
     retriable = True
+
+
+class SpoolLocked(SpoolError):
+    """Another open ``Spool`` (in this process or another) holds the directory's lock."""
+
+    retriable = False
+
+    def __init__(self, directory: Path, holder: str, waited: float) -> None:
+        super().__init__(
+            f"the spool in {directory} is held by pid {holder} (waited {waited:g} s): two "
+            "publishers share a spool; give each its own state name or spool directory"
+        )
+        self.directory = directory
+        self.holder = holder
 
 
 @dataclass(frozen=True)
@@ -79,13 +107,43 @@ def append_durably(path: Path, data: bytes) -> int:
         os.close(fd)
 
 
-class Spool:
-    """Segments ``spool-<n>.log`` in a directory; ``<segment>.done`` holds the sent offset."""
+def _serialized[F: Callable[..., Any]](method: F) -> F:
+    # Adoption appends from a worker thread while publish() may spool on the event loop.
+    @functools.wraps(method)
+    def serialized(self: Spool, *args: Any, **kwargs: Any) -> Any:
+        with self._mutex:
+            return method(self, *args, **kwargs)
 
-    def __init__(self, directory: Path, segment_bytes: int = SEGMENT_BYTES) -> None:
+    return cast(F, serialized)
+
+
+class Spool:
+    """Segments ``spool-<n>.log`` in a directory; ``<segment>.done`` holds the sent offset.
+
+    With ``lock_timeout_s`` the spool is its publisher's: locked until ``close()`` (SpoolLocked
+    if another holder keeps the lock that long), and ``topic`` is recorded for adopters.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        segment_bytes: int = SEGMENT_BYTES,
+        *,
+        topic: str | None = None,
+        lock_timeout_s: float | None = None,
+    ) -> None:
         self.directory = directory
         self.segment_bytes = segment_bytes
+        self._mutex = threading.RLock()
         directory.mkdir(parents=True, exist_ok=True)
+        self._release: Callable[[], object] = lambda: None
+        if lock_timeout_s is not None:
+            fd = _lock(directory, lock_timeout_s)
+            # Released when the spool is garbage: a publisher dropped without stop() must not
+            # strand its directory until the process exits.
+            self._release = weakref.finalize(self, os.close, fd)
+        if topic is not None:
+            spool_dir.write_topic(directory, topic)
         # The publisher asks whether the spool is empty before every batch: answered from
         # memory, recomputed from disk only after the spool changed (we are its only writer).
         self._pending: int | None = None
@@ -96,6 +154,16 @@ class Spool:
         #: Bytes that were not whole frames and were skipped (damage from outside); logged.
         self.skipped_bytes = 0
         self._repair()
+
+    def close(self) -> None:
+        """Release the lock (if held): the directory may then be reopened or adopted."""
+        self._release()
+
+    def __enter__(self) -> Spool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _repair(self) -> None:
         """Cut a torn frame (a crash mid-append) off the newest segment: appends stay readable.
@@ -128,6 +196,7 @@ class Spool:
         except (OSError, ValueError):
             return 0
 
+    @_serialized
     def append(self, records: list[tuple[bytes | None, bytes]]) -> None:
         """Append records durably (one fsync for the batch); SpoolError if the disk refuses.
 
@@ -151,6 +220,7 @@ class Spool:
             self._torn = not _whole_frames(segment, self._done_offset(segment))
             raise SpoolError(f"cannot write to the spool in {self.directory}: {exc}") from exc
 
+    @_serialized
     def read(self, limit: int = 500) -> list[SpooledRecord]:
         """Up to ``limit`` unsent records from the oldest segment, in order.
 
@@ -187,6 +257,7 @@ class Spool:
             return self.read(limit)
         return []
 
+    @_serialized
     def commit(self, record: SpooledRecord) -> None:
         """Mark everything up to and including ``record`` as sent.
 
@@ -218,6 +289,7 @@ class Spool:
         self._done.pop(segment, None)
 
     @property
+    @_serialized
     def pending_bytes(self) -> int:
         """Bytes not yet sent (framing included)."""
         if self._pending is None:
@@ -229,6 +301,28 @@ class Spool:
     def empty(self) -> bool:
         """Whether nothing waits to be sent."""
         return self.pending_bytes == 0
+
+
+def _lock(directory: Path, timeout: float) -> int:
+    try:
+        return spool_dir.lock(directory, timeout)
+    except spool_dir.LockHeld as exc:
+        raise SpoolLocked(directory, exc.holder, timeout) from None
+    except OSError as exc:
+        raise SpoolError(f"cannot lock the spool in {directory}: {exc}") from exc
+
+
+def unsent_bytes(directory: Path) -> int:
+    """Bytes not yet sent in a spool directory, read without opening (or locking) it."""
+    total = 0
+    for segment in directory.glob("spool-*.log"):
+        try:
+            done = int(segment.with_suffix(".done").read_text() or 0)
+        except (OSError, ValueError):
+            done = 0
+        with contextlib.suppress(OSError):
+            total += max(0, segment.stat().st_size - done)
+    return total
 
 
 def _whole_frames(segment: Path, start: int) -> bool:

@@ -97,3 +97,8 @@ async def metrics(http: aiohttp.ClientSession, admin_url: str) -> dict[str, floa
             series, _, value = line.rpartition(" ")
             values[series] = float(value)
     return values
+
+
+def summed(values: dict[str, float], name: str) -> float:
+    """A family's per-worker lines added up (the pool writes no total of its own)."""
+    return sum(v for series, v in values.items() if series.startswith(f'{name}{{worker="'))

@@ -11,12 +11,16 @@ from hypothesis import strategies as st
 
 from rollstream.capture.interceptor.pool import InterceptorPool, registered_sessions
 from rollstream.capture.interceptor.pool_affinity import Affinity, hashed_worker
-from rollstream.capture.interceptor.pool_metrics import merge_metrics, parse_metrics, render
+from rollstream.capture.interceptor.pool_metrics import (
+    ScrapeCache,
+    by_worker,
+    parse_metrics,
+    render,
+)
 from rollstream.capture.interceptor.pool_router import read_head, session_in_head
 from rollstream.capture.interceptor.pool_worker import WorkerProcess, merged_env, settings_env
 from rollstream.capture.interceptor.registry import SessionRegistry
 from rollstream.capture.interceptor.settings import InterceptorSettings
-from rollstream.capture.node.service import session_base_url
 from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.errors import ConfigurationError
 from rollstream.settings import KafkaSettings, StatePaths
@@ -88,46 +92,94 @@ rollstream_calls_total 3
 rollstream_calls_in_flight 1
 # TYPE rollstream_policy_version gauge
 rollstream_policy_version 4
-# TYPE rollstream_broker_connected gauge
-rollstream_broker_connected 1
 """
-W1 = W0.replace("calls_total 3", "calls_total 5").replace("version 4", "version 2")
-W1 = W1.replace("connected 1", "connected 0").replace("in_flight 1", "in_flight 2")
+W1 = W0.replace("calls_total 3", "calls_total 5").replace("in_flight 1", "in_flight 2")
 
 
-def test_metrics_sum_amounts_and_keep_states_with_one_line_per_worker() -> None:
-    merged = merge_metrics([W0, None, W1])
-    values = {f"{s.name}{s.labels}": s.value for family in merged.values() for s in family.samples}
-    assert values["rollstream_calls_total"] == 8
-    assert values["rollstream_calls_in_flight"] == 3
-    assert values["rollstream_policy_version"] == 4  # the newest, not a sum
-    assert values["rollstream_broker_connected"] == 0  # 1 only when all are connected
-    assert values['rollstream_calls_total{worker="0"}'] == 3
-    assert values['rollstream_calls_total{worker="2"}'] == 5
-    assert not any('worker="1"' in key for key in values)  # it did not answer
-    text = render(merged)
+def _values(text: str) -> dict[str, float]:
+    return {f"{s.name}{s.labels}": s.value for f in parse_metrics(text).values() for s in f.samples}
+
+
+def test_every_worker_sample_is_labelled_and_no_family_mixes_label_sets() -> None:
+    cache = ScrapeCache()
+    text = render(by_worker([cache.observe(0, W0), cache.observe(1, None), cache.observe(2, W1)]))
+    assert _values(text) == {
+        'rollstream_calls_total{worker="0"}': 3,
+        'rollstream_calls_total{worker="2"}': 5,
+        'rollstream_calls_in_flight{worker="0"}': 1,
+        'rollstream_calls_in_flight{worker="2"}': 2,
+        'rollstream_policy_version{worker="0"}': 4,
+        'rollstream_policy_version{worker="2"}': 4,
+    }  # worker 1 never answered: nothing of it; no unlabelled total beside the workers' lines
     assert text.count("# TYPE rollstream_calls_total counter") == 1
     assert 'rollstream_calls_total{worker="2"} 5\n' in text
-    # What we render reads back the same.
-    assert (
-        parse_metrics(text)["rollstream_calls_total"].samples
-        == merged["rollstream_calls_total"].samples
-    )
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 10**9), min_size=3, max_size=3), min_size=1, max_size=6))
-def test_summed_metrics_are_the_sum_of_the_workers_lines(values: list[list[int]]) -> None:
-    names = ("rollstream_calls_total", "rollstream_spool_bytes", "rollstream_records_lost_total")
-    texts: list[str | None] = [
-        "".join(f"# TYPE {n} counter\n{n} {v}\n" for n, v in zip(names, row, strict=True))
-        for row in values
-    ]
-    merged = parse_metrics(render(merge_metrics(texts)))
-    for k, name in enumerate(names):
-        samples = merged[name].samples
-        assert samples[0].labels == "" and samples[0].value == sum(row[k] for row in values)
-        assert [s.value for s in samples[1:]] == [row[k] for row in values]
+def test_a_worker_that_misses_a_scrape_keeps_its_counters_and_drops_its_gauges() -> None:
+    cache = ScrapeCache()
+    cache.observe(0, W0)
+    missed = _values(render(by_worker([cache.observe(0, None)])))
+    assert missed == {'rollstream_calls_total{worker="0"}': 3}  # in flight: unknown, not 1
+
+
+def test_a_restarted_worker_carries_its_count_under_its_new_one() -> None:
+    cache = ScrapeCache()
+    line = "# TYPE rollstream_calls_total counter\nrollstream_calls_total {}\n"
+
+    def shown(text: str | None, restarts: int) -> float:
+        [sample] = cache.observe(0, text, restarts)["rollstream_calls_total"].samples
+        return sample.value
+
+    assert shown(line.format(10), 0) == 10
+    assert shown(None, 0) == 10  # down: its last count
+    assert shown(line.format(12), 1) == 22  # restarted (the pool counted it): 10 + 12
+    assert shown(line.format(3), 1) == 25  # lower than before without a count: restarted too
+    assert shown(line.format(4), 1) == 26
+    # A counter it stops reporting keeps its value rather than leaving the sum.
+    assert shown("# TYPE rollstream_other_total counter\nrollstream_other_total 1\n", 1) == 26
+
+
+def _counter(value: int) -> str:
+    return f"# TYPE rollstream_calls_total counter\nrollstream_calls_total {value}\n"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    steps=st.lists(
+        st.lists(  # per worker: restarted, then counted calls, then answered the scrape or not
+            st.tuples(st.booleans(), st.integers(0, 5), st.booleans()), min_size=3, max_size=3
+        ),
+        max_size=25,
+    ),
+    told=st.booleans(),
+)
+def test_the_workers_counters_never_go_down_and_lose_only_what_no_scrape_saw(
+    steps: list[list[tuple[bool, int, bool]]], told: bool
+) -> None:
+    """``told``: the cache learns of restarts from the pool's count, else only from drops."""
+    cache = ScrapeCache()
+    count, restarts, counted, seen, lost = ([0] * 3 for _ in range(5))
+    total = 0.0
+    for step in steps:
+        texts: list[str | None] = []
+        for worker, (restarted, calls, answers) in enumerate(step):
+            if restarted:  # what its process counted since its last scrape is gone with it
+                lost[worker] += count[worker] - seen[worker]
+                count[worker], seen[worker] = 0, 0
+                restarts[worker] += 1
+            count[worker] += calls
+            counted[worker] += calls
+            if answers:
+                seen[worker] = count[worker]
+            texts.append(_counter(count[worker]) if answers else None)
+        shown = [cache.observe(w, t, restarts[w] if told else 0) for w, t in enumerate(texts)]
+        family = by_worker(shown).get("rollstream_calls_total")
+        values = {s.labels: s.value for s in family.samples} if family else {}
+        assert total <= sum(values.values()) <= sum(counted)  # never down, never too much
+        total = sum(values.values())
+        for worker, (_, _, answers) in enumerate(step):
+            if answers and told:  # all it counted but what it lost unseen
+                assert values[f'{{worker="{worker}"}}'] == counted[worker] - lost[worker]
 
 
 # --- request heads -----------------------------------------------------------------------------
@@ -247,17 +299,3 @@ def test_a_restarted_pool_gets_its_workers_ports_back(tmp_path: Path) -> None:
     assert pool._ports(state) == first
     state.write_text("{broken")
     assert len(pool._ports(state)) == 3
-
-
-# --- the node's side ---------------------------------------------------------------------------
-
-
-def test_the_node_calls_the_worker_on_the_host_it_knows_the_pool_by() -> None:
-    pooled = {"registered": True, "worker": 1, "url": "http://127.0.0.1:41234"}
-    assert session_base_url("http://interceptor:8100", pooled) == "http://interceptor:41234"
-    assert session_base_url("http://127.0.0.1:8100", pooled) == "http://127.0.0.1:41234"
-    assert session_base_url("http://[::1]:8100/root", pooled) == "http://[::1]:41234/root"
-    # One interceptor: its base URL may be a mapped port; the node keeps its own.
-    single = {"registered": True, "url": "http://127.0.0.1:8100"}
-    assert session_base_url("http://localhost:18100", single) is None
-    assert session_base_url("http://localhost:18100", {}) is None
