@@ -19,6 +19,7 @@ from rollstream.cli.options import settings_options
 from rollstream.dev.bench.cluster import ClusterBenchConfig, local_setups, run_cluster_bench
 from rollstream.dev.bench.instances import InstancesBenchConfig, run_instances_bench
 from rollstream.dev.bench.report import record, write_markdown
+from rollstream.dev.broker import BrokerInfo
 from rollstream.settings import KafkaSettings, StatePaths
 
 
@@ -98,8 +99,12 @@ def _local_broker_pids(kafka: KafkaSettings) -> tuple[int, ...]:
     if not isinstance(state, dict) or state.get("bootstrap_servers") != kafka.bootstrap_servers:
         return ()
     nodes = state.get("nodes") or [state]  # a cluster's state lists its nodes
-    pids = tuple(int(node["pid"]) for node in nodes if "pid" in node)
-    return tuple(pid for pid in pids if Path(f"/proc/{pid}").exists())
+    try:
+        infos = [BrokerInfo(**node) for node in nodes]
+    except TypeError:
+        return ()
+    # A record outlives its process, and pids are reused: not whatever runs under one now.
+    return tuple(info.pid for info in infos if info.runs())
 
 
 @click.command(name="instances")

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 
 from rollstream.cli.group import Group
 from rollstream.cli.options import settings_options
-from rollstream.dev.broker import BrokerSettings, ClusterInfo, LocalCluster, local_kafka
+from rollstream.dev.broker import (
+    BrokerSettings,
+    ClusterInfo,
+    LocalBroker,
+    LocalCluster,
+    local_kafka,
+)
 from rollstream.dev.broker.jars import ensure_jars, jar_dir
 from rollstream.settings import StatePaths
 
@@ -70,24 +77,35 @@ def stop(broker: BrokerSettings, paths: StatePaths) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the broker record as JSON.")
 @_broker_command
 def status(broker: BrokerSettings, paths: StatePaths, as_json: bool) -> None:
-    """Show whether the broker (or every node) runs and answers; exit code 1 if not."""
+    """Show whether the broker (or every node) runs and answers; exit code 1 if not.
+
+    A node counts as running only while its recorded pid is alive and runs Kafka on that node's
+    configuration; the record of one that is not (killed, the machine restarted) is removed.
+    """
     local = local_kafka(broker, paths)
     info = local.running()
     if info is None:
-        if isinstance(local, LocalCluster):
-            alive = [n for n in range(1, local.size + 1) if local.pid(n) is not None]
-            click.echo(f"not running: {len(alive)} of {local.size} nodes alive {alive}")
+        nodes = _nodes(local)
+        if as_json:
+            click.echo(json.dumps({"running": False, "healthy": False, "nodes": nodes}))
+        elif isinstance(local, LocalCluster):
+            alive = [n["node_id"] for n in nodes if n["pid"] is not None]
+            each = ", ".join(
+                f"node {n['node_id']} " + (f"pid {n['pid']}" if n["pid"] else "stopped")
+                for n in nodes
+            )
+            click.echo(f"not running: {len(alive)} of {local.size} nodes alive {alive} ({each})")
         else:
             click.echo("not running")
         sys.exit(1)
     healthy = local.healthy()
     if as_json:
-        click.echo(json.dumps({"healthy": healthy, **json.loads(info.to_json())}))
+        click.echo(json.dumps({"running": True, "healthy": healthy, **json.loads(info.to_json())}))
     else:
         state = "running" if healthy else "running but not answering metadata requests"
         if isinstance(info, ClusterInfo):
-            nodes = ", ".join(f"node {n.node_id} pid {n.pid}" for n in info.nodes)
-            what = f"a cluster of {len(info.nodes)} nodes ({nodes})"
+            each = ", ".join(f"node {n.node_id} pid {n.pid}" for n in info.nodes)
+            what = f"a cluster of {len(info.nodes)} nodes ({each})"
         else:
             what = f"pid {info.pid}"
         click.echo(
@@ -95,3 +113,10 @@ def status(broker: BrokerSettings, paths: StatePaths, as_json: bool) -> None:
             f"data in {info.data_dir}, jars in {jar_dir(paths.cache_dir, info.version)}"
         )
     sys.exit(0 if healthy else 1)
+
+
+def _nodes(local: LocalBroker | LocalCluster) -> list[dict[str, Any]]:
+    """Each node of a cluster, its id and pid (None: stopped); none for a single broker."""
+    if not isinstance(local, LocalCluster):
+        return []
+    return [{"node_id": n, "pid": local.pid(n)} for n in range(1, local.size + 1)]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import Any
 
 import pytest
 
@@ -68,3 +70,41 @@ async def test_invalid_config_is_a_clear_error(kafka_settings: KafkaSettings) ->
     async with TopicAdmin(kafka_settings) as admin:
         with pytest.raises(BrokerError, match=r"creating topic .*bad.* failed"):
             await admin.create([spec])
+
+
+async def test_create_waits_a_moment_for_a_new_topics_metadata(
+    kafka_settings: KafkaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a cluster the broker asked may not know a topic created a moment ago (on another)."""
+    spec = TopicSpec(f"{kafka_settings.topic_prefix}.lagging", 2, {"retention.ms": "60000"})
+    async with TopicAdmin(kafka_settings) as admin:
+        [first] = await admin.create([spec])
+        assert first.created
+        real = admin._admin.describe_topics
+        lag = {"reads": 0, "hidden_for": 3}
+
+        async def lagging(topics: list[str] | None = None) -> list[dict[str, Any]]:
+            answer: list[dict[str, Any]] = await real(topics)
+            if topics is None or spec.name not in topics:
+                return answer
+            lag["reads"] += 1
+            if lag["reads"] > lag["hidden_for"]:
+                return answer
+            # What a broker that has not applied the creation yet answers.
+            return [
+                {**t, "error_code": 3, "partitions": []} if t["topic"] == spec.name else t
+                for t in answer
+            ]
+
+        monkeypatch.setattr(admin._admin, "describe_topics", lagging)
+        [again] = await admin.create([spec])
+        assert lag["reads"] == 4  # three answers without the topic, then the one with it
+        assert not again.created and again.partitions == 2 and again.drift == {}
+
+        lag |= {"reads": 0, "hidden_for": 10**6}
+        began = time.monotonic()
+        with pytest.raises(BrokerError, match=f"no such topic: {spec.name}") as error:
+            await admin.create([spec])
+        waited = time.monotonic() - began
+        assert error.value.retriable is False
+        assert 2.0 <= waited < 10 and lag["reads"] > 3  # asked again for its 2 s, then gave up

@@ -5,7 +5,8 @@ The jars come from Maven Central through a small pom; no tarball, no Docker. Use
 """
 
 from rollstream.dev.broker.cluster import ClusterInfo, LocalCluster, local_kafka
-from rollstream.dev.broker.process import BrokerInfo, LocalBroker
+from rollstream.dev.broker.process import LocalBroker
+from rollstream.dev.broker.records import BrokerInfo
 from rollstream.dev.broker.settings import BrokerSettings
 
 __all__ = [

@@ -18,12 +18,14 @@ import os
 import re
 import signal
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from types import TracebackType
 from typing import Self
 
 from rollstream.dev.broker.config import BrokerLayout, NodeIdentity, new_cluster_id, pick_port
-from rollstream.dev.broker.process import BrokerInfo, LocalBroker, _run_sync
+from rollstream.dev.broker.process import LocalBroker, _run_sync
+from rollstream.dev.broker.records import BrokerInfo, forget_stale, read_record
 from rollstream.dev.broker.settings import BrokerSettings
 from rollstream.errors import BrokerError
 from rollstream.host import HOST
@@ -154,7 +156,7 @@ class LocalCluster:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
                 broker.wait_exit(pid, 10.0)
-            broker.info = None
+            broker.forget()
         if self.record_state:
             self.paths.broker_state_file.unlink(missing_ok=True)
         self.info = None
@@ -164,18 +166,22 @@ class LocalCluster:
         return bool(pids)
 
     def running(self) -> ClusterInfo | None:
-        """The recorded cluster if every one of its nodes is alive, else None."""
+        """The recorded cluster if every one of its nodes is alive, else None.
+
+        Its nodes as they run now: a node restarted since the cluster was recorded has another
+        pid. Stale records are removed: each dead node's, and the cluster's once none is alive.
+        """
         if not (self.data_dir / _CLUSTER_FILE).exists():
             return None
-        infos = [broker.running() for broker in self._brokers().values()]
-        if any(info is None for info in infos):
+        nodes = [broker.running() for broker in self._brokers().values()]
+        live = [info for info in nodes if info is not None]
+        recorded, text = self._recorded()
+        if not live and recorded is not None and self.record_state:
+            forget_stale(self.paths.broker_state_file, text, "no node of the cluster runs")
+        recorded = self.info or recorded
+        if recorded is None or len(live) < len(nodes):
             return None
-        if self.info is not None:
-            return self.info
-        try:
-            return ClusterInfo.from_json(self.paths.broker_state_file.read_text())
-        except (OSError, ValueError, TypeError, KeyError):
-            return None
+        return replace(recorded, nodes=live)
 
     def healthy(self, timeout: float = 5.0) -> bool:
         """Whether every node runs and the metadata names all of them."""
@@ -256,6 +262,16 @@ class LocalCluster:
         return best[1]
 
     # -- internals -------------------------------------------------------------------------
+
+    def _recorded(self) -> tuple[ClusterInfo | None, str]:
+        """The cluster as the state file records it (None: it does not), and the file's text."""
+        text = read_record(self.paths.broker_state_file) or ""
+        try:
+            info = ClusterInfo.from_json(text)
+        except (ValueError, TypeError, KeyError):
+            return None, text  # not a cluster's record (a single broker's), or none at all
+        # Another cluster's record is none of this one's.
+        return (info if Path(info.data_dir) == self.data_dir else None), text
 
     def _identities(self) -> dict[int, NodeIdentity]:
         """The nodes' ids and ports: read from ``cluster.json``, or picked and written once."""

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Coroutine
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -31,6 +30,7 @@ from rollstream.dev.broker.config import (
     render_server_properties,
 )
 from rollstream.dev.broker.jars import ensure_jars
+from rollstream.dev.broker.records import BrokerInfo, forget_stale, is_kafka_process, read_record
 from rollstream.dev.broker.settings import BrokerSettings
 from rollstream.errors import BrokerError
 from rollstream.host import require_tool
@@ -41,30 +41,8 @@ log = logging.getLogger(__name__)
 
 _IDENTITY_FILE = "rollstream-broker.json"
 
-
-@dataclass(frozen=True)
-class BrokerInfo:
-    """A running broker, as recorded in the state file."""
-
-    pid: int
-    bootstrap_servers: str
-    port: int
-    controller_port: int
-    data_dir: str
-    version: str
-    cluster_id: str
-    started_at: float
-    startup_seconds: float
-    node_id: int = 1
-
-    def to_json(self) -> str:
-        """Serialize for the state file."""
-        return json.dumps(asdict(self), indent=2)
-
-    @classmethod
-    def from_json(cls, text: str) -> BrokerInfo:
-        """Parse a state file written by :meth:`to_json`."""
-        return cls(**json.loads(text))
+# BrokerInfo lived here before its module took the state files: still importable from here.
+__all__ = ["BrokerInfo", "LocalBroker", "probe_metadata"]
 
 
 def _run_sync[T](coro: Coroutine[Any, Any, T]) -> T:
@@ -107,17 +85,6 @@ def _scan_for(path: Path, needle: str, offset: int) -> tuple[bool, int]:
         return False, offset
     found = needle.encode() in chunk
     return found, max(offset, offset + len(chunk) - len(needle))
-
-
-def _pid_is_broker(pid: int, server_properties: Path) -> bool:
-    """Whether ``pid`` is alive and is the JVM started with ``server_properties``."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    state = stat.rsplit(")", 1)[-1].split()[0]
-    return state != "Z" and str(server_properties).encode() in cmdline
 
 
 class LocalBroker:
@@ -245,10 +212,16 @@ class LocalBroker:
     def stop(self, timeout: float = 30.0) -> bool:
         """Stop the broker: SIGTERM (controlled shutdown), SIGKILL after ``timeout``.
 
-        Returns whether a running broker was stopped.
+        Returns whether a running broker was stopped; a stale record of one that died is removed.
         """
-        info = self.info or self.running()
+        # Never the pid of self.info unchecked: if the broker died, it may be another program's.
+        info = self.running()
         if info is None:
+            # A child of ours that was killed: reaped before returning, since its ports stay
+            # taken while its threads exit although /proc already shows it as gone.
+            if self._proc is not None and self._proc.poll() is None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(timeout)
             return False
         with contextlib.suppress(ProcessLookupError):
             os.kill(info.pid, signal.SIGTERM)
@@ -257,27 +230,42 @@ class LocalBroker:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(info.pid, signal.SIGKILL)
             self.wait_exit(info.pid, 10.0)
+        self.forget()
+        return True
+
+    def forget(self) -> None:
+        """Drop the records of this broker (once its process is gone)."""
         if self.record_state:
             self.paths.broker_state_file.unlink(missing_ok=True)
         self._node_file.unlink(missing_ok=True)
         self.info = None
-        return True
 
     def running(self) -> BrokerInfo | None:
-        """The broker recorded for this data directory, if its process is alive."""
-        if self.info is not None and _pid_is_broker(self.info.pid, self._props_path()):
-            return self.info
+        """The broker recorded for this data directory, if its process is alive and is Kafka.
+
+        A record whose process has gone (killed, crashed, the machine restarted) is removed.
+        """
+        if self.info is not None:
+            if is_kafka_process(self.info.pid, self._props_path()):
+                return self.info
+            self.info = None
         if self.identity is not None:
             state = self._node_file
         elif self.record_state:
             state = self.paths.broker_state_file
         else:
             return None
-        try:
-            info = BrokerInfo.from_json(state.read_text())
-        except (OSError, ValueError, TypeError):
+        text = read_record(state)
+        if text is None:
             return None
-        if Path(info.data_dir) != self.data_dir or not _pid_is_broker(info.pid, self._props_path()):
+        try:
+            info = BrokerInfo.from_json(text)
+        except (ValueError, TypeError):
+            return None  # not a broker's record (a cluster's), or not one at all
+        if Path(info.data_dir) != self.data_dir:
+            return None  # another broker's
+        if not is_kafka_process(info.pid, self._props_path()):
+            forget_stale(state, text, f"broker pid {info.pid} no longer runs")
             return None
         return info
 
@@ -398,7 +386,7 @@ class LocalBroker:
             if self._proc is not None and self._proc.pid == pid:
                 if self._proc.poll() is not None:
                     return True
-            elif not _pid_is_broker(pid, self._props_path()):
+            elif not is_kafka_process(pid, self._props_path()):
                 return True
             time.sleep(0.1)
         return False

@@ -1,0 +1,94 @@
+"""The state files of local brokers, and whether the process a file names is still that broker.
+
+``rollstream kafka start`` records each broker (``broker.json``) and each node of a cluster
+(``node.json`` in the node's directory) for the commands run later in other processes. A record
+outlives its process: a node killed, or a machine restarted, leaves files naming pids that are
+gone or, after a restart, belong to other programs. A record counts only while its pid runs
+Kafka on that broker's own configuration file; one that does not is stale and is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: The main class of a Kafka broker's JVM.
+KAFKA_MAIN_CLASS = "kafka.Kafka"
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A running broker, as recorded in the state file."""
+
+    pid: int
+    bootstrap_servers: str
+    port: int
+    controller_port: int
+    data_dir: str
+    version: str
+    cluster_id: str
+    started_at: float
+    startup_seconds: float
+    node_id: int = 1
+
+    def to_json(self) -> str:
+        """Serialize for the state file."""
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> BrokerInfo:
+        """Parse a state file written by :meth:`to_json`."""
+        return cls(**json.loads(text))
+
+    def runs(self) -> bool:
+        """Whether this broker's process still runs (see :func:`is_kafka_process`)."""
+        return is_kafka_process(self.pid, Path(self.data_dir) / "server.properties")
+
+
+def is_kafka_process(pid: int, server_properties: Path) -> bool:
+    """Whether ``pid`` is alive (not a zombie) and is Kafka started with ``server_properties``.
+
+    A live pid alone proves nothing, pids are reused; nor does a command line that merely names
+    the file (an editor, ``tail``): it must run Kafka's main class with that file as argument.
+    """
+    if pid <= 0:
+        return False
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # The state follows the command name, which may itself hold ") ".
+    state = stat.rsplit(")", 1)[-1].split()[0]
+    return (
+        state != "Z"
+        and os.fsencode(KAFKA_MAIN_CLASS) in args
+        and os.fsencode(server_properties) in args
+    )
+
+
+def read_record(path: Path) -> str | None:
+    """The text of the state file at ``path``; None if there is none (or it cannot be read)."""
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def forget_stale(path: Path, text: str, why: str) -> None:
+    """Remove the state file at ``path``, which holds ``text``, a record found to be stale.
+
+    Only if it still holds ``text``: a start in another process may have just written a live
+    record over it.
+    """
+    if read_record(path) != text:
+        return
+    with contextlib.suppress(OSError):
+        path.unlink()
+    log.info("removed the stale record %s: %s", path, why)
