@@ -31,11 +31,13 @@ from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings
 
 from rollstream.cli.options import env_name
+from rollstream.dev.docs_block import DocBlock
 from rollstream.errors import ConfigurationError
 
 START = "<!-- config-table:start -->"
 END = "<!-- config-table:end -->"
 REGENERATE = "python -m rollstream.cli.docs_config --write README.md"
+BLOCK = DocBlock(START, END, "the configuration table", REGENERATE)
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the rollstream package
 
@@ -299,20 +301,12 @@ def markdown_table(table_rows: list[Row] | None = None) -> str:
 
 def readme_table(text: str) -> str:
     """The table between the markers of a README's text."""
-    try:
-        start = text.index(START) + len(START)
-        end = text.index(END, start)
-    except ValueError:
-        raise ConfigurationError(f"the README has no {START} ... {END} block") from None
-    return text[start:end].strip("\n")
+    return BLOCK.body(text)
 
 
 def replace_table(text: str, table: str) -> str:
     """``text`` with the block between the markers replaced by ``table``."""
-    readme_table(text)  # raises when the markers are missing
-    start = text.index(START) + len(START)
-    end = text.index(END, start)
-    return f"{text[:start]}\n{table}\n{text[end:]}"
+    return BLOCK.replace(text, table)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -320,21 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m rollstream.cli.docs_config", description=__doc__
     )
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--write", metavar="README", type=Path, help="replace the README's table")
-    mode.add_argument("--check", metavar="README", type=Path, help="exit 1 if it differs")
-    args = parser.parse_args(argv)
-    table = markdown_table()
-    if args.write is not None:
-        text = args.write.read_text(encoding="utf-8")
-        args.write.write_text(replace_table(text, table), encoding="utf-8")
-    elif args.check is not None:
-        if readme_table(args.check.read_text(encoding="utf-8")) != table:
-            print(f"{args.check}: the configuration table is out of date; run: {REGENERATE}")
-            return 1
-    else:
-        print(table)
-    return 0
+    BLOCK.add_arguments(parser, "README")
+    return BLOCK.run(parser.parse_args(argv), markdown_table(), out=sys.stdout)
 
 
 if __name__ == "__main__":

@@ -36,9 +36,15 @@ from rollstream.dev.bench.instances_gate import (
     wait_visible,
 )
 from rollstream.dev.bench.instances_report import with_scaling
-from rollstream.dev.bench.pipeline import session_load
 from rollstream.dev.bench.pipeline_run import PipelineRun, ServiceProcess
-from rollstream.dev.synthetic import SyntheticShape
+from rollstream.dev.bench.pipeline_setup import (
+    bench_group,
+    input_shape,
+    input_summary,
+    reconstruct_args,
+    score_args,
+    session_load,
+)
 from rollstream.kafka.admin import TopicAdmin
 from rollstream.schemas import AvroSerializer, TopicNames
 from rollstream.schemas.trajectories import Trajectory
@@ -72,15 +78,6 @@ class InstancesBenchConfig:
     # After the group is stable: at least this long, and until every instance is idle.
     settle_s: float = 1.0
     timeout_s: float = 300.0
-
-    def shape(self) -> SyntheticShape:
-        """The reconstructor input's session shape."""
-        return SyntheticShape(
-            turns=self.calls,
-            system_tokens=self.system_tokens,
-            tool_result_tokens=self.tool_result_tokens,
-            completion_tokens=self.completion_tokens,
-        )
 
 
 def measure(
@@ -178,7 +175,7 @@ async def _gated(
     where: _Where,
 ) -> _Started:
     """``n`` instances behind a gate on the phase's input; the gate opened once they are ready."""
-    group = f"{run.kafka.topic_prefix}-bench-{phase.service}"
+    group = bench_group(run.kafka, phase.service)
     began = time.perf_counter()
     async with Gate(run.kafka, f"{group}-gate") as gate:
         await gate.fill(phase.topic, phase.records)
@@ -221,15 +218,11 @@ async def _one_count(
     serializer = AvroSerializer()
     async with PipelineRun(kafka, log_dir, config.timeout_s) as run:
         run.scored.keep_values = False  # only counted; each carries its whole trajectory
-        recon_args = [
-            *("reconstruct", "--strategy", config.strategy),
-            *("--max-batch-records", str(config.reconstructor_batch_records)),
-        ]
         recon_phase = _Phase(
             "reconstruct",
             names.events,
             events,
-            lambda group: [*recon_args, "--group", group],
+            lambda group: reconstruct_args(config, group),
             lambda: run.trajectories.count("tp-") >= config.sessions,
         )
         started = await _gated(run, recon_phase, n, config.settle_s, where)
@@ -253,15 +246,11 @@ async def _one_count(
                 for t, v in zip(trajectories, values, strict=True)
             ]
         expected = len(scorer_input)
-        score_args = [
-            *("score", "--input", SCORER_INPUT, "--default-evaluator", config.evaluator),
-            *("--max-batch-records", str(config.scorer_batch_records)),
-        ]
         score_phase = _Phase(
             "score",
             names.resolve(SCORER_INPUT),
             scorer_input,
-            lambda group: [*score_args, "--group-id", group],
+            lambda group: score_args(config, group, "--input", SCORER_INPUT),
             lambda: len(run.scored.times) >= expected,
         )
         started = await _gated(run, score_phase, n, config.settle_s, where)
@@ -310,7 +299,7 @@ async def run_instances_bench(
     where = _Where(progress, broker_pids)
     events = [
         (sid.encode(), value)
-        for sid, values in session_load("tp", config.sessions, config.pool, config.shape())
+        for sid, values in session_load("tp", config.sessions, config.pool, input_shape(config))
         for value in values
     ]
     recon: list[dict[str, Any]] = []
@@ -330,17 +319,10 @@ async def run_instances_bench(
                 f"per instance), scorer {s['per_s']} trajectories/s ({s['per_instance_s']} per "
                 f"instance); {time.monotonic() - began:.0f} s"
             )
-    shape = config.shape()
     return {
         "config": asdict(config),
         "services": "subprocesses",
-        "reconstructor": {
-            "sessions": config.sessions,
-            "calls": config.sessions * config.calls,
-            "prompt_tokens_last": shape.system_tokens
-            + (shape.turns - 1) * (shape.completion_tokens + shape.tool_result_tokens),
-            "counts": with_scaling(recon),
-        },
+        "reconstructor": {**input_summary(config), "counts": with_scaling(recon)},
         "scorer": {
             "trajectories": len(scorer_input or []),
             "copies": config.scorer_copies,

@@ -31,9 +31,16 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from rollstream.dev.bench.common import percentile
-from rollstream.dev.bench.load import renamed
 from rollstream.dev.bench.pipeline_run import PipelineRun, ServiceProcess
-from rollstream.dev.synthetic import SyntheticShape, synthetic_session
+from rollstream.dev.bench.pipeline_setup import (
+    bench_group,
+    input_shape,
+    input_summary,
+    reconstruct_args,
+    score_args,
+    session_load,
+)
+from rollstream.dev.synthetic import SyntheticShape
 from rollstream.kafka.admin import TopicAdmin
 from rollstream.kafka.clients import make_producer
 from rollstream.schemas import AvroSerializer, TopicNames, topic_specs
@@ -72,20 +79,6 @@ class PipelineBenchConfig:
     reconstructor_batch_records: int = 2000
     scorer_batch_records: int = 32
     timeout_s: float = 300.0
-
-
-def session_load(
-    prefix: str, count: int, pool: int, shape: SyntheticShape
-) -> list[tuple[str, list[bytes]]]:
-    """``count`` sessions (copies of ``pool`` drawn ones), each as its id and encoded records."""
-    serializer = AvroSerializer()
-    drawn = [synthetic_session(f"{prefix}-pool-{i}", shape, seed=i) for i in range(pool)]
-    out = []
-    for n in range(count):
-        sid = f"{prefix}-{n}"
-        records = renamed(drawn[n % pool].records, f"{prefix}-pool-{n % pool}", sid)
-        out.append((sid, [serializer.encode(r) for r in records]))
-    return out
 
 
 async def produce_all(
@@ -145,13 +138,7 @@ async def run_pipeline_bench(
     names = TopicNames(kafka.topic_prefix)
     async with TopicAdmin(kafka) as admin:
         await admin.create(topic_specs(names, partitions=config.partitions))
-    shape = SyntheticShape(
-        turns=config.calls,
-        system_tokens=config.system_tokens,
-        tool_result_tokens=config.tool_result_tokens,
-        completion_tokens=config.completion_tokens,
-    )
-    load = session_load("tp", config.sessions, config.pool, shape)
+    load = session_load("tp", config.sessions, config.pool, input_shape(config))
     schedule = _schedule(config)
     producer = make_producer(kafka)
     await producer.start()
@@ -170,30 +157,17 @@ async def run_pipeline_bench(
     return {
         "config": asdict(config),
         "services": "subprocesses",
-        "reconstructor": {
-            "sessions": config.sessions,
-            "calls": config.sessions * config.calls,
-            "prompt_tokens_last": config.system_tokens
-            + (config.calls - 1) * (config.completion_tokens + config.tool_result_tokens),
-            **recon,
-        },
+        "reconstructor": {**input_summary(config), **recon},
         "scorer": {"trajectories": config.sessions, **score},
         "end_to_end": e2e,
     }
-
-
-# Distinct groups per run and service (a group also names its transactional ids).
-def _group(run: PipelineRun, service: str) -> str:
-    return f"{run.kafka.topic_prefix}-bench-{service}"
 
 
 async def _reconstructor_throughput(
     config: PipelineBenchConfig, run: PipelineRun
 ) -> dict[str, Any]:
     reconstructor = run.start_service(
-        "reconstructor",
-        *("reconstruct", "--strategy", config.strategy, "--group", _group(run, "reconstruct")),
-        *("--max-batch-records", str(config.reconstructor_batch_records)),
+        "reconstructor", *reconstruct_args(config, bench_group(run.kafka, "reconstruct"))
     )
     await run.wait_for(run.trajectories, "tp-", config.sessions)
     times, values = run.trajectories.take()
@@ -206,12 +180,7 @@ async def _reconstructor_throughput(
 
 
 async def _scorer_throughput(config: PipelineBenchConfig, run: PipelineRun) -> dict[str, Any]:
-    scorer = run.start_service(
-        "scorer",
-        *("score", "--group-id", _group(run, "score")),
-        *("--default-evaluator", config.evaluator),
-        *("--max-batch-records", str(config.scorer_batch_records)),
-    )
+    scorer = run.start_service("scorer", *score_args(config, bench_group(run.kafka, "score")))
     await run.wait_for(run.scored, "tp-", config.sessions)
     times, values = run.scored.take()
     serializer = AvroSerializer()

@@ -18,10 +18,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rollstream.dev.docs_block import DocBlock
+
 START = "<!-- sizing-table:start -->"
 END = "<!-- sizing-table:end -->"
 RESULTS = Path("bench/results.json")
 GPU_COUNTS = (64, 512, 4096)
+BLOCK = DocBlock(
+    START, END, "the sizing table", "python -m rollstream.dev.bench.sizing --write docs/scaling.md"
+)
 
 
 @dataclass(frozen=True)
@@ -176,33 +181,14 @@ def render(benchmarks: dict[str, Any], work: Workload | None = None) -> list[str
     return lines
 
 
-def _replace(text: str, lines: list[str]) -> str:
-    head, sep, rest = text.partition(START)
-    _, sep2, tail = rest.partition(END)
-    if not (sep and sep2):
-        raise SystemExit(f"markers {START} ... {END} not found")
-    return head + START + "\n" + "\n".join(lines) + "\n" + END + tail
-
-
 def main(argv: list[str] | None = None) -> int:
     """Print, write or check the sizing table."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--results", type=Path, default=RESULTS)
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--write", type=Path, help="replace the table in this file")
-    group.add_argument("--check", type=Path, help="exit 1 if this file's table differs")
+    BLOCK.add_arguments(parser)
     args = parser.parse_args(argv)
     lines = render(json.loads(args.results.read_text())["benchmarks"])
-    if args.write:
-        args.write.write_text(_replace(args.write.read_text(), lines))
-    elif args.check:
-        text = args.check.read_text()
-        if _replace(text, lines) != text:
-            print(f"{args.check}: the sizing table is out of date; run --write", file=sys.stderr)
-            return 1
-    else:
-        print("\n".join(lines))
-    return 0
+    return BLOCK.run(args, "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -19,11 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from rollstream.dev.bench.stream_section import summary_row as _stream
-from rollstream.errors import ConfigurationError
+from rollstream.dev.docs_block import DocBlock
 
 START = "<!-- bench-table:start -->"
 END = "<!-- bench-table:end -->"
 RESULTS = Path("bench/results.json")
+BLOCK = DocBlock(
+    START, END, "the benchmark table", "python -m rollstream.dev.bench.summary --write README.md"
+)
 #: The interceptor's CPU target against plain mitmproxy (the RESULTS.md section states it too).
 INTERCEPTOR_CPU_TARGET = 1.3
 
@@ -165,8 +168,8 @@ ROWS: tuple[tuple[str, str, Callable[[Result], str]], ...] = (
 )
 
 
-def summary_table(data: Result) -> list[str]:
-    """The table (with its markers) for the benchmarks that have results in ``data``."""
+def summary_body(data: Result) -> str:
+    """The table and its heading line for the benchmarks that have results in ``data``."""
     benchmarks = data.get("benchmarks", {})
     machines = [b.get("machine", {}) for b in benchmarks.values()]
     cores = {m.get("cores") for m in machines} - {None}
@@ -179,7 +182,6 @@ def summary_table(data: Result) -> list[str]:
     )
     span = f", measured {dates[0]} to {dates[-1]}" if dates else ""
     lines = [
-        START,
         f"On a {where}{span} (generated from `bench/results.json`):",
         "",
         "| what | result |",
@@ -188,50 +190,34 @@ def summary_table(data: Result) -> list[str]:
     for name, label, read in ROWS:
         if name in benchmarks:
             lines.append(f"| {label} | {read(benchmarks[name])} |")
-    lines.append(END)
-    return lines
+    return "\n".join(lines)
+
+
+def summary_table(data: Result) -> list[str]:
+    """The lines of the table with its markers, as the README holds them."""
+    return BLOCK.wrap(summary_body(data)).split("\n")
 
 
 def replace_table(text: str, table: list[str]) -> str:
     """``text`` with what lies between the markers (included) replaced by ``table``."""
-    start, end = text.find(START), text.find(END)
-    if start < 0 or end < start:
-        raise ConfigurationError(f"the benchmark table markers ({START} ... {END}) are missing")
-    return text[:start] + "\n".join(table) + text[end + len(END) :]
+    return BLOCK.replace(text, BLOCK.body("\n".join(table)))
 
 
 def update_readme(data: Result, readme: Path) -> bool:
     """Rewrite ``readme``'s table from ``data`` when it has the markers; True if it changed."""
-    if not readme.is_file():
+    if not readme.is_file() or START not in readme.read_text(encoding="utf-8"):
         return False
-    text = readme.read_text()
-    if START not in text:
-        return False
-    new = replace_table(text, summary_table(data))
-    if new != text:
-        readme.write_text(new)
-    return new != text
+    return BLOCK.rewrite(readme, summary_body(data))
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print, write or check the README's benchmark table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=RESULTS)
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--write", type=Path, metavar="README")
-    group.add_argument("--check", type=Path, metavar="README")
+    BLOCK.add_arguments(parser, "README")
     args = parser.parse_args(argv)
-    table = summary_table(json.loads(args.results.read_text()))
-    if args.write:
-        args.write.write_text(replace_table(args.write.read_text(), table))
-    elif args.check:
-        text = args.check.read_text()
-        if replace_table(text, table) != text:
-            print(f"{args.check}: benchmark table differs from {args.results}", file=sys.stderr)
-            return 1
-    else:
-        print("\n".join(table))
-    return 0
+    body = summary_body(json.loads(args.results.read_text()))
+    return BLOCK.run(args, body, shown=BLOCK.wrap(body))
 
 
 if __name__ == "__main__":
