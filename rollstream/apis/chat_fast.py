@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import orjson
 
 from rollstream.apis.chat import JSON, Asked, Capture, logprob_of
-from rollstream.apis.chat_template import ChunkTemplate
+from rollstream.apis.chat_template import ChunkTemplate, TemplateMatch
 from rollstream.schemas import jsonfast
 
 #: A parsed chunk and the read it came from, in; the bytes for the harness out, or None when
@@ -43,12 +43,12 @@ _LEARN_ATTEMPTS = 8
 class FastPath:
     """One call's fast path: :attr:`parsed` for a parsed chunk, :attr:`template` for raw bytes.
 
-    ``template`` (``chat_template``), once a chunk has taught it, reads the answer's later
-    common chunks without parsing them; ``parsed`` takes what it does not match.
+    ``template`` (a ``chat_template`` reader), once a chunk has taught it, reads the answer's
+    later common chunks without parsing them; ``parsed`` takes what it does not match.
     """
 
     parsed: FastChunk
-    template: ChunkTemplate | None = None
+    template: TemplateMatch | None = None
 
 
 def chunk_fast_path(capture: Capture, asked: Asked, harness_model: str | None) -> FastPath:
@@ -102,7 +102,7 @@ def chunk_fast_path(capture: Capture, asked: Asked, harness_model: str | None) -
             if learnt is None:
                 attempts -= 1
             else:
-                path.template = learnt
+                path.template = learnt.bind(capture)
 
         # Captured as Capture._add_choice captures it.
         capture.saw_token_ids = True

@@ -4,10 +4,10 @@ Within one streamed answer, the reads that carry one token each differ only in t
 the text of the delta, the token's logprob entry and its id. Everything around them (the id,
 ``created`` and model of the answer, the choice's index, the delta's one field, ``finish_reason``
 null) is the same bytes read after read. :meth:`ChunkTemplate.learn` takes those bytes from one
-chunk the fast path (``chat_fast``) has parsed; :meth:`ChunkTemplate.match` then reads a later
-chunk with a ``startswith`` and one regular expression, and writes the harness's event by
-concatenation. It replaces an orjson parse, a walk over the parsed chunk and an orjson write: the
-interceptor's largest cost per streamed token.
+chunk the fast path (``chat_fast``) has parsed; the reader :meth:`ChunkTemplate.bind` makes of
+it for the call then reads a later chunk with a ``startswith`` and one regular expression, and
+writes the harness's event by concatenation. It replaces an orjson parse, a walk over the parsed
+chunk and an orjson write: the interceptor's largest cost per streamed token.
 
 What it takes, it takes exactly (the tests hold it to the general path's capture and bytes):
 
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
@@ -39,7 +40,8 @@ _TEXT, _ENTRY, _IDS = "\x00rollstream-text", "\x00rollstream-entry", "\x00rollst
 _ENTRY_KEYS = ["token", "logprob", "bytes", "top_logprobs"]
 
 # JSON's grammar for the values, in the unrolled form (no alternation per character).
-_STRING = rb'"[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*"'
+_INNER = rb'[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*'
+_STRING = b'"' + _INNER + b'"'
 # A fraction always (vLLM writes floats so): an integer would be read as one by orjson, and
 # what the capture keeps of it differs. Two exponent digits at most: no infinity from a read.
 _NUMBER = rb"-?(?:0|[1-9][0-9]*)\.[0-9]+(?:[eE][+-]?[0-9]{1,2})?"
@@ -54,9 +56,9 @@ _ID = rb"\[(0|[1-9][0-9]{0,9})\]"
 def _tail(between: bytes, before_ids: bytes, end: bytes) -> re.Pattern[bytes]:
     """The expression for what follows the template's head: cached, as streams share it."""
     return re.compile(
-        b"("
-        + _STRING
-        + b")"
+        b'"('
+        + _INNER
+        + b')"'
         + re.escape(between)
         + _ENTRY_VALUE
         + re.escape(before_ids)
@@ -64,6 +66,11 @@ def _tail(between: bytes, before_ids: bytes, end: bytes) -> re.Pattern[bytes]:
         + re.escape(end)
         + b"\n\n"
     )
+
+
+#: A template bound to one call's capture: the harness's bytes for a read, its token captured,
+#: or None when the read does not match (nothing captured or changed).
+TemplateMatch = Callable[[bytes], bytes | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,33 +134,47 @@ class ChunkTemplate:
             out = (b"data: " + written[0], written[1] + b"\n\n")
         return cls(b"data: " + head, _tail(between, before_ids, end), field == "content", out)
 
-    def match(self, raw: bytes, capture: Capture) -> bytes | None:
-        """The harness's bytes for ``raw``, its token captured; None (nothing done) if no match."""
-        head = self.head
-        if not raw.startswith(head):
-            return None
-        found = self.tail.fullmatch(raw, len(head))
-        if found is None:
-            return None
-        quoted, logprob, token = found.groups()
-        escaped = quoted.find(b"\\") >= 0
-        try:
-            if not raw.isascii():
-                raw.decode()  # orjson reads only UTF-8: nor does this
-            text = orjson.loads(quoted) if escaped else quoted[1:-1].decode()
-        except (UnicodeDecodeError, orjson.JSONDecodeError):
-            return None
-        capture.saw_token_ids = True
-        capture.completion_token_ids.append(int(token))
-        capture.completion_logprobs.append(float(logprob))
-        if text and self.content:
-            capture.content_parts.append(text)
+    def bind(self, capture: Capture) -> TemplateMatch:
+        """The template's reader for one call's ``capture`` (see :data:`TemplateMatch`).
+
+        A closure over what it needs, looked up once: it runs for every token of the answer.
+        """
+        head, start, fullmatch = self.head, len(self.head), self.tail.fullmatch
+        add_id = capture.completion_token_ids.append
+        add_logprob = capture.completion_logprobs.append
+        add_text = capture.content_parts.append if self.content else None
+        loads, dumps = orjson.loads, orjson.dumps
         out = self.out
-        if out is None:
-            return raw
-        if escaped:
-            quoted = orjson.dumps(text)  # as orjson writes the text: its own escapes
-        return out[0] + quoted + out[1]
+        before, after = (out[0], out[1]) if out is not None else (b"", b"")
+        quoted_before, quoted_after = before + b'"', b'"' + after
+        # Bound while the chunk it was learnt from is captured: the call has token ids.
+        capture.saw_token_ids = True
+
+        def match(raw: bytes) -> bytes | None:
+            if not raw.startswith(head):
+                return None
+            found = fullmatch(raw, start)
+            if found is None:
+                return None
+            inner, logprob, token = found.groups()
+            escaped = inner.find(b"\\") >= 0
+            try:
+                if not raw.isascii():
+                    raw.decode()  # orjson reads only UTF-8: nor does this
+                text = loads(b'"' + inner + b'"') if escaped else inner.decode()
+            except (UnicodeDecodeError, orjson.JSONDecodeError):
+                return None
+            add_id(int(token))
+            add_logprob(float(logprob))
+            if add_text is not None and text:
+                add_text(text)
+            if out is None:
+                return raw
+            if escaped:  # as orjson writes the text: its own escapes
+                return before + dumps(text) + after
+            return quoted_before + inner + quoted_after
+
+        return match
 
 
 def _split(written: bytes, sentinels: tuple[str, ...]) -> list[bytes] | None:

@@ -65,7 +65,7 @@ def stream_function(
             elif (
                 (template := common.template) is not None
                 and parser.idle
-                and (sent := template.match(data, capture)) is not None
+                and (sent := template(data)) is not None
             ):
                 # Learnt from a chunk with output: the first token's time is already set.
                 return [sent]

@@ -243,15 +243,20 @@ def _counting(taken: list[bool]) -> Any:
 
 
 def _matching(matched: list[bool]) -> Any:
-    """``ChunkTemplate.match`` noting whether each read it saw matched."""
-    match = ChunkTemplate.match
+    """``ChunkTemplate.bind`` making readers that note whether each read they saw matched."""
+    bind = ChunkTemplate.bind
 
-    def counted(self: ChunkTemplate, raw: bytes, capture: Capture) -> bytes | None:
-        sent = match(self, raw, capture)
-        matched.append(sent is not None)
-        return sent
+    def counted(self: ChunkTemplate, capture: Capture) -> Any:
+        match = bind(self, capture)
 
-    return mock.patch.object(ChunkTemplate, "match", counted)
+        def note(raw: bytes) -> bytes | None:
+            sent = match(raw)
+            matched.append(sent is not None)
+            return sent
+
+        return note
+
+    return mock.patch.object(ChunkTemplate, "bind", counted)
 
 
 @settings(max_examples=300, deadline=None)
