@@ -11,12 +11,14 @@ chunk and an orjson write: the interceptor's largest cost per streamed token.
 
 What it takes, it takes exactly (the tests hold it to the general path's capture and bytes):
 
-- the template is learnt only from a chunk the upstream wrote as orjson writes it (compact
-  JSON, vLLM's pydantic), whose delta has one field holding a string, one token id and one
-  logprob entry (``token``, ``logprob``, ``bytes``, ``top_logprobs`` empty, in that order);
+- the template is learnt only from a chunk whose fixed bytes the upstream wrote as orjson
+  writes them (compact JSON, as vLLM's pydantic writes it), whose delta has one field holding
+  a string, one token id and one logprob entry (``token``, ``logprob``, ``bytes``,
+  ``top_logprobs`` empty, in that order), and which the template matches;
 - a chunk matches only when it is the template's bytes with a JSON string, a JSON number with a
-  fraction (read to the same float orjson reads) and one id where the template had its own: the
-  expression spells out JSON's grammar for each, so the chunk parses to the template's shape;
+  fraction or an exponent (read to the same float orjson reads) and one id where the template
+  had its own: the expression spells out JSON's grammar for each, so the chunk parses to the
+  template's shape;
 - bytes that are not UTF-8 make no match (orjson would not read the chunk);
 - what the harness gets: nothing stripped, the upstream's own event (as the fast path sends
   it); the ids and logprobs both stripped, the stripped template around the text as orjson
@@ -42,9 +44,10 @@ _ENTRY_KEYS = ["token", "logprob", "bytes", "top_logprobs"]
 # JSON's grammar for the values, in the unrolled form (no alternation per character).
 _INNER = rb'[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*'
 _STRING = b'"' + _INNER + b'"'
-# A fraction always (vLLM writes floats so): an integer would be read as one by orjson, and
-# what the capture keeps of it differs. Two exponent digits at most: no infinity from a read.
-_NUMBER = rb"-?(?:0|[1-9][0-9]*)\.[0-9]+(?:[eE][+-]?[0-9]{1,2})?"
+# A fraction or an exponent always (vLLM writes floats so, ``-0.5`` or ``-1e-7``): an integer
+# would be read as one by orjson, and what the capture keeps of it differs. Two exponent digits
+# at most: no infinity from a read.
+_NUMBER = rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+(?:[eE][+-]?[0-9]{1,2})?|[eE][+-]?[0-9]{1,2})"
 _ENTRY_VALUE = (
     rb'\{"content":\[\{"token":' + _STRING + rb',"logprob":(' + _NUMBER + rb'),"bytes":\['
     rb'(?:[0-9]{1,3}(?:,[0-9]{1,3})*)?\],"top_logprobs":\[\]\}\]\}'
@@ -114,8 +117,6 @@ class ChunkTemplate:
             stripped = True
         else:
             return None  # a mix the fast path writes again from the parse
-        if raw[6:-2] != orjson.dumps(chunk):
-            return None  # not written as orjson writes: its values' spelling may differ
         skeleton_choice = choice | {"delta": {field: _TEXT}, "logprobs": _ENTRY, "token_ids": _IDS}
         skeleton = chunk | {"choices": [skeleton_choice]}
         pieces = _split(orjson.dumps(skeleton), (_TEXT, _ENTRY, _IDS))
@@ -132,7 +133,14 @@ class ChunkTemplate:
             if written is None:
                 return None
             out = (b"data: " + written[0], written[1] + b"\n\n")
-        return cls(b"data: " + head, _tail(between, before_ids, end), field == "content", out)
+        template = cls(b"data: " + head, _tail(between, before_ids, end), field == "content", out)
+        # The chunk's fixed bytes must be as orjson writes them (the general path writes the
+        # harness's event with orjson) and its values as the grammar spells them.
+        if not raw.startswith(template.head) or not template.tail.fullmatch(
+            raw, len(template.head)
+        ):
+            return None
+        return template
 
     def bind(self, capture: Capture) -> TemplateMatch:
         """The template's reader for one call's ``capture`` (see :data:`TemplateMatch`).

@@ -143,7 +143,7 @@ def test_a_matched_chunk_is_captured_and_stripped_without_a_parse() -> None:
         orjson.dumps(common("a", -0.5, [3], "reasoning_content")),  # another field
         orjson.dumps(common("a", -0.5, [3])).replace(b'"a"', b'"\xff"', 1),  # not UTF-8
         orjson.dumps(common("a", -0.5, [3])).replace(b"[3]", b"[03]"),  # not JSON
-        orjson.dumps(common("a", -0.5, [3])).replace(b"-0.5", b"-5e1"),  # no fraction
+        orjson.dumps(common("a", -0.5, [3])).replace(b"-0.5", b"-.5"),  # not JSON either
         orjson.dumps(common("a", -0.5, [3])).replace(b"}]}", b'}],"x":1}'),  # more fields
         json.dumps(common("a", -0.5, [3])).encode(),  # spaced
     ],
@@ -172,3 +172,18 @@ def test_a_chunk_not_written_as_orjson_writes_teaches_no_template() -> None:
     chunk = common("a", -0.5, [3])
     raw = b"data: " + json.dumps(chunk).encode() + b"\n\n"
     assert ChunkTemplate.learn(chunk, raw, Asked(), None) is None
+
+
+def test_logprobs_as_vllm_writes_them_are_read_to_the_floats_orjson_reads() -> None:
+    # pydantic (vLLM) and orjson write -1e-7, not -1e-07, and small values without a fraction.
+    template = _learnt(common("a", -1e-7, [3]))  # learnt from such a chunk too
+    capture = Capture()
+    read = template.bind(capture)
+    for spelt in [b"-1e-7", b"-0.00001234", b"-2.5e-10", b"-1E+2", b"0.0", b"-9999.0"]:
+        raw = orjson.dumps(common("b", -0.5, [4])).replace(b"-0.5", spelt)
+        assert read(b"data: " + raw + b"\n\n") is not None
+        assert capture.completion_logprobs[-1] == orjson.loads(spelt)
+    assert (
+        read(b"data: " + orjson.dumps(common("b", -0.5, [4])).replace(b"-0.5", b"-1") + b"\n\n")
+        is None
+    )
