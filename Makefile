@@ -11,7 +11,7 @@ export PIP_CACHE_DIR := $(CACHE)/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 
-.PHONY: help venv jars vocabularies harnesses chromium lint typecheck unit integration test chaos demo clean
+.PHONY: help venv jars vocabularies harnesses chromium containers lint typecheck unit integration test chaos demo clean
 
 help:
 	@echo "make demo   set up, run the local stack, a few tasks on a real harness, train, report"
@@ -49,6 +49,23 @@ chromium:
 	      || echo "chromium install failed: the report screenshot test will be skipped"; \
 	  else echo "chromium not found: the report screenshot test will be skipped"; fi
 
+# The container tests' engine and images (Debian's packages): a private Docker daemon, debootstrap
+# for the base image and a static busybox for the tiny one. Installed only when missing and
+# apt-get is usable (as root); the packages apt already knows first, its lists refreshed only
+# if that fails. Otherwise those tests skip, saying what is missing.
+CONTAINER_TOOLS := dockerd:docker.io debootstrap:debootstrap busybox:busybox-static
+containers:
+	@missing=$$(for pair in $(CONTAINER_TOOLS); do \
+	    command -v $${pair%%:*} >/dev/null || echo $${pair#*:}; done | xargs); \
+	  if [ -z "$$missing" ]; then :; \
+	  elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	    echo "installing $$missing (apt) for the container tests"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -qq $$missing >/dev/null 2>&1 \
+	      || (apt-get update -qq && apt-get install -y -qq $$missing >/dev/null) \
+	      || echo "installing $$missing failed: the container tests will be skipped"; \
+	  else echo "$$missing not installed: the container tests will be skipped (install as root)"; fi
+
 lint: venv
 	$(BIN)/ruff check rollstream tests
 	$(BIN)/ruff format --check rollstream tests
@@ -63,7 +80,7 @@ integration: venv jars vocabularies harnesses
 	$(BIN)/pytest -m integration
 
 # Everything but the tests marked long (the longer cluster faults), which `make chaos` runs.
-test: venv jars vocabularies harnesses chromium lint typecheck
+test: venv jars vocabularies harnesses chromium containers lint typecheck
 	$(BIN)/pytest -m "not long"
 
 # The whole loop in a few minutes: the local stack, three tasks x 4 samples on Pi (the python

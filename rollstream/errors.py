@@ -30,6 +30,13 @@ class MissingToolError(ConfigurationError):
     """A program rollstream needs (java, mvn) is not installed."""
 
 
+class ContainerEngineError(ConfigurationError):
+    """The local container engine (a private Docker daemon) or an image of it could not be made.
+
+    The message says what is missing or what the daemon logged, and how to fix it.
+    """
+
+
 class SerializationError(RollstreamError):
     """A record that cannot be encoded or decoded; retrying will not help."""
 

@@ -19,6 +19,7 @@ from rollstream.kafka.admin import TopicAdmin
 from rollstream.kafka.clients import make_consumer, make_producer
 from rollstream.schemas import TopicNames, TopicSpec, topic_specs
 from rollstream.settings import KafkaSettings, StatePaths
+from tests.docker_fixtures import docker_base, docker_busybox, docker_engine  # noqa: F401
 
 # The jar cache is shared with the user's (downloads once); everything else is per test run.
 JAR_CACHE = StatePaths().cache_dir
@@ -158,12 +159,15 @@ async def consumer_factory(
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that uses a broker as an integration test; the cluster's tests go last.
+    """Mark the tests that use a broker or the Docker daemon; the cluster's tests go last.
 
     Three idle KRaft nodes still cost about a third of a core (heartbeats, replica fetches), so
     the cluster starts only after every other test has run.
     """
     for item in items:
         if {"kafka_broker", "kafka_cluster"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+        if "docker_engine" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.docker)
             item.add_marker(pytest.mark.integration)
     items.sort(key=lambda item: "kafka_cluster" in getattr(item, "fixturenames", ()))

@@ -73,6 +73,7 @@ SECTIONS: list[tuple[str, list[tuple[str, str, str]]]] = [
             ("demo", "demo_command", "demo"),
             ("stack", "stack", "stack"),
             ("kafka", "kafka", "kafka"),
+            ("docker", "docker", "docker"),
             ("backend", "backend", "backend"),
             ("smoke", "smoke", "smoke"),
             ("example", "example_trainer", "example-trainer"),
