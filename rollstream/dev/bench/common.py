@@ -64,8 +64,24 @@ def process_rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def reference_loop_ms(repeats: int = 3) -> float:
+    """CPU milliseconds of a fixed pure-Python loop, the best of ``repeats``: the machine's speed.
+
+    Shared machines run at different speeds on different days; every figure of a run scales
+    with it, ratios within a run do not. Recorded with each run so runs can be compared.
+    """
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.process_time()
+        total = 0
+        for i in range(1_000_000):
+            total += i
+        best = min(best, time.process_time() - started)
+    return round(best * 1000, 1)
+
+
 def machine() -> dict[str, Any]:
-    """What the numbers were measured on."""
+    """What the numbers were measured on, and how fast it ran (``reference_loop_ms``)."""
     cpu = "unknown"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -80,6 +96,7 @@ def machine() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "reference_loop_ms": reference_loop_ms(),
     }
 
 

@@ -321,9 +321,16 @@ def write_markdown(data: dict[str, Any], path: Path) -> None:
         if section is None:
             continue
         lines += section(result)
+        speed = m.get("reference_loop_ms")
         lines += [
             f"Measured {m.get('date', '?')} on {m.get('cores', '?')} cores "
-            f"({m.get('cpu', '?')}), Python {m.get('python', '?')}.",
+            f"({m.get('cpu', '?')}), Python {m.get('python', '?')}"
+            + (
+                f"; a fixed Python loop took {speed} ms of CPU (the machine's speed that day:"
+                " absolute figures scale with it, ratios within a run do not)."
+                if speed is not None
+                else "."
+            ),
             "",
         ]
     path.write_text("\n".join(lines))

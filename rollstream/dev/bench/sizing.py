@@ -75,11 +75,24 @@ def unit_costs(benchmarks: dict[str, Any]) -> UnitCosts:
         reconstructor_calls_per_core_s=float(pipeline["reconstructor"]["per_core_s"]),
         scorer_trajectories_per_core_s=float(pipeline["scorer"]["per_core_s"]),
         sources={
-            "stream": stream["machine"]["date"],
-            "publisher": benchmarks["publisher"]["machine"]["date"],
-            "pipeline": pipeline["machine"]["date"],
+            name: _when(result["machine"])
+            for name, result in (
+                ("stream", stream),
+                ("publisher", benchmarks["publisher"]),
+                ("pipeline", pipeline),
+            )
         },
     )
+
+
+def _when(machine: dict[str, Any]) -> str:
+    """A run's date, and its machine's speed where recorded (``common.reference_loop_ms``).
+
+    CPU figures from days when the shared machine ran at other speeds do not add up as they
+    stand: the speed tells the reader by how much one of them is off.
+    """
+    speed = machine.get("reference_loop_ms")
+    return str(machine["date"]) + (f" (reference loop {speed} ms)" if speed is not None else "")
 
 
 @dataclass(frozen=True)
