@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+from pathlib import Path
 
 from rollstream.errors import MissingToolError
 
@@ -57,3 +58,22 @@ def require_tool(executable: str, install_hint: str) -> str:
     if path is None:
         raise MissingToolError(f"{executable!r} not found on PATH: install {install_hint}")
     return path
+
+
+def process_args(pid: int) -> list[bytes] | None:
+    """The arguments of live process ``pid`` (from /proc); None if it is gone or a zombie.
+
+    What tells a daemon's pid from a reused one: a pid file outlives its process.
+    """
+    if pid <= 0:
+        return None
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The state follows the command name, which may itself hold ") ". A zombie is dead: on
+    # machines whose init does not reap, one stays in the table indefinitely.
+    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+        return None
+    return args

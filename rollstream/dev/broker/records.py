@@ -16,6 +16,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rollstream.host import process_args
+
 log = logging.getLogger(__name__)
 
 #: The main class of a Kafka broker's JVM.
@@ -57,17 +59,9 @@ def is_kafka_process(pid: int, server_properties: Path) -> bool:
     A live pid alone proves nothing, pids are reused; nor does a command line that merely names
     the file (an editor, ``tail``): it must run Kafka's main class with that file as argument.
     """
-    if pid <= 0:
-        return False
-    try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    # The state follows the command name, which may itself hold ") ".
-    state = stat.rsplit(")", 1)[-1].split()[0]
+    args = process_args(pid)
     return (
-        state != "Z"
+        args is not None
         and os.fsencode(KAFKA_MAIN_CLASS) in args
         and os.fsencode(server_properties) in args
     )

@@ -15,6 +15,8 @@ import signal
 import time
 from pathlib import Path
 
+from rollstream.host import process_args
+
 log = logging.getLogger(__name__)
 
 _MNT_DETACH = 2
@@ -22,18 +24,7 @@ _MNT_DETACH = 2
 
 def cmdline(pid: int) -> list[bytes] | None:
     """The arguments of live process ``pid``; None if it is gone or a zombie."""
-    if pid <= 0:
-        return None
-    try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The state follows the command name, which may itself hold ") ". A zombie is dead: on
-    # machines whose init does not reap, one stays in the table indefinitely.
-    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
-        return None
-    return args
+    return process_args(pid)
 
 
 def runs(pid: int, program: str, marker: str) -> bool:
