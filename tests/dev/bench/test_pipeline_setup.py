@@ -16,10 +16,13 @@ from rollstream.settings import KafkaSettings
 
 
 def test_both_configs_describe_their_input_alike() -> None:
-    sizes = {"sessions": 10, "calls": 3, "system_tokens": 100, "tool_result_tokens": 10}
     for config in (
-        PipelineBenchConfig(**sizes, completion_tokens=5),
-        InstancesBenchConfig(**sizes, completion_tokens=5),
+        PipelineBenchConfig(
+            sessions=10, calls=3, system_tokens=100, tool_result_tokens=10, completion_tokens=5
+        ),
+        InstancesBenchConfig(
+            sessions=10, calls=3, system_tokens=100, tool_result_tokens=10, completion_tokens=5
+        ),
     ):
         assert input_summary(config) == {"sessions": 10, "calls": 30, "prompt_tokens_last": 130}
         shape = input_shape(config)
