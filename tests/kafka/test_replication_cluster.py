@@ -8,7 +8,6 @@ stays at one.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 
@@ -20,9 +19,10 @@ from rollstream.cli import cli
 from rollstream.dev.broker import LocalCluster
 from rollstream.errors import BrokerError
 from rollstream.kafka.admin import TopicAdmin, TopicDescription
-from rollstream.kafka.clients import make_consumer, make_producer
+from rollstream.kafka.clients import make_producer
 from rollstream.schemas import TopicNames, TopicSpec, topic_specs
 from rollstream.settings import KafkaSettings
+from tests.kafka_reading import read_values
 from tests.waiting import until
 
 pytestmark = pytest.mark.integration
@@ -64,20 +64,6 @@ async def _settled(admin: TopicAdmin, topic: str) -> TopicDescription:
 
     await until(settled, 15, f"{topic} settled", interval=0.2)
     return seen[0]
-
-
-async def _read_all(settings: KafkaSettings, topic: str, count: int) -> list[bytes]:
-    consumer = make_consumer(settings, topic)
-    await consumer.start()
-    values: list[bytes] = []
-    try:
-        async with asyncio.timeout(60):
-            while len(values) < count:
-                batch = await consumer.getmany(timeout_ms=500)
-                values += [r.value or b"" for records in batch.values() for r in records]
-    finally:
-        await consumer.stop()
-    return values
 
 
 async def test_topics_on_the_cluster_get_three_replicas_two_in_sync(
@@ -148,7 +134,7 @@ async def test_add_replicas_grows_a_single_replica_topic_and_keeps_its_records(
     first = described.leaders[0]
     kafka_cluster.stop_node(first)
     try:
-        values = await _read_all(cluster_settings, topic, RECORDS)
+        values = await read_values(cluster_settings, topic, RECORDS, timeout=60)
     finally:
         # From this thread, not a worker's: a node started by the tests dies with the thread
         # that started it (PR_SET_PDEATHSIG), and executor threads exit when idle.

@@ -2,43 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
-from aiokafka.structs import TopicPartition
 
 from rollstream.capture.publisher.client import CapturePublisher, PublisherSettings
 from rollstream.capture.publisher.spool import Spool
 from rollstream.host import free_port
-from rollstream.kafka.clients import make_consumer
 from rollstream.settings import KafkaSettings
 from tests.conftest import TopicFactory
+from tests.kafka_reading import read_values
 from tests.waiting import until
 
 pytestmark = pytest.mark.integration
 
 ORPHANED = 2500  # several adoption chunks
-
-
-async def _read_all(settings: KafkaSettings, topic: str, expected: int) -> list[bytes]:
-    """Everything on the topic's one partition once ``expected`` are there, and a bit after."""
-    consumer = make_consumer(settings)
-    await consumer.start()
-    try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        values: list[bytes] = []
-        async with asyncio.timeout(30):
-            while len(values) < expected:
-                for messages in (await consumer.getmany(timeout_ms=500)).values():
-                    values += [m.value for m in messages]
-        for messages in (await consumer.getmany(timeout_ms=1000)).values():
-            values += [m.value for m in messages]  # a duplicate would show up here
-        return values
-    finally:
-        await consumer.stop()
 
 
 async def test_an_orphaned_spool_reaches_the_topic_exactly_once(
@@ -63,4 +41,7 @@ async def test_an_orphaned_spool_reaches_the_topic_exactly_once(
         await until(lambda: sent.drained + sent.published > ORPHANED, 60, "all were sent")
         assert survivor.metrics.adopted == ORPHANED
     assert not (root / "x-worker-3").exists()
-    assert await _read_all(kafka_settings, topic, ORPHANED + 1) == [*orphaned, b"new"]
+    assert await read_values(kafka_settings, topic, ORPHANED + 1, settle_ms=1000) == [
+        *orphaned,
+        b"new",
+    ]

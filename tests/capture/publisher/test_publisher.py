@@ -10,17 +10,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from aiokafka.structs import TopicPartition
 
 from rollstream.capture.publisher.client import CapturePublisher, PublisherSettings
 from rollstream.capture.publisher.rejected import RejectedRecords
 from rollstream.dev.broker import BrokerSettings, LocalBroker
 from rollstream.host import free_port
 from rollstream.kafka.admin import TopicAdmin
-from rollstream.kafka.clients import make_consumer
 from rollstream.schemas import TopicSpec
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.conftest import JAR_CACHE, TopicFactory
+from tests.kafka_reading import read_values
 
 pytestmark = pytest.mark.integration
 
@@ -29,23 +28,6 @@ async def _wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> Non
     async with asyncio.timeout(timeout):
         while not condition():  # noqa: ASYNC110 - polling metrics the publisher does not signal
             await asyncio.sleep(0.1)
-
-
-async def _read_all(settings: KafkaSettings, topic: str, expected: int) -> list[bytes]:
-    consumer = make_consumer(settings)
-    await consumer.start()
-    try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        values: list[bytes] = []
-        async with asyncio.timeout(30):
-            while len(set(values)) < expected:
-                for messages in (await consumer.getmany(timeout_ms=500)).values():
-                    values += [m.value for m in messages]
-        return values
-    finally:
-        await consumer.stop()
 
 
 async def test_records_flow_in_order_without_an_outage(
@@ -59,7 +41,9 @@ async def test_records_flow_in_order_without_an_outage(
             publisher.publish(b"s1", b"%d" % i)
         await _wait_for(lambda: publisher.metrics.published == 300)
         assert publisher.metrics.spooled == 0
-    assert await _read_all(kafka_settings, topic, 300) == [b"%d" % i for i in range(300)]
+    assert await read_values(kafka_settings, topic, 300, distinct=True) == [
+        b"%d" % i for i in range(300)
+    ]
 
 
 async def test_records_arriving_within_the_linger_share_a_batch(
@@ -82,7 +66,14 @@ async def test_records_arriving_within_the_linger_share_a_batch(
             await asyncio.sleep(0.1)
         await _wait_for(lambda: eager.metrics.published == 3)
         assert eager.metrics.batches == 3  # no linger: each goes as soon as it is there
-    assert await _read_all(kafka_settings, topic, 6) == [b"a0", b"a1", b"a2", b"b0", b"b1", b"b2"]
+    assert await read_values(kafka_settings, topic, 6, distinct=True) == [
+        b"a0",
+        b"a1",
+        b"a2",
+        b"b0",
+        b"b1",
+        b"b2",
+    ]
 
 
 async def test_a_broker_outage_loses_nothing_and_keeps_order(tmp_path: Path) -> None:
@@ -132,7 +123,7 @@ async def test_a_broker_outage_loses_nothing_and_keeps_order(tmp_path: Path) -> 
         )
     broker.start()
     try:
-        values = await _read_all(settings, topic, 200)
+        values = await read_values(settings, topic, 200, distinct=True)
     finally:
         broker.stop()
     # Nothing lost; a batch in flight when the broker died may have been written twice, but
@@ -165,7 +156,7 @@ async def test_records_the_topic_refuses_for_size_are_set_aside_and_the_rest_flo
         publisher.publish(b"s1", b"last")
         await _wait_for(lambda: publisher.metrics.published == 5)
         assert publisher.metrics.rejected == 1 and publisher.spool.empty()
-    assert await _read_all(kafka_settings, topic, 5) == [b"first", *fits, b"last"]
+    assert await read_values(kafka_settings, topic, 5, distinct=True) == [b"first", *fits, b"last"]
     [rejected] = RejectedRecords(spool).read()
     assert rejected.value == big and rejected.topic == topic
     assert "MessageSizeTooLargeError" in rejected.reason
