@@ -80,8 +80,13 @@ integration: venv jars vocabularies harnesses
 	$(BIN)/pytest -m integration
 
 # Everything but the tests marked long (the longer cluster faults), which `make chaos` runs.
+# Most tests wait on brokers, harnesses and subprocesses more than they compute, so they run
+# in TEST_WORKERS processes (pytest-xdist; each has its own session broker). One worker runs
+# all the cluster's tests in turn, one all the Docker ones, one the reliability suite's faults
+# (tests/conftest.py groups them).
+TEST_WORKERS ?= 2
 test: venv jars vocabularies harnesses chromium containers lint typecheck
-	$(BIN)/pytest -m "not long"
+	$(BIN)/pytest -m "not long" -n $(TEST_WORKERS) --dist loadgroup
 
 # The whole loop in a few minutes: the local stack, three tasks x 4 samples on Pi (the python
 # harness without npm), scoring, the example trainer, a summary table and an HTML report.

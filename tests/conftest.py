@@ -21,6 +21,9 @@ from rollstream.schemas import TopicNames, TopicSpec, topic_specs
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.docker_fixtures import docker_base, docker_busybox, docker_engine  # noqa: F401
 
+# The tables the tests fill (fault table, fidelity, ablation), whole under pytest-xdist too.
+from tests.run_tables import pytest_runtest_logreport, pytest_terminal_summary  # noqa: F401
+
 # The jar cache is shared with the user's (downloads once); everything else is per test run.
 JAR_CACHE = StatePaths().cache_dir
 
@@ -159,15 +162,25 @@ async def consumer_factory(
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests that use a broker or the Docker daemon; the cluster's tests go last.
+    """Mark the tests that use a broker or the Docker daemon, group them; the cluster's go last.
 
     Three idle KRaft nodes still cost about a third of a core (heartbeats, replica fetches), so
     the cluster starts only after every other test has run.
     """
     for item in items:
-        if {"kafka_broker", "kafka_cluster"} & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if {"kafka_broker", "kafka_cluster"} & fixtures:
             item.add_marker(pytest.mark.integration)
-        if "docker_engine" in getattr(item, "fixturenames", ()):
+        if "docker_engine" in fixtures:
             item.add_marker(pytest.mark.docker)
             item.add_marker(pytest.mark.integration)
+        # Under pytest-xdist (``--dist loadgroup``) one worker runs all of a group in turn: a
+        # run starts one cluster and one Docker daemon, not one per worker, and no two faults
+        # of the reliability suite run at once.
+        if "kafka_cluster" in fixtures:
+            item.add_marker(pytest.mark.xdist_group("cluster"))
+        elif "docker_engine" in fixtures:
+            item.add_marker(pytest.mark.xdist_group("docker"))
+        elif item.get_closest_marker("chaos") is not None:
+            item.add_marker(pytest.mark.xdist_group("chaos"))
     items.sort(key=lambda item: "kafka_cluster" in getattr(item, "fixturenames", ()))

@@ -8,9 +8,11 @@ lost, trajectories or scores duplicated, and the errors the harnesses (or client
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import pytest
+
+from tests import run_tables
 
 
 @dataclass(frozen=True)
@@ -24,36 +26,23 @@ class ChaosRow:
     errors: str  # what harnesses or clients saw, e.g. "0" or "3 x 502 (expected)"
 
 
-_ROWS: list[ChaosRow] = []
-
 ChaosReport = Callable[..., ChaosRow]
+
+#: The fault table, printed at the end of the run by the root conftest.
+TABLE = run_tables.Table(
+    "reliability suite",
+    ("fault", "load", "lost", "duplicated", "errors seen by harnesses"),
+    ("---", "---", "---:", "---:", "---"),
+)
 
 
 @pytest.fixture
-def chaos_report() -> ChaosReport:
+def chaos_report(request: pytest.FixtureRequest) -> ChaosReport:
     """``chaos_report(fault=..., load=..., lost=0, duplicated=0, errors="0")`` adds a row."""
 
     def add(fault: str, load: str, lost: int, duplicated: int, errors: str) -> ChaosRow:
         row = ChaosRow(fault, load, lost, duplicated, errors)
-        _ROWS.append(row)
+        run_tables.add_row(request.node, TABLE, astuple(row))
         return row
 
     return add
-
-
-def chaos_table(rows: list[ChaosRow]) -> list[str]:
-    """The rows as a Markdown table (what the closing note quotes)."""
-    lines = [
-        "| fault | load | lost | duplicated | errors seen by harnesses |",
-        "|---|---|---:|---:|---|",
-    ]
-    lines += [f"| {r.fault} | {r.load} | {r.lost} | {r.duplicated} | {r.errors} |" for r in rows]
-    return lines
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Print the table after the run, whatever else ran."""
-    if _ROWS:
-        terminalreporter.section("reliability suite")
-        for line in chaos_table(_ROWS):
-            terminalreporter.write_line(line)

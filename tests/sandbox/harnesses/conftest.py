@@ -7,11 +7,12 @@ how many segments ``prefix_merge`` makes of it in exact and in ordinary mode.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import pytest
 
 from rollstream.processing.reconstruct.fidelity import FidelityRow
+from tests import run_tables
 
 
 @dataclass(frozen=True)
@@ -25,54 +26,62 @@ class AblationRow:
     ordinary_segments: int
 
 
-_ROWS: list[AblationRow] = []
-
 AblationReport = Callable[[AblationRow], None]
+
+#: The tables these tests fill, printed at the end of the run by the root conftest.
+ABLATION = run_tables.Table(
+    "exact-context ablation (prefix_merge segments)",
+    ("harness", "calls", "threads", "exact", "ordinary"),
+    ("---", "---:", "---:", "---:", "---:"),
+)
+FIDELITY = run_tables.Table(
+    "model families x harnesses (prefix_merge)",
+    (
+        "family",
+        "harness",
+        "mode",
+        "calls",
+        "threads",
+        "segments",
+        "breaks",
+        "violations",
+        "trainable",
+        "exact calls",
+        "gap calls",
+        "gap tokens",
+    ),
+    ("---", "---", "---", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:", "---:"),
+)
 
 
 @pytest.fixture
-def ablation_report() -> AblationReport:
+def ablation_report(request: pytest.FixtureRequest) -> AblationReport:
     """``ablation_report(AblationRow(...))`` adds a row to the table printed after the run."""
-    return _ROWS.append
+    return lambda row: run_tables.add_row(request.node, ABLATION, astuple(row))
 
 
-_FIDELITY: list[FidelityRow] = []
 FidelityReport = Callable[[FidelityRow], None]
 
 
+def _fidelity_cells(r: FidelityRow) -> list[object]:
+    breaks = ", ".join(f"{k} {v}" for k, v in sorted(r.breaks.items())) or "0"
+    return [
+        r.family,
+        r.harness,
+        r.mode,
+        r.calls,
+        r.threads,
+        r.segments,
+        breaks,
+        r.violations,
+        r.trainable_tokens,
+        r.exact_calls,
+        r.gap_calls,
+        r.gap_tokens,
+    ]
+
+
 @pytest.fixture
-def fidelity_report() -> FidelityReport:
+def fidelity_report(request: pytest.FixtureRequest) -> FidelityReport:
     """``fidelity_report(row)`` adds a row to the family fidelity table printed after the run."""
-    return _FIDELITY.append
-
-
-def _print_fidelity(terminalreporter: pytest.TerminalReporter) -> None:
-    terminalreporter.section("model families x harnesses (prefix_merge)")
-    terminalreporter.write_line(
-        "| family | harness | mode | calls | threads | segments | breaks | violations "
-        "| trainable | exact calls | gap calls | gap tokens |"
-    )
-    terminalreporter.write_line("|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
-    for r in _FIDELITY:
-        breaks = ", ".join(f"{k} {v}" for k, v in sorted(r.breaks.items())) or "0"
-        terminalreporter.write_line(
-            f"| {r.family} | {r.harness} | {r.mode} | {r.calls} | {r.threads} | {r.segments} "
-            f"| {breaks} | {r.violations} | {r.trainable_tokens} | {r.exact_calls} "
-            f"| {r.gap_calls} | {r.gap_tokens} |"
-        )
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Print the tables after the run, whatever else ran."""
-    if _FIDELITY:
-        _print_fidelity(terminalreporter)
-    if not _ROWS:
-        return
-    terminalreporter.section("exact-context ablation (prefix_merge segments)")
-    terminalreporter.write_line("| harness | calls | threads | exact | ordinary |")
-    terminalreporter.write_line("|---|---:|---:|---:|---:|")
-    for r in _ROWS:
-        terminalreporter.write_line(
-            f"| {r.harness} | {r.calls} | {r.threads} | {r.exact_segments} "
-            f"| {r.ordinary_segments} |"
-        )
+    return lambda row: run_tables.add_row(request.node, FIDELITY, _fidelity_cells(row))
