@@ -10,6 +10,46 @@ from rollstream.schemas import AvroRecord, AvroSerializer
 from rollstream.settings import KafkaSettings
 
 
+async def _read_from_start(
+    settings: KafkaSettings,
+    topic: str,
+    *,
+    take: Callable[[bytes], None],
+    done: Callable[[], bool],
+    shortfall: Callable[[], str],
+    timeout: float,
+    settle_s: float,
+) -> None:
+    """Hand every value of every partition of ``topic`` to ``take`` until ``done()``.
+
+    AssertionError naming ``shortfall()`` after ``timeout``; ``settle_s`` reads on that long
+    after, so that a test asserting "exactly N" sees any extra record.
+    """
+    consumer = make_consumer(settings)
+    await consumer.start()
+
+    async def poll(timeout_ms: int) -> None:
+        for messages in (await consumer.getmany(timeout_ms=timeout_ms)).values():
+            for message in messages:
+                take(message.value or b"")
+
+    try:
+        tps = await topic_partitions(consumer, topic)
+        assert tps, f"no topic {topic}"
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        try:
+            async with asyncio.timeout(timeout):
+                while not done():
+                    await poll(300)
+        except TimeoutError:
+            raise AssertionError(f"{shortfall()} in {topic} within {timeout:g} s") from None
+        if settle_s:
+            await poll(int(settle_s * 1000))
+    finally:
+        await consumer.stop()
+
+
 async def read_records[R: AvroRecord](
     settings: KafkaSettings,
     topic: str,
@@ -24,36 +64,24 @@ async def read_records[R: AvroRecord](
 
     ``settle_s`` reads on that long after: a test asserting "exactly N" sees any extra record.
     """
-    consumer = make_consumer(settings)
-    await consumer.start()
     serializer = AvroSerializer()
     records: list[R] = []
 
-    async def poll(timeout_ms: int) -> None:
-        for messages in (await consumer.getmany(timeout_ms=timeout_ms)).values():
-            for message in messages:
-                record = serializer.decode_as(message.value or b"", model)
-                if where is None or where(record):
-                    records.append(record)
+    def take(value: bytes) -> None:
+        record = serializer.decode_as(value, model)
+        if where is None or where(record):
+            records.append(record)
 
-    try:
-        tps = await topic_partitions(consumer, topic)
-        assert tps, f"no topic {topic}"
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        try:
-            async with asyncio.timeout(timeout):
-                while len(records) < until:
-                    await poll(300)
-        except TimeoutError:
-            raise AssertionError(
-                f"{len(records)} of {until} records in {topic} within {timeout:g} s"
-            ) from None
-        if settle_s:
-            await poll(int(settle_s * 1000))
-        return records
-    finally:
-        await consumer.stop()
+    await _read_from_start(
+        settings,
+        topic,
+        take=take,
+        done=lambda: len(records) >= until,
+        shortfall=lambda: f"{len(records)} of {until} records",
+        timeout=timeout,
+        settle_s=settle_s,
+    )
+    return records
 
 
 async def read_values(
@@ -71,30 +99,14 @@ async def read_values(
     ``settle_ms`` reads on that long after, so that a test asserting exactly-once sees a copy.
     Values keep their order within a partition.
     """
-    consumer = make_consumer(settings)
-    await consumer.start()
     values: list[bytes] = []
-
-    async def poll(timeout_ms: int) -> None:
-        batch = await consumer.getmany(timeout_ms=timeout_ms)
-        values.extend(m.value or b"" for messages in batch.values() for m in messages)
-
-    try:
-        tps = await topic_partitions(consumer, topic)
-        assert tps, f"no topic {topic}"
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        try:
-            async with asyncio.timeout(timeout):
-                while len(set(values) if distinct else values) < expected:
-                    await poll(500)
-        except TimeoutError:
-            raise AssertionError(
-                f"{len(values)} values ({len(set(values))} distinct) of {expected} in {topic}"
-                f" within {timeout:g} s"
-            ) from None
-        if settle_ms:
-            await poll(settle_ms)
-        return values
-    finally:
-        await consumer.stop()
+    await _read_from_start(
+        settings,
+        topic,
+        take=values.append,
+        done=lambda: len(set(values) if distinct else values) >= expected,
+        shortfall=lambda: f"{len(values)} values ({len(set(values))} distinct) of {expected}",
+        timeout=timeout,
+        settle_s=settle_ms / 1000,
+    )
+    return values
