@@ -19,7 +19,12 @@ from rollstream.kafka.admin import TopicAdmin
 from rollstream.kafka.clients import make_consumer, make_producer
 from rollstream.schemas import TopicNames, TopicSpec, topic_specs
 from rollstream.settings import KafkaSettings, StatePaths
-from tests.docker_fixtures import docker_base, docker_busybox, docker_engine  # noqa: F401
+from tests.docker_fixtures import (  # noqa: F401
+    docker_base,
+    docker_busybox,
+    docker_engine,
+    own_engine,
+)
 
 # The tables the tests fill (fault table, fidelity, ablation), whole under pytest-xdist too.
 from tests.run_tables import pytest_runtest_logreport, pytest_terminal_summary  # noqa: F401

@@ -9,6 +9,7 @@ it is skipped, saying what is missing and how to get it. The images are built on
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +40,23 @@ def docker_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEn
         engine.start()
     except ConfigurationError as exc:
         pytest.skip(f"no container engine: {exc}")
+    yield engine
+    engine.stop()
+
+
+def engine_of_its_own(directory: Path, **settings: object) -> DockerEngine:
+    """An engine of a test's own (not the session's), dying with the test process."""
+    return DockerEngine(
+        DockerSettings(dir=directory, **settings),  # type: ignore[arg-type]
+        StatePaths(state_dir=directory.parent),
+        outlive_parent=False,
+    )
+
+
+@pytest.fixture
+def own_engine(tmp_path: Path, docker_engine: DockerEngine) -> Iterator[DockerEngine]:
+    """A second daemon on a directory of the test's own (the session's keeps running)."""
+    engine = engine_of_its_own(tmp_path / "engine")
     yield engine
     engine.stop()
 

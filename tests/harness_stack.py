@@ -27,6 +27,7 @@ from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.sandbox.harnesses.install import PACKAGES, install
 from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext
 from rollstream.sandbox.harnesses.runner import run_harness
+from rollstream.sandbox.runtime import Runtime
 from rollstream.schemas import CallRecord, TopicNames
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.conftest import JAR_CACHE
@@ -100,20 +101,33 @@ async def scripted_interceptor(
 
 
 async def solve_session(
-    name: str, interceptor: Interceptor, kafka: KafkaSettings, harness_bin: Path, tmp: Path
+    name: str,
+    interceptor: Interceptor,
+    kafka: KafkaSettings,
+    harness_bin: Path,
+    tmp: Path,
+    runtime: Runtime | None = None,
 ) -> list[CallRecord]:
     """Run harness ``name`` on the hello.txt task through ``interceptor``; its records, by seq.
 
-    The harness must exit 0 having written the file and said "Done.".
+    The harness must exit 0 having written the file and said "Done.". It runs as a process of
+    its own, or in a session of ``runtime`` (a container of the docker runtime).
     """
     session = f"{name}-{uuid.uuid4().hex[:8]}"
     ctx = HarnessContext(interceptor.url, session, MODEL, TASK)
     launch = PRESETS[name].launch(ctx, harness_bin / PACKAGES[name][1])
-    workdir = tmp / "work"
-    result = await run_harness(launch, tmp / "home", workdir, tmp / "logs", 240)
+    if runtime is None:
+        workdir = tmp / "work"
+        result = await run_harness(launch, tmp / "home", workdir, tmp / "logs", 240)
+    else:
+        sandbox = await runtime.start(session)
+        workdir = sandbox.work
+        result = await runtime.execute(sandbox, launch, 240, sandbox.logs / "harness")
     assert result.exit_code == 0, f"{name} failed:\n{result.stdout_tail}\n{result.stderr_tail}"
     assert (workdir / "hello.txt").read_text() == "polar\n"
     assert "Done." in result.stdout_tail
+    if runtime is not None:
+        await runtime.stop(sandbox)
     records = await read_records(
         kafka,
         TopicNames(kafka.topic_prefix).events,

@@ -2,8 +2,8 @@
 
 The session's ``home/``, ``work/`` and ``logs/`` are bind-mounted at the same paths, so
 workspaces, diffs and teardown stay on the host exactly as with ``LocalRuntime``; idle
-containers are kept pre-warmed in a pool. This machine has no engine: the code is tested
-against a fake client, and the real-engine test skips with that reason.
+containers are kept pre-warmed in a pool. The engine is the one ``DOCKER_HOST`` names (the
+SDK's ``from_env``); tests run it against a private daemon and against a fake client.
 """
 
 from __future__ import annotations
@@ -15,16 +15,25 @@ import importlib
 import logging
 import os
 import shutil
+import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rollstream.errors import ConfigurationError
+from rollstream.errors import ConfigurationError, RollstreamError
 from rollstream.sandbox.harnesses.presets import HarnessLaunch
 from rollstream.sandbox.harnesses.runner import HarnessResult, harness_env, tail, write_home
 from rollstream.sandbox.runtime import LocalRuntime, Sandbox
 
 log = logging.getLogger(__name__)
+
+
+class ContainerError(RollstreamError):
+    """A session's container could not be made or run: a missing image, an engine that failed.
+
+    The node ends the session ``failed`` with this message and goes on with its other sessions.
+    """
 
 
 def _docker_client() -> Any:
@@ -36,15 +45,41 @@ def _docker_client() -> Any:
             "the docker runtime needs the docker Python SDK (`pip install docker`); "
             "use ROLLSTREAM_NODE_RUNTIME=local otherwise"
         ) from None
+    problem = _unix_socket_problem(os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"))
+    if problem is not None:
+        raise ConfigurationError(
+            f"the docker runtime needs a Docker engine, none reachable ({problem}); "
+            "use ROLLSTREAM_NODE_RUNTIME=local otherwise"
+        )
+    client = None
     try:
         client = docker.from_env()
         client.ping()
     except Exception as exc:
+        if client is not None:
+            client.close()  # its connection pool, or its socket lingers
         raise ConfigurationError(
             f"the docker runtime needs a Docker engine, none reachable ({exc}); "
             "use ROLLSTREAM_NODE_RUNTIME=local otherwise"
         ) from exc
     return client
+
+
+def _unix_socket_problem(host: str) -> str | None:
+    """Why a ``unix://`` engine socket cannot be connected to, or None (also for other hosts).
+
+    Asked before the SDK tries: its unix connection leaves the socket of a failed connect open.
+    """
+    if not host.startswith("unix://"):
+        return None
+    path = host.removeprefix("unix://")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(5)
+        try:
+            probe.connect(path)
+        except OSError as exc:
+            return f"{path}: {exc.strerror or exc}"
+    return None
 
 
 #: Variables ``harness_env`` inherits from this machine that name host paths: inside a container
@@ -76,6 +111,10 @@ class DockerRuntime(LocalRuntime):
     user, so the files it writes stay removable, and in ``network`` mode (``host`` by default,
     so the harness reaches the interceptor on ``127.0.0.1``).
 
+    ``mounts`` are host directories bind-mounted read-only at the same paths: the harnesses
+    installed on the host, for an image that has Node.js but not the harnesses. ``cpus`` and
+    ``memory`` (``"2g"``) bound each container; a scorer's containers also get ``network="none"``.
+
     Up to ``prewarm`` idle containers (each with its empty sandbox) are kept ready and refilled
     in the background, so ``start`` usually costs no container creation. The agent timeout (or a
     cancellation) kills the container: it holds the session's processes and nothing else.
@@ -91,12 +130,19 @@ class DockerRuntime(LocalRuntime):
         *,
         network: str = "host",
         prewarm: int = 0,
+        mounts: Sequence[Path] = (),
+        cpus: float | None = None,
+        memory: str | None = None,
         client: Any = None,
     ) -> None:
         super().__init__(root, keep)
         self.image = image
         self.network = network
         self.prewarm = prewarm
+        self.mounts = tuple(Path(m).expanduser().resolve() for m in mounts)
+        self.cpus = cpus
+        self.memory = memory
+        self._owns_client = client is None
         self.client = _docker_client() if client is None else client
         self._idle: list[tuple[Sandbox, Any]] = []
         self._containers: dict[Path, Any] = {}
@@ -152,7 +198,14 @@ class DockerRuntime(LocalRuntime):
             raise
         exit_code = None
         if not timed_out:
-            exit_code = (await asyncio.to_thread(api.exec_inspect, exec_id))["ExitCode"]
+            pump.result()  # the engine's failure, if the stream ended with one
+            try:
+                exit_code = (await asyncio.to_thread(api.exec_inspect, exec_id))["ExitCode"]
+            except Exception as exc:
+                # A stream may also just end when the engine dies; then asking for the code fails.
+                raise ContainerError(
+                    f"the Docker engine failed while the harness ran: {exc}", retriable=True
+                ) from exc
             # As run_harness: what the run left in the background dies with it. kill -1 spares
             # the container's PID 1 (the idle ``sleep``) and the shell sending it.
             await self._quick_exec(container, ["sh", "-c", "kill -KILL -1 2>/dev/null || true"])
@@ -172,7 +225,10 @@ class DockerRuntime(LocalRuntime):
         await super().stop(sandbox)
 
     async def close(self) -> None:
-        """Stop refilling; remove the idle pre-warmed containers and their directories."""
+        """Stop refilling; remove the idle pre-warmed containers and their directories.
+
+        A client the runtime made itself is closed too (one passed in stays its owner's).
+        """
         self._closed = True
         if self._refill is not None:
             self._refill.cancel()
@@ -182,6 +238,8 @@ class DockerRuntime(LocalRuntime):
         for sandbox, container in idle:
             await self._remove(container)
             await asyncio.to_thread(shutil.rmtree, sandbox.root, ignore_errors=True)
+        if self._owns_client:
+            self.client.close()
 
     @property
     def idle(self) -> int:
@@ -211,8 +269,10 @@ class DockerRuntime(LocalRuntime):
 
     def _create(self, session_id: str, prefix: str) -> tuple[Sandbox, Any]:
         """A sandbox directory and a running idle container with it bind-mounted (blocking)."""
+        self._require_image()
         sandbox = self._make_sandbox(session_id, prefix)
-        binds = {
+        binds = {str(p): {"bind": str(p), "mode": "ro"} for p in self.mounts}
+        binds |= {
             str(p): {"bind": str(p), "mode": "rw"}
             for p in (sandbox.home, sandbox.work, sandbox.logs)
         }
@@ -227,23 +287,58 @@ class DockerRuntime(LocalRuntime):
                 working_dir=str(sandbox.work),
                 environment={"HOME": str(sandbox.home)},
                 labels={LABEL: "docker", "rollstream.sandbox": str(sandbox.root)},
+                **self._limits(),
             )
         except BaseException:
             shutil.rmtree(sandbox.root, ignore_errors=True)
             raise
         return sandbox, container
 
+    def _limits(self) -> dict[str, Any]:
+        """The container's CPU and memory bounds, as the SDK names them (none unless set)."""
+        limits: dict[str, Any] = {}
+        if self.cpus is not None:
+            limits["nano_cpus"] = int(self.cpus * 1e9)
+        if self.memory is not None:
+            # Swap as large as the memory: the bound is the memory, not memory plus swap.
+            limits |= {"mem_limit": self.memory, "memswap_limit": self.memory}
+        return limits
+
+    def _require_image(self) -> None:
+        """Refuse an image the engine lacks (a ContainerError saying so); nothing is pulled.
+
+        A cluster's images are built or loaded ahead of the run, and a pull from a registry the
+        machine cannot reach could hang for minutes.
+        """
+        errors = importlib.import_module("docker.errors")
+        try:
+            self.client.images.get(self.image)
+        except errors.ImageNotFound:
+            raise ContainerError(
+                f"image {self.image!r} is not in the Docker engine: build or load it there "
+                "first (rollstream pulls no image)"
+            ) from None
+
     def _pump(self, exec_id: str, logs: Path) -> None:
         """Copy the exec's demultiplexed output into ``logs/stdout`` and ``logs/stderr``."""
-        stream = self.client.api.exec_start(exec_id, stream=True, demux=True)
         with (logs / "stdout").open("wb") as out, (logs / "stderr").open("wb") as err:
-            for chunk_out, chunk_err in stream:
-                if chunk_out:
-                    out.write(chunk_out)
-                    out.flush()
-                if chunk_err:
-                    err.write(chunk_err)
-                    err.flush()
+            stream = None
+            try:
+                stream = self.client.api.exec_start(exec_id, stream=True, demux=True)
+                for chunk_out, chunk_err in stream:
+                    if chunk_out:
+                        out.write(chunk_out)
+                        out.flush()
+                    if chunk_err:
+                        err.write(chunk_err)
+                        err.flush()
+            except Exception as exc:
+                # The SDK raises what requests and urllib3 raise when the engine goes away.
+                raise ContainerError(
+                    f"the Docker engine failed while the harness ran: {exc}", retriable=True
+                ) from exc
+            finally:
+                _close_stream(stream)
 
     async def _quick_exec(self, container: Any, argv: list[str]) -> None:
         """Run ``argv`` in ``container`` to its end, best effort (failures only logged)."""
@@ -270,3 +365,19 @@ class DockerRuntime(LocalRuntime):
 def _prepare(launch: HarnessLaunch, home: Path, logs: Path) -> None:
     write_home(launch, home)
     logs.mkdir(parents=True, exist_ok=True)
+
+
+def _close_stream(stream: Any) -> None:
+    """Close a streamed exec's output and its HTTP response: the SDK leaves both open.
+
+    ``CancellableStream.close`` does nothing once the engine ended the stream (a killed
+    container), and the response's socket then lingers until the garbage collector warns.
+    """
+    if stream is None:
+        return
+    with contextlib.suppress(Exception):
+        stream.close()
+    response = getattr(stream, "_response", None)  # docker.types.daemon.CancellableStream's
+    if response is not None:
+        with contextlib.suppress(Exception):
+            response.close()

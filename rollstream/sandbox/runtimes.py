@@ -32,6 +32,10 @@ class RuntimeSettings(Protocol):
         """The network a session's container joins."""
 
     @property
+    def docker_mounts(self) -> tuple[Path, ...]:
+        """Host directories mounted read-only in each session's container."""
+
+    @property
     def prewarm(self) -> int:
         """How many containers to start ahead of their session."""
 
@@ -47,5 +51,6 @@ def make_runtime(settings: RuntimeSettings) -> Runtime:
             settings.keep_workdirs,
             network=settings.docker_network,
             prewarm=settings.prewarm,
+            mounts=settings.docker_mounts,
         )
     return LocalRuntime(settings.work_root, settings.keep_workdirs)

@@ -224,9 +224,10 @@ class SessionRunner:
                 session.sandbox.logs / "harness",
             )
         except (RollstreamError, OSError) as exc:
-            # It could not even start (no executable, E2BIG): a crash, so ``failed``.
+            # It could not even start (no executable, E2BIG), or its container's engine failed
+            # under it: a crash, so ``failed``.
             log.warning("session %s: harness did not run: %s", session.session_id, exc)
-            session.fail(SessionStatus.FAILED, f"harness could not run: {exc}")
+            session.fail(SessionStatus.FAILED, f"harness could not run to its end: {exc}")
         finally:
             session.timings["run_s"] = asyncio.get_running_loop().time() - began
 

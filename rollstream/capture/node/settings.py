@@ -51,12 +51,20 @@ class NodeSettings(BaseSettings):
         default="local", description="Where sessions run: local directories or docker."
     )
     docker_image: str = Field(
-        default="python:3.12-slim", description="Image of the docker runtime's containers."
+        default="rollstream-base:trixie",
+        description="Image of the docker runtime's containers (`rollstream docker images` builds "
+        "this one: Debian with Python, git and Node.js); it must be in the engine already.",
     )
     docker_network: str = Field(
         default="host",
         description="Network mode of the docker runtime's containers; 'host' lets the harness "
         "reach the interceptor at base_url on this machine.",
+    )
+    docker_mounts: tuple[Path, ...] = Field(
+        default=(),
+        description="Host directories bind-mounted read-only at the same paths in each session's "
+        'container, as a JSON list: e.g. ["~/.cache/rollstream/harnesses"] runs the harnesses '
+        "installed on the host with the image's Node.js.",
     )
     node_id: str = Field(
         default_factory=socket.gethostname, description="This node's name in SessionStarted."

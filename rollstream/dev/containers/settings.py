@@ -8,8 +8,9 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: What the base image holds by default: Python with venv for the project's images, the CA
-#: store, and git and patch to apply a session's diff in a task's container.
-DEFAULT_BASE_PACKAGES = "python3,python3-venv,ca-certificates,git,patch"
+#: store, git and patch to apply a session's diff in a task's container, and Node.js for the
+#: harnesses (the host's npm install mounted, or one in a task image built on this base).
+DEFAULT_BASE_PACKAGES = "python3,python3-venv,ca-certificates,git,patch,nodejs"
 
 
 class DockerSettings(BaseSettings):

@@ -59,6 +59,8 @@ class FakeApi:
         self.output: list[Chunk] = []
         self.exit_code = 0
         self.hang = False
+        #: Raised by the output stream after ``output``: the engine went away mid-run.
+        self.broken: Exception | None = None
 
     def exec_create(self, container: str, cmd: list[str], **kwargs: Any) -> dict[str, str]:
         exec_id = f"e{len(self.execs)}"
@@ -73,6 +75,8 @@ class FakeApi:
 
     def _stream(self, exec_id: str) -> Iterator[Chunk]:
         yield from self.output
+        if self.broken is not None:
+            raise self.broken
         if self.hang:
             container = next(
                 c for c in self.containers.made if c.id == self.execs[exec_id].container_id
@@ -88,9 +92,17 @@ class FakeApi:
         return [e for e in self.execs.values() if e.kwargs]
 
 
+class FakeImages:
+    """Every image is there: the real engine's tests cover a missing one."""
+
+    def get(self, name: str) -> dict[str, str]:
+        return {"Id": name}
+
+
 class FakeDocker:
     """``docker.DockerClient`` as far as the runtime uses it."""
 
     def __init__(self) -> None:
         self.containers = FakeContainers()
         self.api = FakeApi(self.containers)
+        self.images = FakeImages()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rollstream.capture.node.settings import NodeSettings
+from rollstream.dev.containers import DockerEngine
 from rollstream.errors import ConfigurationError
 from rollstream.sandbox.docker import DockerRuntime
 from rollstream.sandbox.harnesses.presets import HarnessLaunch
@@ -84,22 +85,24 @@ async def test_setup_shares_one_init_deadline_and_is_killed_at_it(tmp_path: Path
     assert await wait_dead(int(pidfile.read_text()))
 
 
-async def test_docker_runtime_explains_what_is_missing() -> None:
-    try:
+def test_docker_runtime_explains_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with pytest.raises(ConfigurationError) as missing:
         DockerRuntime("python:3.12-slim")
-    except ConfigurationError as exc:
-        message = str(exc)
-        assert "docker" in message and "ROLLSTREAM_NODE_RUNTIME=local" in message
-        return
-    pytest.skip("docker SDK and engine are available here: nothing missing to explain")
+    assert "needs a Docker engine, none reachable" in str(missing.value)
+    assert "ROLLSTREAM_NODE_RUNTIME=local" in str(missing.value)
 
 
-async def test_docker_runtime_shares_the_local_sandbox(tmp_path: Path) -> None:
-    try:
-        runtime = make_runtime(NodeSettings(runtime="docker", work_root=tmp_path))
-    except ConfigurationError as exc:
-        pytest.skip(f"docker runtime unavailable: {exc}")
-    assert isinstance(runtime, LocalRuntime) and runtime.name == "docker"
+def test_the_settings_make_a_docker_runtime_of_the_engine_docker_host_names(
+    docker_engine: DockerEngine, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", docker_engine.docker_host)
+    settings = NodeSettings(runtime="docker", work_root=tmp_path, docker_mounts=(tmp_path,))
+    runtime = make_runtime(settings)
+    assert isinstance(runtime, DockerRuntime) and isinstance(runtime, LocalRuntime)
+    assert runtime.name == "docker" and runtime.mounts == (tmp_path.resolve(),)
+    assert runtime.client.ping()
+    asyncio.run(runtime.close())  # it made its client: closing the runtime closes it
 
 
 def test_the_settings_choose_the_runtime(tmp_path: Path) -> None:

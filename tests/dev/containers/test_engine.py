@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,18 +25,10 @@ from rollstream.dev.containers import (
 from rollstream.errors import ContainerEngineError, MissingToolError
 from rollstream.host import HOST, free_port
 from rollstream.settings import StatePaths
+from tests.docker_fixtures import engine_of_its_own
 
 pytestmark = pytest.mark.docker
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="dockerd runs as root only")
-
-
-def _engine(directory: Path, **settings: object) -> DockerEngine:
-    """An engine of the test's own (not the session's), dying with the test process."""
-    return DockerEngine(
-        DockerSettings(dir=directory, **settings),  # type: ignore[arg-type]
-        StatePaths(state_dir=directory.parent),
-        outlive_parent=False,
-    )
 
 
 def _leftovers(engine: DockerEngine) -> list[str]:
@@ -51,14 +42,6 @@ def _leftovers(engine: DockerEngine) -> list[str]:
     ]
     mounts = procfs.mounts_under(engine.dir) + procfs.mounts_under(engine.layout.exec_root)
     return found + [str(p) for p in mounts]
-
-
-@pytest.fixture
-def own_engine(tmp_path: Path, docker_engine: DockerEngine) -> Iterator[DockerEngine]:
-    """A second daemon on a directory of the test's own (the session's keeps running)."""
-    engine = _engine(tmp_path / "engine")
-    yield engine
-    engine.stop()
 
 
 def test_the_engine_starts_and_answers(docker_engine: DockerEngine) -> None:
@@ -233,7 +216,7 @@ def test_a_pid_file_naming_another_program_does_not_stop_a_start(
 
 
 def test_a_missing_dockerd_says_what_to_install(tmp_path: Path) -> None:
-    engine = _engine(tmp_path / "engine", dockerd="no-such-dockerd")
+    engine = engine_of_its_own(tmp_path / "engine", dockerd="no-such-dockerd")
     with pytest.raises(MissingToolError, match=r"apt-get install docker.io"):
         engine.start()
 
@@ -244,6 +227,6 @@ def test_a_daemon_that_cannot_start_is_reported_with_its_log(tmp_path: Path) -> 
     fake.parent.mkdir()
     fake.write_text("#!/bin/sh\necho 'failed to start daemon: no overlay here' >&2\nexit 3\n")
     fake.chmod(0o755)
-    engine = _engine(tmp_path / "engine", dockerd=str(fake))
+    engine = engine_of_its_own(tmp_path / "engine", dockerd=str(fake))
     with pytest.raises(ContainerEngineError, match=r"(?s)exited with code 3.*no overlay here"):
         engine.start()

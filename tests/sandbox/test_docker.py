@@ -1,0 +1,174 @@
+"""The docker runtime against the run's private Docker daemon: sessions in real containers.
+
+The busybox image (a shell in 2 MB) stands in for a task's image; the harness-level tests use
+the Debian base. ``tests/capture/node/test_docker_runtime.py`` covers the same runtime against a
+fake client, where the engine's failures can be staged one by one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollstream.dev.containers import DockerEngine, ImageResult, busybox_image
+from rollstream.sandbox.docker import LABEL, ContainerError, DockerRuntime
+from rollstream.sandbox.harnesses.presets import HarnessLaunch
+from tests.waiting import until
+
+pytestmark = pytest.mark.integration
+
+RuntimeFactory = Callable[..., DockerRuntime]
+
+
+@pytest.fixture
+def client(docker_engine: DockerEngine) -> Any:
+    """A docker SDK client of the run's daemon."""
+    docker = pytest.importorskip("docker")
+    made = docker.DockerClient(base_url=docker_engine.docker_host)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+async def runtime_factory(
+    client: Any, docker_busybox: ImageResult, tmp_path: Path
+) -> AsyncIterator[RuntimeFactory]:
+    """``runtime_factory(prewarm=1, image=...)``: runtimes on the daemon, closed after the test."""
+    made: list[DockerRuntime] = []
+
+    def create(*, prewarm: int = 0, image: str | None = None) -> DockerRuntime:
+        runtime = DockerRuntime(
+            image or docker_busybox.tag, tmp_path / "sessions", prewarm=prewarm, client=client
+        )
+        made.append(runtime)
+        return runtime
+
+    yield create
+    for runtime in made:
+        await runtime.close()
+
+
+def _status(client: Any, container_id: str) -> str:
+    docker = pytest.importorskip("docker")
+    try:
+        return str(client.containers.get(container_id).status)
+    except docker.errors.NotFound:
+        return "removed"
+
+
+def _ours(client: Any) -> list[Any]:
+    return list(client.containers.list(all=True, filters={"label": LABEL}))
+
+
+async def test_a_prewarmed_container_runs_the_session_and_the_timeout_kills_it(
+    runtime_factory: RuntimeFactory, client: Any
+) -> None:
+    runtime = runtime_factory(prewarm=1)
+    first = await runtime.start("s-0")  # made on demand; the pool fills behind it
+    await until(lambda: runtime.idle == 1, 60, "a container pre-warmed")
+    made_for_first = runtime._containers[first.root].id
+    [warm] = [c for c in _ours(client) if c.id != made_for_first]
+    assert warm.status == "running"  # started before its session, not merely created
+
+    sandbox = await runtime.start("s-1")
+    container = runtime._containers[sandbox.root]
+    assert container.id == warm.id  # the session took the pre-warmed one
+    launch = HarnessLaunch(["sh", "-c", 'pwd; echo "$HOME"; echo hi > f.txt; exit 4'], {})
+    result = await runtime.execute(sandbox, launch, 60, sandbox.logs / "harness")
+    assert result.exit_code == 4 and not result.timed_out
+    assert result.stdout_tail.split() == [str(sandbox.work), str(sandbox.home)]
+    assert (sandbox.work / "f.txt").read_text() == "hi\n"  # the workspace is the host's
+
+    hang = HarnessLaunch(["sh", "-c", "sleep 300 & wait"], {})
+    result = await runtime.execute(sandbox, hang, 1, sandbox.logs / "hang")
+    assert result.timed_out and result.exit_code is None
+    assert _status(client, container.id) == "exited"  # the timeout killed the container
+
+    await runtime.stop(sandbox)
+    assert _status(client, container.id) == "removed" and not sandbox.root.exists()
+    await until(lambda: runtime.idle == 1, 60, "the pool refilled")
+    await runtime.stop(first)
+
+
+async def test_a_cancelled_session_kills_its_container(
+    runtime_factory: RuntimeFactory, client: Any
+) -> None:
+    runtime = runtime_factory()
+    sandbox = await runtime.start("s-2")
+    container = runtime._containers[sandbox.root]
+    launch = HarnessLaunch(["sh", "-c", "echo started; sleep 300"], {})
+    run = asyncio.create_task(runtime.execute(sandbox, launch, 600, sandbox.logs / "harness"))
+    await until(
+        lambda: (
+            (sandbox.logs / "harness" / "stdout").exists()
+            and b"started" in (sandbox.logs / "harness" / "stdout").read_bytes()
+        ),
+        60,
+        "the harness started",
+    )
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert _status(client, container.id) == "exited"
+    await runtime.stop(sandbox)
+    assert _status(client, container.id) == "removed"
+
+
+async def test_a_missing_image_is_a_clear_error_and_leaves_nothing(
+    runtime_factory: RuntimeFactory, client: Any, tmp_path: Path
+) -> None:
+    runtime = runtime_factory(image="rollstream-nosuch:1")
+    with pytest.raises(ContainerError, match="'rollstream-nosuch:1' is not in the Docker engine"):
+        await runtime.start("s-3")
+    assert _ours(client) == []
+    sessions = tmp_path / "sessions"
+    assert not sessions.exists() or list(sessions.iterdir()) == []  # no sandbox made or left
+
+
+async def test_an_image_without_the_harness_says_so_in_the_exit_code_and_output(
+    runtime_factory: RuntimeFactory,
+) -> None:
+    runtime = runtime_factory()
+    sandbox = await runtime.start("s-4")
+    launch = HarnessLaunch(["claude", "--print", "hi"], {})
+    result = await runtime.execute(sandbox, launch, 60, sandbox.logs / "harness")
+    assert result.exit_code in (126, 127)  # the OCI runtime's "not found" codes
+    assert "claude" in result.stdout_tail + result.stderr_tail
+    await runtime.stop(sandbox)
+
+
+async def test_an_engine_killed_mid_session_fails_the_run_with_a_retriable_error(
+    own_engine: DockerEngine, tmp_path: Path
+) -> None:
+    docker = pytest.importorskip("docker")
+    if os.geteuid() != 0:
+        pytest.skip("dockerd runs as root only")
+    info = own_engine.start()
+    image = busybox_image(own_engine)
+    client = docker.DockerClient(base_url=own_engine.docker_host)
+    runtime = DockerRuntime(image.tag, tmp_path / "sessions", client=client)
+    try:
+        sandbox = await runtime.start("s-5")
+        logs = sandbox.logs / "harness"
+        launch = HarnessLaunch(["sh", "-c", "echo started; sleep 300"], {})
+        run = asyncio.create_task(runtime.execute(sandbox, launch, 120, logs))
+        await until(
+            lambda: (logs / "stdout").exists() and b"started" in (logs / "stdout").read_bytes(),
+            60,
+            "the harness started",
+        )
+        os.kill(info.pid, signal.SIGKILL)
+        with pytest.raises(ContainerError, match="engine failed while the harness ran") as failed:
+            await asyncio.wait_for(run, 60)
+        assert failed.value.retriable  # another try may find the engine back
+        await runtime.stop(sandbox)  # the container cannot be removed (logged); the rest is
+        assert not sandbox.root.exists()
+    finally:
+        await runtime.close()
+        client.close()
