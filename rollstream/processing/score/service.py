@@ -32,6 +32,7 @@ from rollstream.kafka.processor_service import ProcessorService
 from rollstream.processing.oversized import encode_scored
 from rollstream.processing.score.evaluators import EVALUATORS, EvalResult, evaluate, spec_for
 from rollstream.processing.score.settings import ScoreSettings
+from rollstream.sandbox.runtime import Runtime
 from rollstream.schemas import TopicNames, utcnow
 from rollstream.schemas.trajectories import Scored, Trajectory
 from rollstream.settings import KafkaSettings
@@ -57,6 +58,26 @@ class ScoreMetrics:
     def dropped_batches(self) -> int:
         """Batches voided by a rebalance (their evaluations cancelled, read again)."""
         return self.processor.dropped_batches
+
+
+def _command_runtime(settings: ScoreSettings) -> Runtime | None:
+    """The docker runtime of the command evaluators when the settings ask for one, else None.
+
+    Made at start, so that a missing SDK or engine is said once, before any trajectory is read.
+    Each evaluation gets a fresh container with no network and the configured CPU and memory.
+    """
+    if settings.runtime != "docker":
+        return None
+    from rollstream.sandbox.docker import DockerRuntime  # the SDK only when asked
+
+    return DockerRuntime(
+        settings.docker_image,
+        settings.work_root,
+        settings.keep_workdirs,
+        network="none",
+        cpus=settings.docker_cpus,
+        memory=settings.docker_memory,
+    )
 
 
 class Scorer(ProcessorService):
@@ -96,6 +117,15 @@ class Scorer(ProcessorService):
         self.serializer = self.processor.serializer
         self.metrics = ScoreMetrics(processor=self.processor.metrics)
         self._pending: dict[TopicPartition, list[Scored]] = {}
+        self.runtime = _command_runtime(settings)
+
+    async def stop(self) -> None:
+        """Leave the group, then remove what the command runtime still holds."""
+        try:
+            await super().stop()
+        finally:
+            if self.runtime is not None:
+                await self.runtime.close()
 
     # The transformation (rollstream.kafka.batches.Transformation).
 
@@ -155,6 +185,7 @@ class Scorer(ProcessorService):
                 timeout_s=self.settings.evaluator_timeout_s,
                 work_root=self.settings.work_root,
                 keep_workdirs=self.settings.keep_workdirs,
+                runtime=self.runtime,
             )
         if result.error is not None:
             log.info("trajectory %s: %s: %s", trajectory.trajectory_id, spec.kind, result.error)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -54,6 +55,22 @@ class ScoreSettings(BaseSettings):
     )
     keep_workdirs: bool = Field(
         default=False, description="Keep the command evaluators' scratch directories."
+    )
+    runtime: Literal["local", "docker"] = Field(
+        default="local",
+        description="Where command evaluators run the task's setup, the session's diff and the "
+        "command: local processes, or a fresh container per evaluation (no network).",
+    )
+    docker_image: str = Field(
+        default="rollstream-base:trixie",
+        description="Image of the command evaluators' containers (docker runtime); it must be "
+        "in the engine already.",
+    )
+    docker_cpus: float = Field(
+        default=1.0, gt=0, description="CPUs of one evaluation's container (docker runtime)."
+    )
+    docker_memory: str = Field(
+        default="2g", description="Memory (and swap) of one evaluation's container, e.g. 2g."
     )
 
     @property

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rollstream.errors import RollstreamError
+from rollstream.sandbox.runtime import Runtime
 from rollstream.schemas.trajectories import Trajectory
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -41,6 +42,9 @@ class EvalContext:
     timeout_s: float  # the scorer's evaluator timeout (a command's default timeout)
     work_root: Path | None = None
     keep_workdirs: bool = False
+    #: Where commands run: the scorer's runtime (a fresh container per evaluation with the docker
+    #: runtime); None: a local runtime of this evaluation's own.
+    runtime: Runtime | None = None
 
     def remaining(self) -> float:
         """Seconds left before the deadline (negative once it passed)."""

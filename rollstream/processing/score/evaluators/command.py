@@ -1,11 +1,12 @@
 """``command``: the task's check (e.g. its tests) run against the session's work.
 
-The steps repeat the node's session init (``producers/node``): a fresh scratch directory
-(``LocalRuntime``), the task's workspace materialized, its setup commands run within the task's
-init timeout, a git baseline; then the session's diff applied with ``git apply`` and
-``config["command"]`` run by bash in the workspace, in a process group of its own that is
-killed on timeout. The baseline matters beyond symmetry: ``git apply`` in a directory inside
-another repository would resolve paths against that repository.
+The steps repeat the node's session init (``producers/node``): a fresh scratch directory (the
+scorer's runtime: local processes, or a fresh container per evaluation with no network and a CPU
+and memory bound), the task's workspace materialized, its setup commands run within the task's
+init timeout, a git baseline; then, in the runtime too, the session's diff applied with
+``git apply`` and ``config["command"]`` run by bash in the workspace (locally in a process group
+of its own), killed on timeout. The baseline matters beyond symmetry: ``git apply`` in a
+directory inside another repository would resolve paths against that repository.
 
 Reward 1.0 when the command exits 0, else 0.0. No reward, an error instead, when the scorer
 cannot judge the work: a diff artifact the node truncated, a diff that does not apply, a
@@ -23,9 +24,11 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
+from rollstream.errors import RollstreamError
 from rollstream.processing.score.evaluators.base import (
     EvalContext,
     EvalResult,
@@ -34,7 +37,7 @@ from rollstream.processing.score.evaluators.base import (
     seconds,
 )
 from rollstream.sandbox.harnesses.presets import HarnessLaunch
-from rollstream.sandbox.runtime import LocalRuntime, Sandbox, SetupError, run_setup
+from rollstream.sandbox.runtime import LocalRuntime, Runtime, Sandbox, SetupError, run_setup
 from rollstream.sandbox.workspace import (
     DIFF_ARTIFACT,
     WorkspaceError,
@@ -65,39 +68,27 @@ def find_diff(trajectory: Trajectory, config: Mapping[str, str]) -> Artifact | N
     return None
 
 
-def _git_env() -> dict[str, str]:
-    env = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL") if k in os.environ}
-    # The scorer user's git config must not change how a patch applies.
-    return env | {
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_TERMINAL_PROMPT": "0",
-    }
+#: The scorer user's git config must not change how a patch applies.
+_GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0"}
 
 
-async def apply_diff(work: Path, patch: Path) -> str | None:
-    """``git apply`` the patch file in ``work``; None on success, else git's complaint."""
-    proc = await asyncio.create_subprocess_exec(
-        "git", "-C", str(work), "apply", "--whitespace=nowarn", str(patch),
-        env=_git_env(),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        _, err = await proc.communicate()
-    except BaseException:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        raise
-    if proc.returncode == 0:
+async def apply_diff(runtime: Runtime, sandbox: Sandbox, patch: Path, timeout: float) -> str | None:
+    """``git apply`` the patch file in the sandbox's workspace; None on success, else git's words.
+
+    It runs where the command will (the evaluation's container with the docker runtime).
+    """
+    argv = ["git", "-C", str(sandbox.work), "apply", "--whitespace=nowarn", str(patch)]
+    launch = HarnessLaunch([*_SHELL, _MERGE_STDERR + shlex.join(argv)], dict(_GIT_ENV))
+    result = await runtime.execute(sandbox, launch, timeout, sandbox.logs / "apply")
+    if result.exit_code == 0:
         return None
-    return err.decode(errors="replace").strip()[-_ERROR_TAIL:] or f"exit {proc.returncode}"
+    if result.timed_out:
+        return f"git apply ran longer than {timeout:g}s"
+    return result.stdout_tail.strip()[-_ERROR_TAIL:] or f"exit {result.exit_code}"
 
 
 async def _prepare(
-    runtime: LocalRuntime, sandbox: Sandbox, task: Task, context: EvalContext
+    runtime: Runtime, sandbox: Sandbox, task: Task, context: EvalContext
 ) -> str | None:
     """Workspace, setup, baseline; None when ready, else the error."""
     loop = asyncio.get_running_loop()
@@ -119,7 +110,7 @@ async def _prepare(
 
 
 async def _run(
-    runtime: LocalRuntime,
+    runtime: Runtime,
     sandbox: Sandbox,
     task: Task,
     script: str,
@@ -161,8 +152,12 @@ async def command(
             f"{patch.original_size} bytes): the session's work is not all there"
         )
         return EvalResult(None, details, error)
-    runtime = LocalRuntime(context.work_root, context.keep_workdirs)
-    sandbox = await runtime.start(_sandbox_name(trajectory))
+    runtime = context.runtime or LocalRuntime(context.work_root, context.keep_workdirs)
+    try:
+        sandbox = await runtime.start(_sandbox_name(trajectory))
+    except (RollstreamError, OSError) as exc:
+        # No container (a missing image, an engine away): not the policy's doing, no reward.
+        return EvalResult(None, details, f"runtime: {exc}")
     try:
         failed = await _prepare(runtime, sandbox, task, context)
         if failed is not None:
@@ -170,7 +165,8 @@ async def command(
         if patch is not None and patch.content.strip():
             patch_file = sandbox.logs / "session.diff"
             patch_file.write_bytes(patch.content)
-            complaint = await apply_diff(sandbox.work, patch_file)
+            apply_timeout = max(context.remaining() - _KILL_GRACE_S, 0.1)
+            complaint = await apply_diff(runtime, sandbox, patch_file, apply_timeout)
             if complaint is not None:
                 return EvalResult(None, details, f"diff does not apply: {complaint}")
         # Leave the kill grace inside the evaluation's bound: our own timeout, with the

@@ -22,6 +22,7 @@ from rollstream.processing.score.evaluators.exact_match import exact_match
 from rollstream.processing.score.evaluators.python import python
 from rollstream.processing.score.evaluators.regex import regex
 from rollstream.processing.score.evaluators.session_completed import session_completed
+from rollstream.sandbox.runtime import Runtime
 from rollstream.schemas.tasks import EvaluatorSpec
 from rollstream.schemas.trajectories import Trajectory
 
@@ -52,13 +53,14 @@ async def evaluate(
     timeout_s: float,
     work_root: Path | None = None,
     keep_workdirs: bool = False,
+    runtime: Runtime | None = None,
 ) -> EvalResult:
     """Run ``spec``'s evaluator on ``trajectory`` within ``timeout_s``; errors become results."""
     evaluator = EVALUATORS.get(spec.kind)
     if evaluator is None:
         return EvalResult(None, {"kind": spec.kind}, UNKNOWN)
     loop = asyncio.get_running_loop()
-    context = EvalContext(loop.time() + timeout_s, timeout_s, work_root, keep_workdirs)
+    context = EvalContext(loop.time() + timeout_s, timeout_s, work_root, keep_workdirs, runtime)
     try:
         async with asyncio.timeout_at(context.deadline):
             return await evaluator(trajectory, spec.config, context)
