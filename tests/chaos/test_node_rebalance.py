@@ -1,12 +1,12 @@
 """A second rollout node joining mid-run, then the first one leaving (SIGTERM): each sample once.
 
 Two ``python -m rollstream node`` processes in one group on the session broker (the tasks
-topic has three partitions); the scripted backend and the interceptor run in process. Twelve
-tasks of two samples (the ``python`` harness running ``rollstream.dev.demo.agent:run``: five calls
-a session, a few seconds each), four on each partition, wait in the tasks topic; the first
-node starts, and once it has finished sessions and runs others, the second node starts (a
-rebalance); once that one has finished a session too, the first gets SIGTERM while its
-sessions run (a clean leave, another rebalance).
+topic has three partitions); the scripted backend and the interceptor run in process.
+Twenty-four tasks of two samples (the ``python`` harness running
+``rollstream.dev.demo.agent:run``: five calls a session, a few seconds each), eight on each
+partition, wait in the tasks topic. The first node starts, and once it has finished sessions
+and runs others, the second node starts (a rebalance); once that one runs sessions too, the
+first gets SIGTERM while its own sessions run (a clean leave, another rebalance).
 
 Counted from the events topic, per task and sample: the SessionEnded records that are not
 ``cancelled`` (a sample that never completed is lost, one completed twice is duplicated).
@@ -48,7 +48,11 @@ from tests.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
-TASKS = 12
+# Eight tasks a partition: the first node must still have work on the partitions it keeps
+# once the second has joined. With four, a second node slow to start under load (9 s in one
+# run) found the first node's remaining partition already drained, and the first never ran a
+# session again: the leave this test is about could not happen.
+TASKS = 24
 SAMPLES = 2
 
 
@@ -216,7 +220,7 @@ async def _exercise(
         await run.poll()
         return len(run.completions()) == TASKS * SAMPLES
 
-    await until(all_done, 150, "every sample completed", interval=0.2)
+    await until(all_done, 240, "every sample completed", interval=0.2)
     await run.events.settle(3.0)
 
     completions = run.completions()
