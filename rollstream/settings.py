@@ -18,6 +18,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
+def env_name(cls: type[BaseSettings], field: str) -> str:
+    """The environment variable that sets ``field`` of ``cls``."""
+    return f"{cls.model_config.get('env_prefix', '')}{field}".upper()
+
+
 def _xdg(var: str, fallback: str) -> Path:
     base = os.environ.get(var)
     return Path(base) if base else Path.home() / fallback

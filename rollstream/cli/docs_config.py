@@ -30,9 +30,9 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings
 
-from rollstream.cli.options import env_name
 from rollstream.dev.docs_block import DocBlock
 from rollstream.errors import ConfigurationError
+from rollstream.settings import env_name
 
 START = "<!-- config-table:start -->"
 END = "<!-- config-table:end -->"

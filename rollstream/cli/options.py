@@ -19,12 +19,9 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings
 
+from rollstream.settings import env_name
+
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def env_name(cls: type[BaseSettings], field: str) -> str:
-    """The environment variable that sets ``field`` of ``cls``."""
-    return f"{cls.model_config.get('env_prefix', '')}{field}".upper()
 
 
 def _is_bool(info: FieldInfo) -> bool:

@@ -15,71 +15,23 @@ import importlib
 import logging
 import os
 import shutil
-import socket
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rollstream.errors import ConfigurationError, RollstreamError
+from rollstream.sandbox.docker_engine import (
+    ContainerError,
+    docker_client,
+    engine_failed,
+    socket_path,
+    unix_socket_problem,
+)
 from rollstream.sandbox.harnesses.presets import HarnessLaunch
 from rollstream.sandbox.harnesses.runner import HarnessResult, harness_env, tail, write_home
 from rollstream.sandbox.runtime import LocalRuntime, Sandbox
 
 log = logging.getLogger(__name__)
-
-
-class ContainerError(RollstreamError):
-    """A session's container could not be made or run: a missing image, an engine that failed.
-
-    The node ends the session ``failed`` with this message and goes on with its other sessions.
-    """
-
-
-def _docker_client() -> Any:
-    """A docker SDK client that reached the engine, or a ConfigurationError saying why not."""
-    try:
-        docker = importlib.import_module("docker")
-    except ImportError:
-        raise ConfigurationError(
-            "the docker runtime needs the docker Python SDK (`pip install docker`); "
-            "use ROLLSTREAM_NODE_RUNTIME=local otherwise"
-        ) from None
-    problem = _unix_socket_problem(os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"))
-    if problem is not None:
-        raise ConfigurationError(
-            f"the docker runtime needs a Docker engine, none reachable ({problem}); "
-            "use ROLLSTREAM_NODE_RUNTIME=local otherwise"
-        )
-    client = None
-    try:
-        client = docker.from_env()
-        client.ping()
-    except Exception as exc:
-        if client is not None:
-            client.close()  # its connection pool, or its socket lingers
-        raise ConfigurationError(
-            f"the docker runtime needs a Docker engine, none reachable ({exc}); "
-            "use ROLLSTREAM_NODE_RUNTIME=local otherwise"
-        ) from exc
-    return client
-
-
-def _unix_socket_problem(host: str) -> str | None:
-    """Why a ``unix://`` engine socket cannot be connected to, or None (also for other hosts).
-
-    Asked before the SDK tries: its unix connection leaves the socket of a failed connect open.
-    """
-    if not host.startswith("unix://"):
-        return None
-    path = host.removeprefix("unix://")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(5)
-        try:
-            probe.connect(path)
-        except OSError as exc:
-            return f"{path}: {exc.strerror or exc}"
-    return None
 
 
 #: Variables ``harness_env`` inherits from this machine that name host paths: inside a container
@@ -134,6 +86,7 @@ class DockerRuntime(LocalRuntime):
         cpus: float | None = None,
         memory: str | None = None,
         client: Any = None,
+        chosen_by: str = "the runtime setting",
     ) -> None:
         super().__init__(root, keep)
         self.image = image
@@ -143,7 +96,8 @@ class DockerRuntime(LocalRuntime):
         self.cpus = cpus
         self.memory = memory
         self._owns_client = client is None
-        self.client = _docker_client() if client is None else client
+        self.client = docker_client(chosen_by) if client is None else client
+        self._socket = socket_path(self.client)
         self._idle: list[tuple[Sandbox, Any]] = []
         self._containers: dict[Path, Any] = {}
         self._refill: asyncio.Task[None] | None = None
@@ -169,6 +123,7 @@ class DockerRuntime(LocalRuntime):
         """``launch`` with ``exec`` in the session's container; the timeout kills the container."""
         container = self._containers[sandbox.root]
         await asyncio.to_thread(_prepare, launch, sandbox.home, logs)
+        await asyncio.to_thread(self._reach, "the harness started")
         api = self.client.api
         exec_id = (
             await asyncio.to_thread(
@@ -199,13 +154,7 @@ class DockerRuntime(LocalRuntime):
         exit_code = None
         if not timed_out:
             pump.result()  # the engine's failure, if the stream ended with one
-            try:
-                exit_code = (await asyncio.to_thread(api.exec_inspect, exec_id))["ExitCode"]
-            except Exception as exc:
-                # A stream may also just end when the engine dies; then asking for the code fails.
-                raise ContainerError(
-                    f"the Docker engine failed while the harness ran: {exc}", retriable=True
-                ) from exc
+            exit_code = await asyncio.to_thread(self._exit_code, exec_id)
             # As run_harness: what the run left in the background dies with it. kill -1 spares
             # the container's PID 1 (the idle ``sleep``) and the shell sending it.
             await self._quick_exec(container, ["sh", "-c", "kill -KILL -1 2>/dev/null || true"])
@@ -267,8 +216,30 @@ class DockerRuntime(LocalRuntime):
                 return
             self._idle.append(made)
 
+    def _reach(self, doing: str) -> None:
+        """A retriable ContainerError unless the engine's socket takes a connection (blocking).
+
+        Asked before each call to the engine: docker-py's unix connection leaves the socket of a
+        failed connect open (a ResourceWarning when collected), so a dead engine is not called.
+        An engine dying between this probe and the call still costs that one socket.
+        """
+        problem = None if self._socket is None else unix_socket_problem(self._socket)
+        if problem is not None:
+            raise engine_failed(doing, problem)
+
+    def _exit_code(self, exec_id: str) -> int | None:
+        """The exec's exit code (blocking); a retriable ContainerError if the engine is gone."""
+        self._reach("the harness ran")
+        try:
+            code: int | None = self.client.api.exec_inspect(exec_id)["ExitCode"]
+        except Exception as exc:
+            # A stream may also just end when the engine dies; then asking for the code fails.
+            raise engine_failed("the harness ran", exc) from exc
+        return code
+
     def _create(self, session_id: str, prefix: str) -> tuple[Sandbox, Any]:
         """A sandbox directory and a running idle container with it bind-mounted (blocking)."""
+        self._reach("making a container")
         self._require_image()
         sandbox = self._make_sandbox(session_id, prefix)
         binds = {str(p): {"bind": str(p), "mode": "ro"} for p in self.mounts}
@@ -334,9 +305,7 @@ class DockerRuntime(LocalRuntime):
                         err.flush()
             except Exception as exc:
                 # The SDK raises what requests and urllib3 raise when the engine goes away.
-                raise ContainerError(
-                    f"the Docker engine failed while the harness ran: {exc}", retriable=True
-                ) from exc
+                raise engine_failed("the harness ran", exc) from exc
             finally:
                 _close_stream(stream)
 
@@ -344,6 +313,7 @@ class DockerRuntime(LocalRuntime):
         """Run ``argv`` in ``container`` to its end, best effort (failures only logged)."""
         api = self.client.api
         try:
+            await asyncio.to_thread(self._reach, "cleaning up after the harness")
             exec_id = (await asyncio.to_thread(api.exec_create, container.id, argv))["Id"]
             await asyncio.to_thread(api.exec_start, exec_id)
         except Exception as exc:
@@ -351,12 +321,14 @@ class DockerRuntime(LocalRuntime):
 
     async def _kill(self, container: Any) -> None:
         try:
+            await asyncio.to_thread(self._reach, "killing a container")
             await asyncio.to_thread(container.kill)
         except Exception as exc:  # already dead or gone: nothing left to kill
             log.debug("killing container %s: %s", container.id, exc)
 
     async def _remove(self, container: Any) -> None:
         try:
+            await asyncio.to_thread(self._reach, "removing a container")
             await asyncio.to_thread(container.remove, force=True)
         except Exception as exc:
             log.warning("removing container %s failed: %s", container.id, exc)

@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from pydantic_settings import BaseSettings
+
 from rollstream.sandbox.runtime import LocalRuntime, Runtime
+from rollstream.settings import env_name
 
 
 class RuntimeSettings(Protocol):
@@ -52,5 +55,10 @@ def make_runtime(settings: RuntimeSettings) -> Runtime:
             network=settings.docker_network,
             prewarm=settings.prewarm,
             mounts=settings.docker_mounts,
+            chosen_by=(
+                env_name(type(settings), "runtime")
+                if isinstance(settings, BaseSettings)
+                else "the runtime setting"
+            ),
         )
     return LocalRuntime(settings.work_root, settings.keep_workdirs)

@@ -47,15 +47,18 @@ class WorkspaceError(RollstreamError):
     """A workspace that cannot be materialized as given (bad path, missing commit)."""
 
 
+#: Git run by rollstream ignores the machine's and the user's config (signing, aliases, hooks,
+#: whitespace rules) and never prompts: they must not change a session's workspace or a patch.
+GIT_ISOLATION = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_TERMINAL_PROMPT": "0",
+}
+
+
 def _git_env() -> dict[str, str]:
     env = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL") if k in os.environ}
-    # The node user's own git config (signing, aliases, hooks) must not leak into sessions.
-    env |= {
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_TERMINAL_PROMPT": "0",
-    }
-    return env | _IDENTITY
+    return env | GIT_ISOLATION | _IDENTITY
 
 
 async def _run(*argv: str, what: str) -> bytes:

@@ -24,13 +24,12 @@ from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.capture.node.settings import NodeSettings
 from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.cli import cli
-from rollstream.cli.options import env_name
 from rollstream.dev.backend.settings import BackendSettings
 from rollstream.dev.examples.settings import ExampleTrainerSettings
 from rollstream.kafka.admin import TopicsSettings
 from rollstream.processing.reconstruct.settings import ReconstructSettings
 from rollstream.processing.score.settings import ScoreSettings
-from rollstream.settings import KafkaSettings, StatePaths
+from rollstream.settings import KafkaSettings, StatePaths, env_name
 from rollstream.trainer.settings import TrainerSettings
 from tests.compose.docker_build import dockerfile_env
 

@@ -35,7 +35,7 @@ from rollstream.processing.score.settings import ScoreSettings
 from rollstream.sandbox.runtime import Runtime
 from rollstream.schemas import TopicNames, utcnow
 from rollstream.schemas.trajectories import Scored, Trajectory
-from rollstream.settings import KafkaSettings
+from rollstream.settings import KafkaSettings, env_name
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,7 @@ def _command_runtime(settings: ScoreSettings) -> Runtime | None:
         network="none",
         cpus=settings.docker_cpus,
         memory=settings.docker_memory,
+        chosen_by=env_name(ScoreSettings, "runtime"),
     )
 
 

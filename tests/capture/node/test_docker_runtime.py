@@ -11,7 +11,8 @@ import pytest
 
 from rollstream.capture.node.settings import NodeSettings
 from rollstream.sandbox import docker as docker_module
-from rollstream.sandbox.docker import ContainerError, DockerRuntime
+from rollstream.sandbox.docker import DockerRuntime
+from rollstream.sandbox.docker_engine import ContainerError
 from rollstream.sandbox.harnesses.presets import HarnessLaunch
 from rollstream.sandbox.runtime import SetupError, run_setup
 from rollstream.sandbox.runtimes import make_runtime
@@ -192,7 +193,7 @@ async def test_make_runtime_passes_image_network_and_prewarm(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakeDocker()
-    monkeypatch.setattr(docker_module, "_docker_client", lambda: fake)
+    monkeypatch.setattr(docker_module, "docker_client", lambda chosen_by: fake)
     settings = NodeSettings(
         runtime="docker", docker_image="i:2", docker_network="bridge", prewarm=3, work_root=tmp_path
     )

@@ -85,12 +85,15 @@ async def test_setup_shares_one_init_deadline_and_is_killed_at_it(tmp_path: Path
     assert await wait_dead(int(pidfile.read_text()))
 
 
-def test_docker_runtime_explains_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_docker_runtime_explains_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     with pytest.raises(ConfigurationError) as missing:
-        DockerRuntime("python:3.12-slim")
+        make_runtime(NodeSettings(runtime="docker", work_root=tmp_path))
     assert "needs a Docker engine, none reachable" in str(missing.value)
-    assert "ROLLSTREAM_NODE_RUNTIME=local" in str(missing.value)
+    assert "/nonexistent/docker.sock" in str(missing.value)
+    assert "set ROLLSTREAM_NODE_RUNTIME=local otherwise" in str(missing.value)
 
 
 def test_the_settings_make_a_docker_runtime_of_the_engine_docker_host_names(

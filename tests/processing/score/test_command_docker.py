@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 
 from rollstream.dev.containers import DockerEngine, ImageResult
+from rollstream.errors import ConfigurationError
 from rollstream.processing.score.evaluators import EvalResult, evaluate
 from rollstream.processing.score.service import Scorer
 from rollstream.processing.score.settings import ScoreSettings
@@ -173,3 +174,13 @@ def test_the_scorer_makes_its_runtime_from_its_settings(
     )
     asyncio.run(runtime.close())
     assert Scorer(ScoreSettings(), KafkaSettings()).runtime is None
+
+
+def test_a_scorer_without_an_engine_names_its_own_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with pytest.raises(ConfigurationError) as missing:
+        Scorer(ScoreSettings(runtime="docker"), KafkaSettings())
+    assert "needs a Docker engine, none reachable" in str(missing.value)
+    assert "set ROLLSTREAM_SCORE_RUNTIME=local otherwise" in str(missing.value)

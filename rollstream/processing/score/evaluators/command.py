@@ -22,7 +22,6 @@ and never past what is left of it), ``artifact`` (the diff's name; default the n
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import shlex
 from collections.abc import Mapping
@@ -40,6 +39,7 @@ from rollstream.sandbox.harnesses.presets import HarnessLaunch
 from rollstream.sandbox.runtime import LocalRuntime, Runtime, Sandbox, SetupError, run_setup
 from rollstream.sandbox.workspace import (
     DIFF_ARTIFACT,
+    GIT_ISOLATION,
     WorkspaceError,
     baseline,
     materialize,
@@ -68,17 +68,13 @@ def find_diff(trajectory: Trajectory, config: Mapping[str, str]) -> Artifact | N
     return None
 
 
-#: The scorer user's git config must not change how a patch applies.
-_GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0"}
-
-
 async def apply_diff(runtime: Runtime, sandbox: Sandbox, patch: Path, timeout: float) -> str | None:
     """``git apply`` the patch file in the sandbox's workspace; None on success, else git's words.
 
     It runs where the command will (the evaluation's container with the docker runtime).
     """
     argv = ["git", "-C", str(sandbox.work), "apply", "--whitespace=nowarn", str(patch)]
-    launch = HarnessLaunch([*_SHELL, _MERGE_STDERR + shlex.join(argv)], dict(_GIT_ENV))
+    launch = HarnessLaunch([*_SHELL, _MERGE_STDERR + shlex.join(argv)], dict(GIT_ISOLATION))
     result = await runtime.execute(sandbox, launch, timeout, sandbox.logs / "apply")
     if result.exit_code == 0:
         return None

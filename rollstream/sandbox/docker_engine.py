@@ -1,0 +1,83 @@
+"""The Docker engine as the docker runtime reaches it: the SDK client, probes, its errors.
+
+The SDK's unix connection leaves the socket of a failed connect open, so the engine's socket is
+probed with a plain connect before the SDK is let near a socket that may be dead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+from typing import Any
+
+from rollstream.errors import ConfigurationError, RollstreamError
+
+
+class ContainerError(RollstreamError):
+    """A session's container could not be made or run: a missing image, an engine that failed.
+
+    The node ends the session ``failed`` with this message and goes on with its other sessions.
+    """
+
+
+def docker_client(chosen_by: str) -> Any:
+    """A docker SDK client that reached the engine, or a ConfigurationError saying why not.
+
+    ``chosen_by`` is the setting that asked for the docker runtime, named in the error.
+    """
+    otherwise = f"; set {chosen_by}=local otherwise"
+    try:
+        docker = importlib.import_module("docker")
+    except ImportError:
+        raise ConfigurationError(
+            "the docker runtime needs the docker Python SDK (`pip install 'rollstream[docker]'`)"
+            + otherwise
+        ) from None
+
+    def unreachable(problem: object) -> ConfigurationError:
+        return ConfigurationError(
+            f"the docker runtime needs a Docker engine, none reachable ({problem}){otherwise}"
+        )
+
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    problem = (
+        unix_socket_problem(host.removeprefix("unix://")) if host.startswith("unix://") else None
+    )
+    if problem is not None:
+        raise unreachable(problem)
+    client = None
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:
+        if client is not None:
+            client.close()  # its connection pool, or its socket lingers
+        raise unreachable(exc) from exc
+    return client
+
+
+def unix_socket_problem(path: str) -> str | None:
+    """Why the engine's unix socket at ``path`` takes no connection, or None.
+
+    Asked before the SDK tries: its unix connection leaves the socket of a failed connect open.
+    """
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(5)
+        try:
+            probe.connect(path)
+        except OSError as exc:
+            return f"{path}: {exc.strerror or exc}"
+    return None
+
+
+def socket_path(client: Any) -> str | None:
+    """The unix socket an SDK client talks to; None for other transports (and test doubles)."""
+    adapter = getattr(getattr(client, "api", None), "_custom_adapter", None)
+    path = getattr(adapter, "socket_path", None)
+    return path if isinstance(path, str) else None
+
+
+def engine_failed(doing: str, cause: object) -> ContainerError:
+    """The error of an engine gone or failing while ``doing``: another try may find it back."""
+    return ContainerError(f"the Docker engine failed while {doing}: {cause}", retriable=True)
