@@ -14,6 +14,7 @@ from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.cli.extras import require_extra
 from rollstream.cli.options import settings_options
 from rollstream.lifecycle import StopSignal, run_service
+from rollstream.schemas.swe import GITHUB_REPOS
 from rollstream.settings import KafkaSettings, StatePaths
 
 
@@ -47,16 +48,34 @@ def _stack_node() -> str | None:
     return state.url("node") if state is not None else None
 
 
-@click.command(name="run", short_help="Submit a task to a node and follow its sessions.")
+@click.command(name="run", short_help="Submit tasks to a node and follow their sessions.")
 @click.option(
     "--task",
     "task_file",
     type=click.Path(exists=True, path_type=Path),
-    required=True,
-    help="The task, YAML or JSON.",
+    default=None,
+    help="One task, YAML or JSON.",
 )
-@click.option("--harness", default=None, help="Override the task's harness.")
-@click.option("--samples", type=int, default=None, help="Override the task's samples.")
+@click.option(
+    "--tasks",
+    "tasks_file",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="Many: JSON Lines of task documents and SWE-bench-format instances.",
+)
+@click.option(
+    "--harness", default=None, help="Override the tasks' harness (required for SWE instances)."
+)
+@click.option("--samples", type=int, default=None, help="Override the tasks' samples.")
+@click.option(
+    "--repos",
+    default=GITHUB_REPOS,
+    show_default=True,
+    envvar="ROLLSTREAM_SWE_REPOS",
+    help="Where SWE instances' repositories are cloned from: {repo}, {owner}, {name} are "
+    "filled in (a local mirror: /mirrors/{owner}__{name}). [env: ROLLSTREAM_SWE_REPOS]",
+)
+@click.option("--image", default=None, help="Container image of tasks that name none.")
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Follow it to the end.")
 @click.option(
     "--node",
@@ -68,71 +87,87 @@ def _stack_node() -> str | None:
 )
 @click.option("--timeout", type=float, default=3600, show_default=True, help="Seconds to wait.")
 def run(
-    task_file: Path,
+    task_file: Path | None,
+    tasks_file: Path | None,
     harness: str | None,
     samples: int | None,
+    repos: str,
+    image: str | None,
     wait: bool,
     node_url: str | None,
     timeout: float,
 ) -> None:
-    """Submit a task to a node and follow its sessions to the end."""
-    # Imported here so that `rollstream --help` works without the 'capture' extra.
-    import yaml
+    """Submit tasks to a node and follow their sessions to the end."""
+    from rollstream.cli.tasks_file import Overrides, TasksFileError, task_document, task_documents
 
+    if (task_file is None) == (tasks_file is None):
+        raise click.UsageError("give one of --task FILE and --tasks FILE")
     node_url = node_url or _stack_node() or "http://127.0.0.1:8200"
-    doc: Any = yaml.safe_load(task_file.read_text())
-    if not isinstance(doc, dict):
-        raise click.ClickException(f"{task_file}: a task must be a mapping")
-    if harness:
-        doc["harness"] = harness
-    if samples:
-        doc["samples"] = samples
-    submitted, state = asyncio.run(_submit_and_follow(doc, node_url, wait, timeout))
+    overrides = Overrides(harness, samples, repos, image)
+    try:
+        if tasks_file is not None:
+            docs = task_documents(tasks_file, overrides)
+        else:
+            assert task_file is not None
+            docs = [task_document(task_file, overrides)]
+    except TasksFileError as exc:
+        raise click.ClickException(str(exc)) from None
+    followed = asyncio.run(_submit_and_follow(docs, node_url, wait, timeout))
     if not wait:
         return
-    task_id = submitted["task_id"]
-    by_status: dict[str, int] = {}
-    for session in state["sessions"]:
-        by_status[str(session["status"])] = by_status.get(str(session["status"]), 0) + 1
-    calls = sum(s["call_count"] or 0 for s in state["sessions"])
-    summary = ", ".join(f"{n} {s}" for s, n in sorted(by_status.items())) or "none yet"
-    click.echo(f"{task_id}: sessions {summary}; {calls} calls recorded")
-    if not state["done"]:
+    unfinished = 0
+    for submitted, state in followed:
+        by_status: dict[str, int] = {}
+        for session in state["sessions"]:
+            by_status[str(session["status"])] = by_status.get(str(session["status"]), 0) + 1
+        calls = sum(s["call_count"] or 0 for s in state["sessions"])
+        summary = ", ".join(f"{n} {s}" for s, n in sorted(by_status.items())) or "none yet"
+        click.echo(f"{submitted['task_id']}: sessions {summary}; {calls} calls recorded")
+        unfinished += not state["done"]
+    if unfinished:
         raise SystemExit(1)
 
 
 async def _submit_and_follow(
-    doc: dict[str, Any], node_url: str, wait: bool, timeout: float
-) -> tuple[dict[str, Any], dict[str, Any]]:
+    docs: list[dict[str, Any]], node_url: str, wait: bool, timeout: float
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Submit every task, then poll them all until each is done (or ``timeout``)."""
     import aiohttp
     import yaml
 
-    state: dict[str, Any] = {"sessions": [], "done": False}
+    followed: list[tuple[dict[str, Any], dict[str, Any]]] = []
     async with aiohttp.ClientSession(
         base_url=node_url, timeout=aiohttp.ClientTimeout(total=30)
     ) as client:
-        async with client.post("/tasks", data=yaml.safe_dump(doc)) as response:
-            if response.status != 202:
-                raise click.ClickException(f"the node refused the task: {await response.text()}")
-            submitted: dict[str, Any] = await response.json()
-        task_id, samples = submitted["task_id"], submitted["samples"]
-        click.echo(f"submitted {task_id} ({samples} samples)", err=True)
+        for doc in docs:
+            async with client.post("/tasks", data=yaml.safe_dump(doc)) as response:
+                if response.status != 202:
+                    raise click.ClickException(
+                        f"the node refused task {doc.get('task_id', '')}: {await response.text()}"
+                    )
+                submitted: dict[str, Any] = await response.json()
+            task_id, samples = submitted["task_id"], submitted["samples"]
+            click.echo(f"submitted {task_id} ({samples} samples)", err=True)
+            followed.append((submitted, {"sessions": [], "done": False}))
         deadline = time.monotonic() + timeout
         while wait and time.monotonic() < deadline:
-            async with client.get(f"/tasks/{task_id}") as reply:
-                if reply.status == 200:
-                    state = await reply.json()
-                    stages = [s["stage"] for s in state["sessions"]]
-                    ended = stages.count("ended")
-                    click.echo(
-                        f"\r{task_id}: {ended}/{samples} sessions ended "
-                        f"({', '.join(sorted(set(stages)))})   ",
-                        nl=False,
-                        err=True,
-                    )
-                    if state["done"] and ended >= samples:
-                        break
+            for index, (submitted, state) in enumerate(followed):
+                if state["done"]:
+                    continue
+                async with client.get(f"/tasks/{submitted['task_id']}") as reply:
+                    if reply.status == 200:
+                        followed[index] = (submitted, await reply.json())
+            samples = sum(s["samples"] for s, _ in followed)
+            ended = sum([x["stage"] for x in st["sessions"]].count("ended") for _, st in followed)
+            done = sum(1 for _, st in followed if st["done"])
+            click.echo(
+                f"\r{done}/{len(followed)} tasks done, {ended}/{samples} sessions ended   ",
+                nl=False,
+                err=True,
+            )
+            if done == len(followed) and ended >= samples:
+                break
             await asyncio.sleep(0.5)
         if wait:
             click.echo("", err=True)
-    return submitted, state
+    return followed

@@ -103,15 +103,20 @@ class DockerRuntime(LocalRuntime):
         self._refill: asyncio.Task[None] | None = None
         self._closed = False
 
-    async def start(self, session_id: str) -> Sandbox:
-        """A pre-warmed container's sandbox if one is ready, else a new one; refill the pool."""
-        if self._idle:
+    async def start(self, session_id: str, image: str | None = None) -> Sandbox:
+        """A pre-warmed container's sandbox if one is ready, else a new one; refill the pool.
+
+        ``image`` (the task's) replaces the runtime's own: such a container is made for the
+        session, since the pool holds containers of the runtime's image only.
+        """
+        image = image or self.image
+        if self._idle and image == self.image:
             sandbox, container = self._idle.pop(0)
             sandbox = dataclasses.replace(sandbox, session_id=session_id)
             log.debug("session %s: pre-warmed container %s", session_id, container.id)
         else:
             sandbox, container = await asyncio.to_thread(
-                self._create, session_id, f"rollstream-{session_id}-"
+                self._create, session_id, f"rollstream-{session_id}-", image
             )
         self._containers[sandbox.root] = container
         self._fill()
@@ -205,7 +210,9 @@ class DockerRuntime(LocalRuntime):
     async def _refill_pool(self) -> None:
         while not self._closed and len(self._idle) < self.prewarm:
             try:
-                made = await asyncio.to_thread(self._create, "prewarmed", "rollstream-docker-")
+                made = await asyncio.to_thread(
+                    self._create, "prewarmed", "rollstream-docker-", self.image
+                )
             except Exception:
                 # ``start`` makes its own container then, and reports what goes wrong.
                 log.warning("pre-warming a docker container failed", exc_info=True)
@@ -237,10 +244,10 @@ class DockerRuntime(LocalRuntime):
             raise engine_failed("the harness ran", exc) from exc
         return code
 
-    def _create(self, session_id: str, prefix: str) -> tuple[Sandbox, Any]:
-        """A sandbox directory and a running idle container with it bind-mounted (blocking)."""
+    def _create(self, session_id: str, prefix: str, image: str) -> tuple[Sandbox, Any]:
+        """A sandbox directory and a running idle container of ``image`` with it (blocking)."""
         self._reach("making a container")
-        self._require_image()
+        self._require_image(image)
         sandbox = self._make_sandbox(session_id, prefix)
         binds = {str(p): {"bind": str(p), "mode": "ro"} for p in self.mounts}
         binds |= {
@@ -249,7 +256,7 @@ class DockerRuntime(LocalRuntime):
         }
         try:
             container = self.client.containers.run(
-                self.image,
+                image,
                 ["sleep", "infinity"],
                 detach=True,
                 volumes=binds,
@@ -275,7 +282,7 @@ class DockerRuntime(LocalRuntime):
             limits |= {"mem_limit": self.memory, "memswap_limit": self.memory}
         return limits
 
-    def _require_image(self) -> None:
+    def _require_image(self, image: str) -> None:
         """Refuse an image the engine lacks (a ContainerError saying so); nothing is pulled.
 
         A cluster's images are built or loaded ahead of the run, and a pull from a registry the
@@ -283,10 +290,10 @@ class DockerRuntime(LocalRuntime):
         """
         errors = importlib.import_module("docker.errors")
         try:
-            self.client.images.get(self.image)
+            self.client.images.get(image)
         except errors.ImageNotFound:
             raise ContainerError(
-                f"image {self.image!r} is not in the Docker engine: build or load it there "
+                f"image {image!r} is not in the Docker engine: build or load it there "
                 "first (rollstream pulls no image)"
             ) from None
 

@@ -57,8 +57,11 @@ class Runtime(Protocol):
 
     name: str
 
-    async def start(self, session_id: str) -> Sandbox:
-        """A new sandbox for ``session_id``, its directories created."""
+    async def start(self, session_id: str, image: str | None = None) -> Sandbox:
+        """A new sandbox for ``session_id``, its directories created.
+
+        ``image``: the task's container image, where the runtime has containers (else unused).
+        """
         ...
 
     async def execute(
@@ -89,8 +92,11 @@ class LocalRuntime:
         self.root = root
         self.keep = keep
 
-    async def start(self, session_id: str) -> Sandbox:
-        """A fresh ``rollstream-<session>-*`` directory under ``root`` (default: temp dir)."""
+    async def start(self, session_id: str, image: str | None = None) -> Sandbox:
+        """A fresh ``rollstream-<session>-*`` directory under ``root`` (default: temp dir).
+
+        ``image`` is not used: local processes run on this machine as it is.
+        """
         return self._make_sandbox(session_id, f"rollstream-{session_id}-")
 
     def _make_sandbox(self, session_id: str, prefix: str) -> Sandbox:

@@ -60,6 +60,9 @@ class Task(AvroRecord):
     init_timeout_s: float = Field(default=300.0, gt=0)
     agent_timeout_s: float = Field(default=1800.0, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
+    #: The container image the sessions run in (and the scorer's checks) with the docker runtime;
+    #: None: the runtime's configured image. The local runtime runs on the host regardless.
+    image: str | None = None
     priority: int = 0
     metadata: dict[str, str] = Field(default_factory=dict)
     submitted_at: AwareDatetime

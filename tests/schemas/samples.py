@@ -80,6 +80,7 @@ TASK = Task(
     init_timeout_s=120.0,
     agent_timeout_s=600.0,
     env={"PYTHONHASHSEED": "0"},
+    image="rollstream-base:trixie",
     priority=2,
     metadata={"suite": "demo"},
     submitted_at=T0,

@@ -190,7 +190,7 @@ class SessionRunner:
             session.launch = self._launch(session)
             step = "starting the runtime and materializing the workspace"
             async with asyncio.timeout_at(deadline):
-                session.sandbox = await self.runtime.start(session.session_id)
+                session.sandbox = await self.runtime.start(session.session_id, task.image)
                 await materialize(task.workspace, session.sandbox.work)
             step = "running the setup commands"
             await run_setup(self.runtime, session.sandbox, task.setup, task.env, deadline)

@@ -45,6 +45,21 @@ async def test_the_container_gets_the_image_the_sandbox_bind_mounts_and_the_netw
     assert options["working_dir"] == str(sandbox.work)
 
 
+async def test_a_task_image_gets_a_container_of_its_own_and_leaves_the_pool(
+    tmp_path: Path,
+) -> None:
+    runtime, fake = _runtime(tmp_path, prewarm=1)
+    await runtime.start("first")  # takes no pre-warmed one yet; the pool fills behind it
+    await until(lambda: runtime.idle == 1, 10, "the pool filled")
+    sandbox = await runtime.start("t-swe", image="task:7")
+    assert runtime.idle == 1  # the pool's container is of the runtime's image: not for this task
+    assert [c.image for c in fake.containers.made] == ["img:1", "img:1", "task:7"]
+    assert fake.containers.made[-1].kwargs["volumes"][str(sandbox.work)]["mode"] == "rw"
+    taken = await runtime.start("next", image="img:1")  # the runtime's own image: the pool's
+    assert len(fake.containers.made) == 3 and taken.session_id == "next"
+    await runtime.close()
+
+
 def test_host_networking_is_the_default(tmp_path: Path) -> None:
     assert NodeSettings().docker_network == "host"
     runtime, _ = _runtime(tmp_path)

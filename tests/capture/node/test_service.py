@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from rollstream.capture.node.settings import NodeSettings
 from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.cli import cli
 from rollstream.kafka.control import publish_policy_version
+from rollstream.processing.score.evaluators import evaluate
 from rollstream.sandbox.harnesses.install import PACKAGES
 from rollstream.schemas import (
     AvroRecord,
@@ -28,9 +31,11 @@ from rollstream.schemas import (
 )
 from rollstream.schemas.sessions import SessionStatus
 from rollstream.settings import KafkaSettings, StatePaths
+from tests import swe_project
 from tests.conftest import JAR_CACHE
 from tests.harness_stack import MODEL, harnesses_installed, scripted_interceptor
 from tests.kafka_reading import read_records
+from tests.schemas.samples import TRAJECTORY
 
 pytestmark = pytest.mark.integration
 
@@ -230,3 +235,39 @@ async def test_rollstream_run_submits_follows_and_summarises(stack: Node, tmp_pa
         runner.invoke, cli, ["run", "--task", str(bad), "--node", stack.url]
     )
     assert refused.exit_code == 1 and "must be a mapping" in refused.output
+
+
+async def test_rollstream_run_takes_swe_instances_whose_sessions_diffs_are_judged(
+    stack: Node, kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    project = swe_project.build(tmp_path / "swe")
+    fix = "sed -i \"s/'-', 1)/'-')/\" inflection/__init__.py"
+    tests = f"{sys.executable} -m pytest -rA -p no:cacheprovider"
+    lines = [
+        project.instance
+        | {"instance_id": f"swe-{name}", "test_command": tests}
+        # An extension of the format: the task's metadata, here the command harness's command.
+        | {"metadata": {"harness.command": command}}
+        for name, command in (("fixed", fix), ("left", "true"))
+    ]
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    args = ["run", "--tasks", str(tasks), "--harness", "command", "--node", stack.url]
+    args += ["--repos", f"{project.mirrors}/{{owner}}__{{name}}"]
+    result = await asyncio.to_thread(CliRunner().invoke, cli, args)
+    assert result.exit_code == 0, result.output
+    assert "swe-fixed: sessions 1 completed" in result.output
+    assert "swe-left: sessions 1 completed" in result.output
+    rewards = {}
+    for task_id in ("swe-fixed", "swe-left"):
+        records = await _events(kafka_settings, 2, task_id)
+        [started] = [r for r in records if isinstance(r, SessionStarted)]
+        [ended] = [r for r in records if isinstance(r, SessionEnded)]
+        task = started.task
+        assert task is not None and task.workspace.path == str(project.repo)
+        trajectory = TRAJECTORY.model_copy(update={"task": task, "artifacts": ended.artifacts})
+        assert task.evaluator is not None and task.evaluator.kind == "swe"
+        scored = await evaluate(trajectory, task.evaluator, timeout_s=120, work_root=tmp_path)
+        assert scored.error is None, scored
+        rewards[task_id] = scored.reward
+    assert rewards == {"swe-fixed": 1.0, "swe-left": 0.0}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rollstream.capture.node.session import harness_options, new_session_id
 from rollstream.sandbox.harnesses.presets import SESSION_ENV
+from rollstream.sandbox.runtime import Sandbox
 from rollstream.sandbox.workspace import DIFF_ARTIFACT
 from rollstream.schemas.sessions import SessionEnded, SessionStarted, SessionStatus
 from rollstream.schemas.tasks import Workspace, WorkspaceKind
@@ -186,3 +187,18 @@ async def test_a_failing_call_count_still_ends_the_session(tmp_path: Path) -> No
     ended = await runner.run_one(command_task("true"), 0)
     assert ended.status is SessionStatus.COMPLETED and ended.call_count == 0
     assert ended.error == "call count unavailable: interceptor away"
+
+
+async def test_the_runtime_is_asked_for_the_tasks_image(tmp_path: Path) -> None:
+    images: list[str | None] = []
+    runner = make_runner(tmp_path, Sink())
+    start = runner.runtime.start
+
+    async def recording(session_id: str, image: str | None = None) -> Sandbox:
+        images.append(image)
+        return await start(session_id, image)
+
+    runner.runtime.start = recording  # type: ignore[method-assign]
+    await runner.run_one(command_task("true", image="swe-task:3"), 0)
+    await runner.run_one(command_task("true"), 0)
+    assert images == ["swe-task:3", None]

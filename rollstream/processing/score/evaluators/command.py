@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 from rollstream.errors import RollstreamError
@@ -36,6 +36,7 @@ from rollstream.processing.score.evaluators.base import (
     seconds,
 )
 from rollstream.sandbox.harnesses.presets import HarnessLaunch
+from rollstream.sandbox.harnesses.runner import HarnessResult
 from rollstream.sandbox.runtime import LocalRuntime, Runtime, Sandbox, SetupError, run_setup
 from rollstream.sandbox.workspace import (
     DIFF_ARTIFACT,
@@ -56,6 +57,8 @@ _ERROR_TAIL = 1000
 #: run_harness gives a timed-out process group 5 s between SIGTERM and SIGKILL.
 _KILL_GRACE_S = 6.0
 _DIFF_NAMES = (DIFF_ARTIFACT, "diff")
+#: What judges the rebuilt work (``in_workspace``): its runtime, sandbox and task in, a result out.
+Check = Callable[[Runtime, Sandbox, Task], Awaitable[EvalResult]]
 
 
 def find_diff(trajectory: Trajectory, config: Mapping[str, str]) -> Artifact | None:
@@ -68,14 +71,30 @@ def find_diff(trajectory: Trajectory, config: Mapping[str, str]) -> Artifact | N
     return None
 
 
-async def apply_diff(runtime: Runtime, sandbox: Sandbox, patch: Path, timeout: float) -> str | None:
+async def apply_diff(
+    runtime: Runtime,
+    sandbox: Sandbox,
+    patch: Path,
+    timeout: float,
+    *,
+    restore: Sequence[str] = (),
+) -> str | None:
     """``git apply`` the patch file in the sandbox's workspace; None on success, else git's words.
 
-    It runs where the command will (the evaluation's container with the docker runtime).
+    ``restore`` are paths put back as the baseline has them first (deleted where it has none):
+    a test patch must apply to the tests as they were, whatever the session did to them. It runs
+    where the command will (the evaluation's container with the docker runtime).
     """
-    argv = ["git", "-C", str(sandbox.work), "apply", "--whitespace=nowarn", str(patch)]
-    launch = HarnessLaunch([*_SHELL, _MERGE_STDERR + shlex.join(argv)], dict(GIT_ISOLATION))
-    result = await runtime.execute(sandbox, launch, timeout, sandbox.logs / "apply")
+    script = "".join(
+        f"git checkout HEAD -- {shlex.quote(p)} 2>/dev/null || rm -f -- {shlex.quote(p)}\n"
+        for p in restore
+    )
+    script += shlex.join(["git", "apply", "--whitespace=nowarn", str(patch)])
+    launch = HarnessLaunch(
+        [*_SHELL, _MERGE_STDERR + f"cd {shlex.quote(str(sandbox.work))}\n" + script],
+        dict(GIT_ISOLATION),
+    )
+    result = await runtime.execute(sandbox, launch, timeout, sandbox.logs / f"apply-{patch.stem}")
     if result.exit_code == 0:
         return None
     if result.timed_out:
@@ -105,14 +124,19 @@ async def _prepare(
     return None
 
 
-async def _run(
+async def run_script(
     runtime: Runtime,
     sandbox: Sandbox,
     task: Task,
     script: str,
     timeout: float,
     details: dict[str, str],
-) -> EvalResult:
+) -> HarnessResult:
+    """``script`` by bash in the workspace with the task's env; its exit and output in ``details``.
+
+    ``details`` gets the exit code, the output's tail and the times; the whole output is in
+    ``sandbox.logs / "command" / "stdout"``.
+    """
     launch = HarnessLaunch([*_SHELL, _MERGE_STDERR + script], dict(task.env))
     result = await runtime.execute(sandbox, launch, timeout, sandbox.logs / "command")
     details |= {
@@ -121,9 +145,7 @@ async def _run(
         "duration_s": f"{result.duration_s:.3f}",
         "timeout_s": f"{timeout:g}",
     }
-    if result.timed_out:
-        return EvalResult(None, details, f"timeout: the command ran longer than {timeout:g}s")
-    return EvalResult(1.0 if result.exit_code == 0 else 0.0, details)
+    return result
 
 
 def _sandbox_name(trajectory: Trajectory) -> str:
@@ -131,17 +153,35 @@ def _sandbox_name(trajectory: Trajectory) -> str:
     return "score-" + re.sub(r"[^A-Za-z0-9_.-]", "_", trajectory.session_id)[:64]
 
 
-async def command(
-    trajectory: Trajectory, config: Mapping[str, str], context: EvalContext
+def check_timeout(config: Mapping[str, str], context: EvalContext) -> float:
+    """The check's own timeout (``timeout``, default the evaluator's), inside what is left.
+
+    The kill grace stays inside the evaluation's bound: our own timeout, with the command's
+    output, rather than the outer one.
+    """
+    timeout = seconds(config, "timeout", context.timeout_s)
+    return max(min(timeout, context.remaining() - _KILL_GRACE_S), 0.1)
+
+
+async def in_workspace(
+    trajectory: Trajectory,
+    config: Mapping[str, str],
+    context: EvalContext,
+    details: dict[str, str],
+    check: Check,
 ) -> EvalResult:
-    """Rebuild the workspace, apply the session's diff, run the command: exit 0 is 1.0."""
-    script = required(config, "command")
+    """The session's work rebuilt in a fresh sandbox, judged by ``check``; the sandbox removed.
+
+    The sandbox is the scorer's runtime's (a container of the task's image with the docker
+    runtime); the workspace, setup and baseline are the node's, then the session's diff is
+    applied. No reward when that cannot be done (a truncated diff, no runtime, a workspace or
+    diff that fails): not the policy's doing.
+    """
     task = trajectory.task
     if task is None:
         raise EvaluatorError("the trajectory has no task, so no workspace to run the command in")
-    timeout = seconds(config, "timeout", context.timeout_s)
     patch = find_diff(trajectory, config)
-    details = {"diff": "none" if patch is None else patch.name}
+    details["diff"] = "none" if patch is None else patch.name
     if patch is not None and patch.truncated:
         error = (
             f"diff artifact {patch.name} is truncated ({len(patch.content)} of "
@@ -150,7 +190,7 @@ async def command(
         return EvalResult(None, details, error)
     runtime = context.runtime or LocalRuntime(context.work_root, context.keep_workdirs)
     try:
-        sandbox = await runtime.start(_sandbox_name(trajectory))
+        sandbox = await runtime.start(_sandbox_name(trajectory), task.image)
     except (RollstreamError, OSError) as exc:
         # No container (a missing image, an engine away): not the policy's doing, no reward.
         return EvalResult(None, details, f"runtime: {exc}")
@@ -165,9 +205,23 @@ async def command(
             complaint = await apply_diff(runtime, sandbox, patch_file, apply_timeout)
             if complaint is not None:
                 return EvalResult(None, details, f"diff does not apply: {complaint}")
-        # Leave the kill grace inside the evaluation's bound: our own timeout, with the
-        # command's output, rather than the outer one.
-        timeout = max(min(timeout, context.remaining() - _KILL_GRACE_S), 0.1)
-        return await _run(runtime, sandbox, task, script, timeout, details)
+        return await check(runtime, sandbox, task)
     finally:
         await runtime.stop(sandbox)
+
+
+async def command(
+    trajectory: Trajectory, config: Mapping[str, str], context: EvalContext
+) -> EvalResult:
+    """Rebuild the workspace, apply the session's diff, run the command: exit 0 is 1.0."""
+    script = required(config, "command")
+
+    async def run(runtime: Runtime, sandbox: Sandbox, task: Task) -> EvalResult:
+        timeout = check_timeout(config, context)
+        result = await run_script(runtime, sandbox, task, script, timeout, details)
+        if result.timed_out:
+            return EvalResult(None, details, f"timeout: the command ran longer than {timeout:g}s")
+        return EvalResult(1.0 if result.exit_code == 0 else 0.0, details)
+
+    details: dict[str, str] = {}
+    return await in_workspace(trajectory, config, context, details, run)

@@ -22,6 +22,7 @@ from rollstream.processing.score.evaluators.exact_match import exact_match
 from rollstream.processing.score.evaluators.python import python
 from rollstream.processing.score.evaluators.regex import regex
 from rollstream.processing.score.evaluators.session_completed import session_completed
+from rollstream.processing.score.evaluators.swe import swe
 from rollstream.sandbox.runtime import Runtime
 from rollstream.schemas.tasks import EvaluatorSpec
 from rollstream.schemas.trajectories import Trajectory
@@ -34,6 +35,7 @@ EVALUATORS: dict[str, Evaluator] = {
     "regex": regex,
     "python": python,
     "session_completed": session_completed,
+    "swe": swe,
 }
 UNKNOWN = "unknown evaluator"
 
