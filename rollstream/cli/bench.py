@@ -246,6 +246,20 @@ def reconstruct(
     default=None,
     help="Where session directories go (default: the temp dir).",
 )
+@click.option(
+    "--runtime",
+    type=click.Choice(["local", "docker"]),
+    default="local",
+    show_default=True,
+    help="docker: the same rounds in containers too, side by side with the local runtime, and "
+    "a container's start and removal cost (the engine DOCKER_HOST names).",
+)
+@click.option(
+    "--image",
+    default=NodeBenchConfig.image,
+    show_default=True,
+    help="The sessions' image with --runtime docker (it needs bash and sleep).",
+)
 def node(
     json_path: Path,
     markdown: Path,
@@ -259,10 +273,13 @@ def node(
     run_s: float,
     files: int,
     work_root: Path | None,
+    runtime: str,
+    image: str,
 ) -> None:
     """Sessions/minute of one node with the `command` harness, with and without pre-warming.
 
-    Local runtime, no Kafka: lifecycle records and call counts stay in the process.
+    No Kafka: lifecycle records and call counts stay in the process. The local runtime, and
+    with --runtime docker the docker runtime beside it in the same rounds.
     """
     config = NodeBenchConfig(
         sessions=sessions,
@@ -274,10 +291,12 @@ def node(
         setup_s=setup_s,
         run_s=run_s,
         files=files,
+        runtimes=("local", "docker") if runtime == "docker" else ("local",),
+        image=image,
     )
     click.echo(
         f"node: {sessions} sessions per round, max_init={max_init} max_run={max_run}, "
-        f"prewarm=0 vs prewarm={prewarm}, {rounds} rounds"
+        f"prewarm=0 vs prewarm={prewarm}, runtimes {', '.join(config.runtimes)}, {rounds} rounds"
     )
     if work_root is not None:
         work_root.mkdir(parents=True, exist_ok=True)

@@ -195,6 +195,12 @@ class DockerRuntime(LocalRuntime):
         if self._owns_client:
             self.client.close()
 
+    async def fill(self) -> None:
+        """Start the pool's containers and return once it is full (or a start failed)."""
+        self._fill()
+        if self._refill is not None:
+            await asyncio.shield(self._refill)
+
     @property
     def idle(self) -> int:
         """Pre-warmed containers ready for ``start``."""

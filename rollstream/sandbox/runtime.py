@@ -78,6 +78,10 @@ class Runtime(Protocol):
         """Remove the sandbox (unless kept for debugging)."""
         ...
 
+    async def fill(self) -> None:
+        """Have ready what sessions will start from (pre-warmed containers), then return."""
+        ...
+
     async def close(self) -> None:
         """Release what the runtime keeps between sessions (pre-warmed containers)."""
         ...
@@ -121,6 +125,9 @@ class LocalRuntime:
             return
         # A large workspace (node_modules, a build) takes a while: not on the event loop.
         await asyncio.to_thread(shutil.rmtree, sandbox.root, ignore_errors=True)
+
+    async def fill(self) -> None:
+        """Nothing to have ready: a directory is made when its session starts."""
 
     async def close(self) -> None:
         """Release what the runtime holds between sessions (nothing, here)."""

@@ -11,6 +11,11 @@ writes a file, so post-run has a diff to take.
 ``emit`` and ``calls_of`` are local callables (no Kafka, no interceptor): the numbers are the
 node's own scheduling and process work on this machine, not a model's.
 
+With ``runtimes=("local", "docker")`` both modes also run on the docker runtime, interleaved with
+the local ones in the same rounds: each session in a container of ``image`` (its pre-warmed
+pool filled before the round's clock starts, as on a node that has been up a while), and the
+cost of one container's start and removal is measured on its own beside a local directory's.
+
 From the scheduler's meter (its stage spans and peak counters) each round gives: wall time from
 submit to the last SessionEnded (sessions/minute), per-session latency from the start of its
 init to the end of its post-run (its time on the node; the intake queue a burst waits in is not
@@ -34,7 +39,7 @@ from rollstream.capture.node.session import Emit, SessionRecord, SessionRunner
 from rollstream.capture.node.settings import NodeSettings
 from rollstream.dev.bench.common import percentile
 from rollstream.sandbox.harnesses.presets import resolve_executable
-from rollstream.sandbox.runtime import LocalRuntime
+from rollstream.sandbox.runtime import LocalRuntime, Runtime
 from rollstream.schemas.base import utcnow
 from rollstream.schemas.sessions import SessionEnded, SessionStatus
 from rollstream.schemas.tasks import Task, Workspace, WorkspaceKind
@@ -58,6 +63,10 @@ class NodeBenchConfig:
     run_s: float = 0.5
     files: int = 5
     file_bytes: int = 2000
+    runtimes: tuple[str, ...] = ("local",)
+    image: str = "rollstream-base:trixie"
+    #: Containers (and directories) started and removed one at a time for the start cost.
+    start_probes: int = 5
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,7 @@ class RoundResult:
     """One mode's figures in one round."""
 
     mode: str
+    runtime: str
     prewarm: int
     sessions: int
     completed: int
@@ -158,8 +168,45 @@ async def _no_calls(session_id: str) -> int:
     return 0
 
 
+def _runtime(config: NodeBenchConfig, name: str, work_root: Path, prewarm: int) -> Runtime:
+    if name == "docker":
+        from rollstream.sandbox.docker import DockerRuntime  # the SDK only when asked
+
+        return DockerRuntime(config.image, work_root, prewarm=prewarm)
+    return LocalRuntime(work_root)
+
+
+async def start_cost(config: NodeBenchConfig, name: str, work_root: Path) -> dict[str, Any]:
+    """Median and max milliseconds of one sandbox's start and its removal, one at a time."""
+    runtime = _runtime(config, name, work_root, prewarm=0)
+    starts, stops = [], []
+    try:
+        for i in range(config.start_probes):
+            began = time.perf_counter()
+            sandbox = await runtime.start(f"probe-{i}")
+            started = time.perf_counter()
+            await runtime.stop(sandbox)
+            starts.append((started - began) * 1000)
+            stops.append((time.perf_counter() - started) * 1000)
+    finally:
+        await runtime.close()
+    return {
+        "runtime": name,
+        "probes": len(starts),
+        "start_ms": round(statistics.median(starts), 1),
+        "start_ms_max": round(max(starts), 1),
+        "stop_ms": round(statistics.median(stops), 1),
+        "stop_ms_max": round(max(stops), 1),
+    }
+
+
 async def run_round(
-    config: NodeBenchConfig, mode: str, prewarm: int, work_root: Path, task_id: str
+    config: NodeBenchConfig,
+    mode: str,
+    prewarm: int,
+    work_root: Path,
+    task_id: str,
+    runtime_name: str = "local",
 ) -> RoundResult:
     """One batch of ``config.sessions`` through a fresh scheduler with ``prewarm``."""
     settings = NodeSettings(
@@ -171,21 +218,26 @@ async def run_round(
         node_id="bench",
     )
     records, emit = _collector()
+    runtime = _runtime(config, runtime_name, work_root, prewarm)
     runner = SessionRunner(
         settings,
-        LocalRuntime(work_root),
+        runtime,
         emit,
         _no_calls,
         executable=lambda name: resolve_executable(name, work_root),
     )
     task = bench_task(config, task_id)
-    async with NodeScheduler(runner) as scheduler:
-        began = time.monotonic()
-        scheduler.submit(task)
-        sessions = await scheduler.join(task.task_id)
-        wall = time.monotonic() - began
-        spans = list(scheduler.meter.spans)
-        peak = scheduler.concurrency
+    try:
+        await runtime.fill()
+        async with NodeScheduler(runner) as scheduler:
+            began = time.monotonic()
+            scheduler.submit(task)
+            sessions = await scheduler.join(task.task_id)
+            wall = time.monotonic() - began
+            spans = list(scheduler.meter.spans)
+            peak = scheduler.concurrency
+    finally:
+        await runtime.close()
     ended = [r for r in records if isinstance(r, SessionEnded)]
     completed = sum(1 for e in ended if e.status is SessionStatus.COMPLETED)
     by_session: dict[str, dict[str, StageSpan]] = {}
@@ -203,6 +255,7 @@ async def run_round(
     idle, starved = run_slot_use(spans, config.max_run)
     return RoundResult(
         mode=mode,
+        runtime=runtime_name,
         prewarm=prewarm,
         sessions=len(sessions),
         completed=completed,
@@ -224,6 +277,7 @@ def _summary(results: list[RoundResult]) -> dict[str, Any]:
     latencies = [t for r in results for t in r.latencies_s]
     return {
         "mode": results[0].mode,
+        "runtime": results[0].runtime,
         "prewarm": results[0].prewarm,
         "rounds": len(results),
         "sessions": sum(r.sessions for r in results),
@@ -262,40 +316,71 @@ def steady_bound(config: NodeBenchConfig, mode: dict[str, Any]) -> float:
     return round(60 * min(config.max_init / init, config.max_run / run, slots), 1)
 
 
+def _speedup(warm: list[RoundResult], cold: list[RoundResult]) -> dict[str, Any]:
+    """Pre-warmed over cold sessions/min, round by round: the median and the range."""
+    ratios = sorted(
+        w.sessions_per_min / c.sessions_per_min
+        for w, c in zip(warm, cold, strict=True)
+        if c.sessions_per_min
+    )
+    if not ratios:
+        return {"speedup": None, "speedup_range": None}
+    return {
+        "speedup": round(statistics.median(ratios), 2),
+        "speedup_range": [round(ratios[0], 2), round(ratios[-1], 2)],
+    }
+
+
 async def run_node_bench(
     config: NodeBenchConfig,
     progress: Callable[[str], Any] = print,
     work_root: Path | None = None,
 ) -> dict[str, Any]:
-    """Alternate the two modes for ``config.rounds`` rounds; returns the results."""
+    """Alternate the modes (and runtimes) for ``config.rounds`` rounds; returns the results."""
     prewarm_of = {"no_prewarm": 0, "prewarm": config.prewarm}
-    rounds: dict[str, list[RoundResult]] = {mode: [] for mode in MODES}
+    runs = [(runtime, mode) for runtime in config.runtimes for mode in MODES]
+    rounds: dict[tuple[str, str], list[RoundResult]] = {run: [] for run in runs}
     with tempfile.TemporaryDirectory(prefix="rollstream-bench-node-", dir=work_root) as tmp:
+        starts = [await start_cost(config, name, Path(tmp)) for name in config.runtimes]
+        for cost in starts:
+            progress(
+                f"  {cost['runtime']}: a sandbox starts in {cost['start_ms']} ms, "
+                f"is removed in {cost['stop_ms']} ms (median of {cost['probes']})"
+            )
         for round_ in range(config.rounds):
             # ABBA order: neither mode always runs first (cold caches) or last.
-            order = MODES if round_ % 2 == 0 else MODES[::-1]
-            for mode in order:
+            order = runs if round_ % 2 == 0 else runs[::-1]
+            for runtime, mode in order:
                 result = await run_round(
-                    config, mode, prewarm_of[mode], Path(tmp), f"bench-{mode}-{round_}"
+                    config,
+                    mode,
+                    prewarm_of[mode],
+                    Path(tmp),
+                    f"bench-{runtime}-{mode}-{round_}",
+                    runtime,
                 )
                 progress(
-                    f"  round {round_ + 1} prewarm={result.prewarm:<2} "
+                    f"  round {round_ + 1} {runtime:<6} prewarm={result.prewarm:<2} "
                     f"{result.sessions_per_min:>6} sessions/min, wall {result.wall_s} s, "
                     f"latency p50 {percentile(result.latencies_s, 50):.2f} s, "
                     f"run slots starved {result.run_starved_share:.0%}, "
                     f"{result.errors} errors"
                 )
-                rounds[mode].append(result)
-    ratios = sorted(
-        warm.sessions_per_min / cold.sessions_per_min
-        for warm, cold in zip(rounds["prewarm"], rounds["no_prewarm"], strict=True)
-        if cold.sessions_per_min
-    )
-    modes = [_summary(rounds[mode]) for mode in MODES]
+                rounds[(runtime, mode)].append(result)
+    modes = [_summary(rounds[run]) for run in runs]
+    by_runtime = {
+        name: _speedup(rounds[(name, "prewarm")], rounds[(name, "no_prewarm")])
+        for name in config.runtimes
+    }
+    for mode_summary in modes:
+        mode_summary["bound_per_min"] = steady_bound(config, mode_summary)
+    first = config.runtimes[0]
     return {
         "config": asdict(config),
         "modes": modes,
-        "bound_per_min": {m["mode"]: steady_bound(config, m) for m in modes},
-        "speedup": round(statistics.median(ratios), 2) if ratios else None,
-        "speedup_range": [round(ratios[0], 2), round(ratios[-1], 2)] if ratios else None,
+        "start_cost": starts,
+        # The first runtime's, as results before the docker runtime had them.
+        "bound_per_min": {m["mode"]: m["bound_per_min"] for m in modes if m["runtime"] == first},
+        **by_runtime[first],
+        "by_runtime": by_runtime,
     }

@@ -201,15 +201,44 @@ def _reconstruct_section(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _runtime_lines(result: dict[str, Any]) -> list[str]:
+    """The sandbox start costs and the docker runtime against the local one, where measured."""
+    costs = result.get("start_cost") or []
+    lines = []
+    if costs:
+        each = "; ".join(
+            f"{c['runtime']} {c['start_ms']} / {c['stop_ms']} ms (max {c['start_ms_max']} / "
+            f"{c['stop_ms_max']})"
+            for c in costs
+        )
+        lines.append(
+            f"- A sandbox's start / removal, one at a time (median of {costs[0]['probes']}): "
+            f"{each}. The docker runtime's start is a container's create and start (its image "
+            f"checked first), its removal a forced remove."
+        )
+    docker = (result.get("by_runtime") or {}).get("docker")
+    if docker:
+        rate = {(m["runtime"], m["mode"]): m["sessions_per_min"] for m in result["modes"]}
+        low, high = docker["speedup_range"] or [None, None]
+        ratio = round(rate[("docker", "prewarm")] / rate[("local", "prewarm")], 2)
+        lines.append(
+            f"- Docker runtime: pre-warming gives {docker['speedup']} x its sessions/min without "
+            f"({low} to {high} x; the pool's containers were up before each round's clock); "
+            f"pre-warmed, it reaches {ratio} x the local runtime's sessions/min."
+        )
+    return lines
+
+
 def _node_section(result: dict[str, Any]) -> list[str]:
     config, modes = result["config"], result["modes"]
-    by_mode = {m["mode"]: m for m in modes}
+    by_mode = {m["mode"]: m for m in modes if m.get("runtime", "local") == "local"}
     cold, warm = by_mode["no_prewarm"], by_mode["prewarm"]
     bound = result.get("bound_per_min", {})
     lines = [
         "## Rollout node (`rollstream bench node`)",
         "",
-        f"One `NodeScheduler`, local runtime, `command` harness; limits max_init="
+        f"One `NodeScheduler`, runtimes {', '.join(config.get('runtimes', ['local']))} "
+        f"(interleaved in the same rounds), `command` harness; limits max_init="
         f"{config['max_init']}, max_run={config['max_run']}, max_post={config['max_post']}; "
         f"prewarm=0 against prewarm={config['prewarm']} in one run, {config['rounds']} rounds "
         f"alternating them (ABBA), each round a fresh scheduler and one task of "
@@ -226,16 +255,17 @@ def _node_section(result: dict[str, Any]) -> list[str]:
         f"start to the last's end; starved: the part of it while sessions were still waiting "
         f"to run.",
         "",
-        "| prewarm | sessions/min | sessions (errors) | latency mean / p50 / p99 (s) "
+        "| runtime | prewarm | sessions/min | sessions (errors) | latency mean / p50 / p99 (s) "
         "| init / ready / run / post (s) | peak init / ready / run / post | peak slots "
         "| run slots idle / starved |",
-        "|---:|---:|---:|---|---|---|---:|---|",
+        "|---|---:|---:|---:|---|---|---|---:|---|",
     ]
     for m in modes:
         low, high = m["sessions_per_min_range"]
         st, pk = m["stage_mean_s"], m["peak"]
         lines.append(
-            f"| {m['prewarm']} | {m['sessions_per_min']} ({low} to {high}) "
+            f"| {m.get('runtime', 'local')} | {m['prewarm']} | {m['sessions_per_min']} "
+            f"({low} to {high}) "
             f"| {m['completed']} of {m['sessions']} ({m['errors']}) "
             f"| {m['latency_mean_s']} / {m['latency_p50_s']} / {m['latency_p99_s']} "
             f"| {st['init']} / {st['ready']} / {st['run']} / {st['post']} "
@@ -257,6 +287,7 @@ def _node_section(result: dict[str, Any]) -> list[str]:
         f" without it, {warm['run_starved_share']:.0%} with it.",
         f"- Limits (measured peaks within max_init, max_run, max_post, and sessions holding a "
         f"slot within max_run + prewarm): {'held' if held else 'EXCEEDED'}.",
+        *_runtime_lines(result),
     ]
     if warm["stage_mean_s"]["ready"] < 0.05 * warm["stage_mean_s"]["run"]:
         lines.append(

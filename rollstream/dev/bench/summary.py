@@ -57,7 +57,7 @@ def _interceptor(result: Result) -> str:
 
 
 def _node(result: Result) -> str:
-    modes = {mode["mode"]: mode for mode in result["modes"]}
+    modes = {m["mode"]: m for m in result["modes"] if m.get("runtime", "local") == "local"}
     warm, cold = modes["prewarm"], modes["no_prewarm"]
     return (
         f"{warm['sessions_per_min']:,.0f} sessions/min with `--prewarm {warm['prewarm']}`, "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -20,6 +21,8 @@ from rollstream.dev.bench.node import (
     slots_peak,
 )
 from rollstream.dev.bench.report import SECTIONS
+from rollstream.dev.containers import DockerEngine, ImageResult
+from rollstream.sandbox.docker import LABEL
 
 TINY = NodeBenchConfig(
     sessions=4,
@@ -56,7 +59,7 @@ def test_run_slot_use_counts_idle_and_starved_slot_time() -> None:
 async def test_both_modes_run_every_session(tmp_path: Path) -> None:
     lines: list[str] = []
     result = await run_node_bench(TINY, lines.append, tmp_path)
-    assert len(lines) == 2 * 2  # each mode in each round
+    assert len(lines) == 1 + 2 * 2  # the start cost, then each mode in each round
     assert not os.listdir(tmp_path)  # session directories and the run's temp dir removed
     modes = result["modes"]
     assert [m["mode"] for m in modes] == list(MODES)
@@ -81,8 +84,50 @@ async def test_both_modes_run_every_session(tmp_path: Path) -> None:
     assert 0 < low <= result["speedup"] <= high
     text = "\n".join(SECTIONS["node"](result))
     assert "## Rollout node (`rollstream bench node`)" in text
-    assert "| 0 |" in text and "| 2 |" in text
+    assert "| local | 0 |" in text and "| local | 2 |" in text
     assert "Pre-warming:" in text
+    [cost] = result["start_cost"]
+    assert cost["runtime"] == "local" and cost["probes"] == TINY.start_probes
+    assert 0 < cost["start_ms"] <= cost["start_ms_max"]
+    assert 0 < cost["stop_ms"] <= cost["stop_ms_max"]
+    assert "Docker runtime" not in text
+
+
+async def test_the_docker_runtime_runs_beside_the_local_one(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    docker_engine: DockerEngine,
+    docker_base: ImageResult,
+) -> None:
+    docker = pytest.importorskip("docker")
+    monkeypatch.setenv("DOCKER_HOST", docker_engine.docker_host)
+    config = dataclasses.replace(
+        TINY, rounds=1, runtimes=("local", "docker"), image=docker_base.tag, start_probes=2
+    )
+    lines: list[str] = []
+    result = await run_node_bench(config, lines.append, tmp_path)
+    assert [(m["runtime"], m["mode"]) for m in result["modes"]] == [
+        ("local", "no_prewarm"),
+        ("local", "prewarm"),
+        ("docker", "no_prewarm"),
+        ("docker", "prewarm"),
+    ]
+    for m in result["modes"]:
+        assert (m["sessions"], m["completed"], m["errors"]) == (4, 4, 0), m
+        assert m["bound_per_min"] > 0
+    assert [c["runtime"] for c in result["start_cost"]] == ["local", "docker"]
+    assert all(c["probes"] == 2 and c["start_ms"] > 0 for c in result["start_cost"])
+    assert set(result["by_runtime"]) == {"local", "docker"}
+    assert result["speedup"] == result["by_runtime"]["local"]["speedup"]
+    text = "\n".join(SECTIONS["node"](result))
+    assert "| docker | 0 |" in text and "| docker | 2 |" in text
+    assert "- Docker runtime: pre-warming gives" in text
+    assert "docker " in text.split("A sandbox's start / removal")[1]
+    client = docker.DockerClient(base_url=docker_engine.docker_host)
+    try:  # every container of the run removed: the sessions', the pools', the probes'
+        assert client.containers.list(all=True, filters={"label": LABEL}) == []
+    finally:
+        client.close()
 
 
 def test_cli_records_the_node_section_beside_the_others(tmp_path: Path) -> None:
