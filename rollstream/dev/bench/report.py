@@ -218,13 +218,22 @@ def _runtime_lines(result: dict[str, Any]) -> list[str]:
         )
     docker = (result.get("by_runtime") or {}).get("docker")
     if docker:
-        rate = {(m["runtime"], m["mode"]): m["sessions_per_min"] for m in result["modes"]}
+        mode = {(m["runtime"], m["mode"]): m for m in result["modes"]}
+        local, warm = mode[("local", "prewarm")], mode[("docker", "prewarm")]
         low, high = docker["speedup_range"] or [None, None]
-        ratio = round(rate[("docker", "prewarm")] / rate[("local", "prewarm")], 2)
+        ratio = round(warm["sessions_per_min"] / local["sessions_per_min"], 2)
+        extra = {
+            stage: round(warm["stage_mean_s"][stage] - local["stage_mean_s"][stage], 2)
+            for stage in ("init", "run", "post")
+        }
         lines.append(
             f"- Docker runtime: pre-warming gives {docker['speedup']} x its sessions/min without "
             f"({low} to {high} x; the pool's containers were up before each round's clock); "
-            f"pre-warmed, it reaches {ratio} x the local runtime's sessions/min."
+            f"pre-warmed, it reaches {ratio} x the local runtime's sessions/min. Its stages take "
+            f"longer than the local ones for the same sleeps (init +{extra['init']} s, run "
+            f"+{extra['run']} s, post-run +{extra['post']} s): the setup and the harness each "
+            f"run as a `docker exec` (create, start, stream, inspect) and a clean-up exec follows "
+            f"the harness; post-run removes the container."
         )
     return lines
 
