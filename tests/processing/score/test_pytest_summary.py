@@ -81,9 +81,17 @@ def test_every_reported_test_reads_back_and_the_rest_are_missing(
 
 def test_the_files_a_test_patch_touches() -> None:
     patch = (
-        "diff --git a/tests/test_a.py b/tests/test_a.py\n"
-        "--- a/tests/test_a.py\n+++ b/tests/test_a.py\n@@ -1 +1 @@\n-x\n+y\n"
+        "diff --git a/tests/test a.py b/tests/test a.py\n"
+        "--- a/tests/test a.py\n+++ b/tests/test a.py\n@@ -1,2 +1,2 @@\n"
+        "--- a/not/a/path.py\n+x\n"  # a removed line "-- a/not/a/path.py", not a header
         "diff --git a/tests/old.py b/tests/new.py\n"
         "rename from tests/old.py\nrename to tests/new.py\n"
+        "diff --git a/tests/added.py b/tests/added.py\nnew file mode 100644\n"
+        "--- /dev/null\n+++ b/tests/added.py\n@@ -0,0 +1 @@\n+y\n"
     )
-    assert patched_paths(patch) == ["tests/test_a.py", "tests/old.py", "tests/new.py"]
+    assert patched_paths(patch) == [
+        "tests/test a.py",
+        "tests/old.py",
+        "tests/new.py",
+        "tests/added.py",
+    ]

@@ -20,7 +20,6 @@ as ``rollstream.schemas.swe.to_task`` writes them; ``test_command`` (default ``p
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from collections.abc import Mapping
 
@@ -46,7 +45,7 @@ DEFAULT_TEST_COMMAND = "python3 -m pytest -rA -p no:cacheprovider"
 _NOT_RUNNABLE = (126, 127)
 #: More of the test run's output than this is not read (pytest's summary is at its end).
 _OUTPUT_LIMIT = 16 << 20
-_PATCHED = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
+_HEADERS = ("--- a/", "+++ b/", "rename from ", "rename to ")
 
 
 def _test_ids(config: Mapping[str, str], key: str) -> list[str]:
@@ -61,10 +60,21 @@ def _test_ids(config: Mapping[str, str], key: str) -> list[str]:
 
 
 def patched_paths(patch: str) -> list[str]:
-    """The files a git patch touches (old and new names), each once, in order."""
+    """The files a git patch touches (old and new names), each once, in order.
+
+    Read from each file's header (``--- a/``, ``+++ b/``, ``rename from``/``to``), which keeps
+    a path with spaces whole; never from a hunk, where a removed line may look like a header.
+    """
     paths: dict[str, None] = {}
-    for old, new in _PATCHED.findall(patch):
-        paths |= {old: None, new: None}
+    in_header = False
+    for line in patch.splitlines():
+        if line.startswith("diff --git "):
+            in_header = True
+        elif line.startswith("@@"):
+            in_header = False
+        elif in_header and line.startswith(_HEADERS):
+            prefix = next(h for h in _HEADERS if line.startswith(h))
+            paths[line.removeprefix(prefix).split("\t")[0]] = None
     return list(paths)
 
 
