@@ -60,6 +60,7 @@ async def score(
         calc: str,
         timeout_s: float = 120,
         image: str | None = None,
+        task_image: str | None = None,
         more_setup: tuple[str, ...] = (),
         **config: str,
     ) -> EvalResult:
@@ -72,7 +73,8 @@ async def score(
             client=client,
         )
         runtimes.append(runtime)
-        task = _task(command, **config)
+        # The task's image, when it names one, is the container's; the runtime's otherwise.
+        task = _task(command, **config).model_copy(update={"image": task_image})
         session_dir = tmp_path / f"session-{len(runtimes)}"
         session_dir.mkdir()
         patch = await _session_diff(session_dir, task, calc)
@@ -151,8 +153,12 @@ async def test_a_diff_that_does_not_apply_in_the_container_gets_no_reward(
     assert result.reward is None
 
 
-async def test_a_missing_image_is_an_error_without_a_reward(score: Score, client: Any) -> None:
-    result = await score(CHECK, FIXED, image="rollstream-nosuch:1")
+@pytest.mark.parametrize("whose", ["image", "task_image"])
+async def test_a_missing_image_is_an_error_without_a_reward(
+    score: Score, client: Any, whose: str
+) -> None:
+    # The runtime's own image (ROLLSTREAM_SCORE_DOCKER_IMAGE) or the one the task names.
+    result = await score(CHECK, FIXED, **{whose: "rollstream-nosuch:1"})
     assert result.reward is None and result.error is not None
     assert "'rollstream-nosuch:1' is not in the Docker engine" in result.error
     assert _ours(client) == []
