@@ -1,9 +1,11 @@
-"""``rollstream kafka fetch|start|stop|status``: the local broker or cluster."""
+"""``rollstream kafka fetch|start|run|stop|status``: the local broker or cluster."""
 
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 from typing import Any
 
 import click
@@ -61,6 +63,37 @@ def start(broker: BrokerSettings, paths: StatePaths) -> None:
             f"{info.bootstrap_servers}, data in {info.data_dir}"
         )
     click.echo(f"export ROLLSTREAM_BOOTSTRAP_SERVERS={info.bootstrap_servers}")
+
+
+@kafka.command()
+@_broker_command
+def run(broker: BrokerSettings, paths: StatePaths) -> None:
+    """Run one broker in the foreground until SIGTERM or SIGINT: a container's main process.
+
+    The broker dies with this command and stops (controlled shutdown) on its signal; the
+    command exits 1 if the broker exits first. Its log is in DATA_DIR/logs. Compose's
+    local-kafka.yml runs the broker service this way.
+    """
+    if broker.nodes != 1:
+        raise click.UsageError("kafka run runs one node; `kafka start --nodes N` runs a cluster")
+    stopping = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.set())
+    local = LocalBroker(broker, paths, outlive_parent=False)
+    if local.running() is not None:
+        raise click.ClickException(f"a broker already runs on {local.data_dir}")
+    info = local.start()
+    click.echo(
+        f"Kafka {info.version} ready in {info.startup_seconds:.1f}s: pid {info.pid}, "
+        f"{info.bootstrap_servers}, data in {info.data_dir}"
+    )
+    sys.stdout.flush()
+    while not stopping.is_set():
+        if local.wait_exit(info.pid, 1.0):
+            local.forget()
+            raise click.ClickException(f"the broker exited; its log is in {info.data_dir}/logs")
+    local.stop()
+    click.echo("stopped")
 
 
 @kafka.command()
