@@ -11,7 +11,7 @@ export PIP_CACHE_DIR := $(CACHE)/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 
-.PHONY: help venv jars vocabularies harnesses chromium containers lint typecheck unit integration test chaos demo clean
+.PHONY: help venv jars vocabularies harnesses chromium containers compose-cli lint typecheck unit integration test chaos demo clean
 
 help:
 	@echo "make demo   set up, run the local stack, a few tasks on a real harness, train, report"
@@ -66,6 +66,14 @@ containers:
 	      || echo "installing $$missing failed: the container tests will be skipped"; \
 	  else echo "$$missing not installed: the container tests will be skipped (install as root)"; fi
 
+# Docker Compose v2 for the Compose test, built from its Go module (Debian's docker-compose is
+# the old v1) once per machine into the cache: about 6 minutes the first time, so it builds in
+# the background while the other tests run, and the Compose test waits for it. Without Go,
+# that test skips.
+compose-cli: venv
+	@if command -v go >/dev/null; then $(BIN)/python -m rollstream.dev.containers.compose_cli --background; \
+	  else echo "go not found: the Compose test will be skipped"; fi
+
 lint: venv
 	$(BIN)/ruff check rollstream tests
 	$(BIN)/ruff format --check rollstream tests
@@ -85,7 +93,7 @@ integration: venv jars vocabularies harnesses
 # all the cluster's tests in turn, one all the Docker ones, one the reliability suite's faults
 # (tests/conftest.py groups them).
 TEST_WORKERS ?= 2
-test: venv jars vocabularies harnesses chromium containers lint typecheck
+test: venv jars vocabularies harnesses chromium containers compose-cli lint typecheck
 	$(BIN)/pytest -m "not long" -n $(TEST_WORKERS) --dist loadgroup
 
 # The whole loop in a few minutes: the local stack, three tasks x 4 samples on Pi (the python
