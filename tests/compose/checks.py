@@ -30,8 +30,8 @@ HEALTH_PORT_FIELD: dict[tuple[str, ...], str] = {
     ("backend",): "port",
 }
 
-_HEALTH_URL = re.compile(r"https?://(?:127\.0\.0\.1|localhost):(\d+)/health\b")
-_KAFKA_HEALTH = re.compile(r"--bootstrap-server\s+(?:localhost|127\.0\.0\.1):(\d+)")
+HEALTH_URL = re.compile(r"https?://(?:127\.0\.0\.1|localhost):(\d+)/health\b")
+KAFKA_HEALTH = re.compile(r"--bootstrap-server\s+(?:localhost|127\.0\.0\.1):(\d+)")
 _LISTENER = re.compile(r"^(?P<name>[A-Z_]+)://(?P<host>[^:]*):(?P<port>\d+)$")
 
 
@@ -163,7 +163,7 @@ def check_ports(stack: Stack) -> list[str]:
             if container_port(entry) not in ports:
                 problems.append(f"{name}: publishes {entry}, but listens on {sorted(ports)}")
         health = healthcheck_text(stack, name)
-        for port in map(int, _HEALTH_URL.findall(health) + _KAFKA_HEALTH.findall(health)):
+        for port in map(int, HEALTH_URL.findall(health) + KAFKA_HEALTH.findall(health)):
             if port not in ports:
                 problems.append(f"{name}: healthcheck uses port {port}, listens on {sorted(ports)}")
         if name in runnable(stack) and ports:
@@ -190,9 +190,9 @@ def check_healthchecks(stack: Stack) -> list[str]:
                 )
         elif is_vllm(stack, name):
             (port,) = listening_ports(stack, name)
-        elif is_kafka(stack, name) and not _KAFKA_HEALTH.search(health):
+        elif is_kafka(stack, name) and not KAFKA_HEALTH.search(health):
             problems.append(f"{name}: no healthcheck asking the broker")
-        if port is not None and str(port) not in _HEALTH_URL.findall(health):
+        if port is not None and str(port) not in HEALTH_URL.findall(health):
             problems.append(f"{name}: no healthcheck on http://127.0.0.1:{port}/health")
     return problems
 

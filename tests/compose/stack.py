@@ -37,6 +37,8 @@ REPO = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = REPO / "compose"
 BASE_FILE = COMPOSE_DIR / "docker-compose.yml"
 CLUSTER_FILE = COMPOSE_DIR / "kafka-cluster.yml"
+HOST_FILE = COMPOSE_DIR / "host-network.yml"
+LOCAL_KAFKA_FILE = COMPOSE_DIR / "local-kafka.yml"
 ENV_EXAMPLE = COMPOSE_DIR / ".env.example"
 SCHEMA_FILE = Path(__file__).with_name("compose-spec.json")
 
@@ -60,9 +62,36 @@ class CommandError(ValueError):
     """A service's command is not a command of the rollstream CLI, or its options are wrong."""
 
 
+@dataclass(frozen=True)
+class Reset:
+    """Compose's ``!reset`` (drop what the files before set) or ``!override`` (replace it)."""
+
+    value: Any
+    override: bool = False
+
+
+class _ComposeLoader(yaml.SafeLoader):
+    """YAML as Compose reads it: the ``!reset`` and ``!override`` tags of Compose 2.24+."""
+
+
+def _tagged(override: bool) -> Any:
+    def construct(loader: yaml.SafeLoader, node: yaml.Node) -> Reset:
+        if isinstance(node, yaml.MappingNode):
+            return Reset(loader.construct_mapping(node, deep=True), override)
+        if isinstance(node, yaml.SequenceNode):
+            return Reset(loader.construct_sequence(node, deep=True), override)
+        return Reset(loader.construct_scalar(node) or None, override)  # type: ignore[arg-type]
+
+    return construct
+
+
+_ComposeLoader.add_constructor("!reset", _tagged(override=False))
+_ComposeLoader.add_constructor("!override", _tagged(override=True))
+
+
 def load_yaml(path: Path) -> Doc:
-    """One YAML document as a mapping."""
-    doc = yaml.safe_load(path.read_text())
+    """One YAML document as a mapping (``!reset`` and ``!override`` values as :class:`Reset`)."""
+    doc = yaml.load(path.read_text(), Loader=_ComposeLoader)  # a SafeLoader, two tags more
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: not a mapping")
     return doc
@@ -89,6 +118,14 @@ def base_doc() -> Doc:
 def cluster_doc() -> Doc:
     """docker-compose.yml with kafka-cluster.yml merged onto it, uninterpolated."""
     return merge(load_yaml(BASE_FILE), load_yaml(CLUSTER_FILE))
+
+
+def host_doc(*more: Path) -> Doc:
+    """docker-compose.yml with host-network.yml, then ``more`` files, merged on, uninterpolated."""
+    doc = merge(load_yaml(BASE_FILE), load_yaml(HOST_FILE))
+    for path in more:
+        doc = merge(doc, load_yaml(path))
+    return doc
 
 
 # --- interpolation ------------------------------------------------------------------------------
@@ -164,17 +201,30 @@ def interpolate_tree(node: Any, variables: Mapping[str, str]) -> Any:
     return node
 
 
+#: Sequences an override replaces rather than extends (the Compose specification's merge rules).
+REPLACED = frozenset({"command", "entrypoint", "test"})
+#: Sequences an override extends (Compose merges them by target; the files here never collide).
+APPENDED = frozenset({"volumes", "ports"})
+
+
 def merge(base: Doc, override: Doc) -> Doc:
     """``override`` merged onto ``base`` like ``docker compose -f base -f override``.
 
-    Mappings merge key by key; a scalar replaces. Compose merges sequences by their own rules
-    (ports append, command replaces ...), so an override that sets a sequence where the base has
-    one is refused rather than guessed.
+    Mappings merge key by key; a scalar replaces; ``!reset`` drops the key and ``!override``
+    replaces it. Of the sequences, those in REPLACED are replaced and those in APPENDED extended;
+    an override that sets any other sequence the base has is refused rather than guessed.
     """
     result = dict(base)
     for key, value in override.items():
-        if key not in result:
+        if isinstance(value, Reset):
+            if value.override:
+                result[key] = value.value
+            else:
+                result.pop(key, None)
+        elif key not in result or key in REPLACED:
             result[key] = value
+        elif key in APPENDED and isinstance(result[key], list) and isinstance(value, list):
+            result[key] = [*result[key], *value]
         elif isinstance(result[key], dict) and isinstance(value, dict):
             result[key] = merge(result[key], value)
         elif isinstance(result[key], list) or isinstance(value, list):

@@ -1,6 +1,6 @@
 """compose/, checked statically: the Compose schema, our CLI, our settings classes, the image.
 
-There is no Docker engine here, so nothing is started: the files are read as Compose reads them
+Nothing is started here (test_live.py runs the stack): the files are read as Compose reads them
 (tests/compose/stack.py) and every command, variable, port and address is checked against the
 code that will consume it (tests/compose/checks.py). Each check also gets a broken variant.
 """
@@ -26,6 +26,8 @@ from tests.compose.stack import (
     COMMAND_SETTINGS,
     COMPOSE_DIR,
     ENV_EXAMPLE,
+    HOST_FILE,
+    LOCAL_KAFKA_FILE,
     SCHEMA_FILE,
     CommandError,
     Doc,
@@ -109,7 +111,7 @@ def test_interpolation_follows_compose() -> None:
 def test_every_compose_variable_has_a_default_listed_in_env_example() -> None:
     refs = [
         ref
-        for path in (BASE_FILE, CLUSTER_FILE)
+        for path in (BASE_FILE, CLUSTER_FILE, HOST_FILE, LOCAL_KAFKA_FILE)
         for text in walk_strings(load_yaml(path))
         for ref in variable_refs(text)
     ]

@@ -1,0 +1,202 @@
+"""The Compose stack up for real: ``docker compose up`` -> a task -> its Scored records -> down.
+
+What runs: docker-compose.yml with host-network.yml (no bridge networks here) and
+local-kafka.yml (the broker from the rollstream image: apache/kafka cannot be pulled), the cpu
+profile (the reference backend and the example trainer), the images built from compose/Dockerfile
+on the local Debian base. What does not: the node's own image (target ``node``, the npm
+harnesses; the test's file gives the node the ``rollstream`` image and the task uses the python
+harness), vLLM (profile gpu), apache/kafka and the bridge network of the default file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+
+import pytest
+
+from rollstream.dev.broker import BrokerSettings
+from rollstream.dev.broker.jars import ensure_jars
+from rollstream.dev.containers import DockerEngine, ImageResult
+from rollstream.dev.containers.compose_cli import ensure_compose
+from rollstream.errors import ConfigurationError
+from rollstream.schemas import TopicNames
+from rollstream.schemas.trajectories import Scored
+from rollstream.settings import KafkaSettings, StatePaths
+from tests.compose.live import ComposeProject, build_project_image, free_port
+from tests.compose.stack import BASE_FILE, COMPOSE_DIR, HOST_FILE, LOCAL_KAFKA_FILE
+from tests.conftest import JAR_CACHE
+from tests.docker_fixtures import IMAGE_CACHE
+from tests.kafka_reading import read_records
+
+pytestmark = pytest.mark.integration
+
+#: Services that keep running, each with a healthcheck (the others have none, or exit).
+HEALTHY = {"kafka", "backend", "interceptor", "node"}
+RUNNING = {"reconstructor", "scorer", "example-trainer"}
+#: Who waits for whom (docker-compose.yml's depends_on) and for what.
+ORDER = [
+    ("topics", "kafka", "healthy"),
+    ("interceptor", "topics", "completed"),
+    ("interceptor", "backend", "healthy"),
+    ("node", "interceptor", "healthy"),
+    ("scorer", "topics", "completed"),
+]
+
+
+#: The test's own file. The node gets the rollstream image: the node target's npm harnesses are
+#: not built here. Debian's engine (20.10) predates healthcheck.start_interval (Engine 25+), so
+#: it is dropped, and a 2 s interval stands in for it.
+_CHECK = "    healthcheck:\n      start_interval: !reset null\n      interval: 2s\n"
+OVERRIDES = "services:\n" + "".join(
+    f"  {name}:\n{_CHECK}" + ("    image: rollstream:${IMAGE_TAG}\n" if name == "node" else "")
+    for name in sorted(HEALTHY)
+)
+
+
+@pytest.fixture(scope="module")
+def stack(
+    docker_engine: DockerEngine, docker_base: ImageResult, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ComposeProject]:
+    """The stack up (``up --wait``), taken down with its volumes after the module."""
+    try:
+        binary = ensure_compose(StatePaths(cache_dir=IMAGE_CACHE))
+    except ConfigurationError as exc:
+        pytest.skip(f"no Docker Compose v2: {exc}")
+    scratch = tmp_path_factory.mktemp("compose")
+    tag = build_project_image(docker_engine, docker_base.tag, scratch)
+    version = BrokerSettings().version
+    ensure_jars(JAR_CACHE, version)
+    own = scratch / "test-overrides.yml"
+    own.write_text(OVERRIDES)
+    ports = {
+        name: str(free_port())
+        for name in (
+            "KAFKA_HOST_PORT",
+            "KAFKA_CONTROLLER_HOST_PORT",
+            "INFERENCE_HOST_PORT",
+            "INTERCEPTOR_HOST_PORT",
+            "INTERCEPTOR_ADMIN_HOST_PORT",
+            "NODE_HOST_PORT",
+        )
+    }
+    project = ComposeProject(
+        binary,
+        docker_engine,
+        f"rollstream-test-{uuid.uuid4().hex[:8]}",
+        [BASE_FILE, HOST_FILE, LOCAL_KAFKA_FILE, own],
+        {
+            "IMAGE_TAG": tag,
+            "BIND_ADDRESS": "127.0.0.1",
+            "KAFKA_JARS": str(JAR_CACHE / "kafka"),
+            **ports,
+        },
+    )
+    up = project(
+        "up", "--detach", "--wait", "--wait-timeout", "300", "--no-build", "--pull", "never"
+    )
+    try:
+        assert up.returncode == 0, "\n".join(project.log) + _logs(project)
+        yield project
+    finally:
+        down = project("down", "--volumes", "--timeout", "30")
+        assert down.returncode == 0, down.stderr
+
+
+def _logs(project: ComposeProject) -> str:
+    return "\n--- logs ---\n" + project("logs", "--no-color", "--tail", "40").stdout
+
+
+def _containers(project: ComposeProject) -> dict[str, dict[str, object]]:
+    """Each service's container, as ``docker inspect`` shows it."""
+    listed = project("ps", "--all", "--quiet")
+    ids = listed.stdout.split()
+    inspected = subprocess.run(
+        [project.engine.settings.docker, "inspect", *ids],
+        env=project.engine.env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return {
+        c["Config"]["Labels"]["com.docker.compose.service"]: c for c in json.loads(inspected.stdout)
+    }
+
+
+def _time(text: str) -> datetime:
+    # Docker's nanoseconds, cut to what fromisoformat reads.
+    head, _, rest = text.partition(".")
+    return datetime.fromisoformat(f"{head}.{rest[:6].rstrip('Z')}+00:00")
+
+
+def test_every_service_is_up_healthy_and_started_after_what_it_depends_on(
+    stack: ComposeProject,
+) -> None:
+    containers = _containers(stack)
+    assert set(containers) == HEALTHY | RUNNING | {"topics"}, sorted(containers)
+    for name in HEALTHY:
+        assert containers[name]["State"]["Health"]["Status"] == "healthy", name  # type: ignore[index]
+    for name in HEALTHY | RUNNING:
+        assert containers[name]["State"]["Running"], name  # type: ignore[index]
+        assert containers[name]["HostConfig"]["NetworkMode"] == "host", name  # type: ignore[index]
+    topics = containers["topics"]["State"]
+    assert (topics["Running"], topics["ExitCode"]) == (False, 0)  # type: ignore[index]
+    for later, earlier, condition in ORDER:
+        started = _time(containers[later]["State"]["StartedAt"])  # type: ignore[index]
+        state = containers[earlier]["State"]
+        # Healthy before the dependent started: its first passing check came earlier.
+        ready = (
+            _time(state["FinishedAt"])  # type: ignore[index]
+            if condition == "completed"
+            else min(
+                _time(probe["End"])
+                for probe in state["Health"]["Log"]  # type: ignore[index]
+                if probe["ExitCode"] == 0
+            )
+        )
+        # The health log keeps the last five probes only: the first success may have scrolled
+        # out, in which case the oldest kept one still precedes nothing; compare when known.
+        if condition == "completed" or len(state["Health"]["Log"]) < 5:  # type: ignore[index]
+            assert ready <= started, (later, earlier, ready, started)
+
+
+def test_a_task_submitted_from_the_host_is_scored(stack: ComposeProject) -> None:
+    node = f"http://127.0.0.1:{stack.variables['NODE_HOST_PORT']}"
+    run = subprocess.run(
+        [
+            *(sys.executable, "-m", "rollstream", "run"),
+            *("--task", str(COMPOSE_DIR / "tasks" / "hello.yaml"), "--node", node),
+            *("--timeout", "300"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr + _logs(stack)
+    kafka = KafkaSettings(
+        bootstrap_servers=f"127.0.0.1:{stack.variables['KAFKA_HOST_PORT']}",
+        topic_prefix="rollstream",
+    )
+    scored = asyncio.run(
+        read_records(
+            kafka,
+            TopicNames(kafka.topic_prefix).scored,
+            Scored,
+            4,
+            where=lambda s: s.trajectory.task is not None and s.trajectory.task.task_id == "hello",
+            timeout=180,
+            settle_s=2.0,
+        )
+    )
+    # One group of four samples, each scored once by the regex evaluator.
+    assert len(scored) == 4
+    assert len({s.trajectory.session_id for s in scored}) == 4
+    assert len({s.trajectory.group_id for s in scored}) == 1
+    assert {s.evaluator for s in scored} == {"regex"}
+    assert all(s.reward in (0.0, 1.0) and s.error is None for s in scored)
