@@ -88,6 +88,8 @@ class ComposeProject:
     variables: dict[str, str]
     profiles: Sequence[str] = ("cpu",)
     log: list[str] = field(default_factory=list)
+    #: (time, service, action) of its containers from the engine, once up.
+    events: list[tuple[float, str, str]] = field(default_factory=list)
 
     def __call__(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         """``docker compose -p NAME -f ... --profile ... ARGS``, its output kept in ``log``."""

@@ -14,9 +14,9 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
-from datetime import datetime
 
 import pytest
 
@@ -97,11 +97,13 @@ def stack(
             **ports,
         },
     )
+    began = time.time()
     up = project(
         "up", "--detach", "--wait", "--wait-timeout", "300", "--no-build", "--pull", "never"
     )
     try:
         assert up.returncode == 0, "\n".join(project.log) + _logs(project)
+        project.events = _events(project, began)
         yield project
     finally:
         down = project("down", "--volumes", "--timeout", "30")
@@ -128,10 +130,27 @@ def _containers(project: ComposeProject) -> dict[str, dict[str, object]]:
     }
 
 
-def _time(text: str) -> datetime:
-    # Docker's nanoseconds, cut to what fromisoformat reads.
-    head, _, rest = text.partition(".")
-    return datetime.fromisoformat(f"{head}.{rest[:6].rstrip('Z')}+00:00")
+def _events(project: ComposeProject, since: float) -> list[tuple[float, str, str]]:
+    """(time, service, action) of the project's containers from the engine, oldest first."""
+    listed = subprocess.run(
+        [
+            *(project.engine.settings.docker, "events", "--format", "{{json .}}"),
+            *("--since", f"{since:.3f}", "--until", f"{time.time():.3f}"),
+            *("--filter", "type=container"),
+            *("--filter", f"label=com.docker.compose.project={project.name}"),
+        ],
+        env=project.engine.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    events = []
+    for line in listed.stdout.splitlines():
+        event = json.loads(line)
+        service = event["Actor"]["Attributes"]["com.docker.compose.service"]
+        events.append((event["timeNano"] / 1e9, service, event["Action"]))
+    return sorted(events)
 
 
 def test_every_service_is_up_healthy_and_started_after_what_it_depends_on(
@@ -146,23 +165,14 @@ def test_every_service_is_up_healthy_and_started_after_what_it_depends_on(
         assert containers[name]["HostConfig"]["NetworkMode"] == "host", name  # type: ignore[index]
     topics = containers["topics"]["State"]
     assert (topics["Running"], topics["ExitCode"]) == (False, 0)  # type: ignore[index]
+    # The engine's events: each container's start, first healthy report and exit.
+    first: dict[tuple[str, str], float] = {}
+    for at, service, action in stack.events:
+        first.setdefault((service, action), at)
+    assert {s for s, a in first if a == "start"} == HEALTHY | RUNNING | {"topics"}
     for later, earlier, condition in ORDER:
-        started = _time(containers[later]["State"]["StartedAt"])  # type: ignore[index]
-        state = containers[earlier]["State"]
-        # Healthy before the dependent started: its first passing check came earlier.
-        ready = (
-            _time(state["FinishedAt"])  # type: ignore[index]
-            if condition == "completed"
-            else min(
-                _time(probe["End"])
-                for probe in state["Health"]["Log"]  # type: ignore[index]
-                if probe["ExitCode"] == 0
-            )
-        )
-        # The health log keeps the last five probes only: the first success may have scrolled
-        # out, in which case the oldest kept one still precedes nothing; compare when known.
-        if condition == "completed" or len(state["Health"]["Log"]) < 5:  # type: ignore[index]
-            assert ready <= started, (later, earlier, ready, started)
+        ready = first[(earlier, "health_status: healthy" if condition == "healthy" else "die")]
+        assert ready <= first[(later, "start")], (later, earlier, condition, stack.events)
 
 
 def test_a_task_submitted_from_the_host_is_scored(stack: ComposeProject) -> None:
