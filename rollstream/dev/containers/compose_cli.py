@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from rollstream.errors import ContainerEngineError
+from rollstream.errors import ConfigurationError, ContainerEngineError
 from rollstream.host import require_tool
 from rollstream.settings import StatePaths
 
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     try:
         print(f"Docker Compose {COMPOSE_VERSION}: {ensure_compose()}")
-    except ContainerEngineError as exc:
+    except ConfigurationError as exc:  # the build failed, or there is no Go to build with
         print(exc, file=sys.stderr)
         return 1
     return 0

@@ -8,8 +8,9 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: What the base image holds by default: Python with venv for the project's images, the CA
-#: store, git and patch to apply a session's diff in a task's container, and Node.js for the
-#: harnesses (the host's npm install mounted, or one in a task image built on this base).
+#: store, git and patch to apply a session's diff in a task's container, Node.js for the
+#: harnesses (the host's npm install mounted, or one in a task image built on this base), and a
+#: JRE for the local Kafka broker in the project's image (compose/local-kafka.yml).
 DEFAULT_BASE_PACKAGES = (
     "python3,python3-venv,python3-pytest,ca-certificates,git,patch,nodejs,openjdk-21-jre-headless"
 )

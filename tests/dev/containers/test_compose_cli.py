@@ -96,3 +96,16 @@ def test_the_background_build_returns_at_once_and_finishes(tmp_path: Path) -> No
     while not binary.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert binary.exists(), binary.with_name(f"{binary.name}.log").read_text()
+
+
+def test_the_command_without_go_says_so_and_fails(tmp_path: Path) -> None:
+    env = {"ROLLSTREAM_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/nonexistent"}
+    done = subprocess.run(
+        [sys.executable, "-m", "rollstream.dev.containers.compose_cli"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 1
+    assert "'go' not found on PATH" in done.stderr and "Traceback" not in done.stderr
