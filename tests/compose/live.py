@@ -8,6 +8,7 @@ holds exactly what Dockerfile.dockerignore lets BuildKit send. Its tag names its
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import socket
 import subprocess
@@ -20,34 +21,39 @@ from rollstream.errors import ContainerEngineError
 from tests.compose.docker_build import DOCKERFILE, ignore_patterns, ignored
 from tests.compose.stack import COMPOSE_DIR, REPO
 
+#: Directories never in the context and too large to walk for nothing.
+_PRUNED = {".git", ".venv", "node_modules", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+
 
 def context_files() -> list[str]:
     """The repo's files BuildKit would send as the build context, sorted."""
     patterns = ignore_patterns()
     found = []
-    for path in REPO.rglob("*"):
-        relative = path.relative_to(REPO).as_posix()
-        outside = relative.startswith((".git/", ".venv/"))  # large, and never in the context
-        if path.is_file() and not outside and not ignored(relative, patterns):
-            found.append(relative)
+    for folder, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if d not in _PRUNED]
+        for name in files:
+            relative = (Path(folder) / name).relative_to(REPO).as_posix()
+            if not ignored(relative, patterns):
+                found.append(relative)
     return sorted(found)
 
 
-def project_tag(base_tag: str) -> str:
-    """The content tag of the image: the context, the Dockerfile and the base."""
+def project_tag(base_tag: str, files: list[str]) -> str:
+    """The content tag of the image: the context's ``files``, the Dockerfile and the base."""
     digest = hashlib.sha256(base_tag.encode())
-    for relative in [*context_files(), "compose/Dockerfile"]:
+    for relative in [*files, "compose/Dockerfile"]:
         digest.update(relative.encode() + b"\0" + (REPO / relative).read_bytes())
     return digest.hexdigest()[:12]
 
 
 def build_project_image(engine: DockerEngine, base_tag: str, scratch: Path) -> str:
     """``rollstream:TAG`` (target rollstream) in ``engine``, built unless already there."""
-    tag = project_tag(base_tag)
+    files = context_files()
+    tag = project_tag(base_tag, files)
     if engine.api.image(f"rollstream:{tag}") is not None:
         return tag
     context = scratch / "context"
-    for relative in context_files():
+    for relative in files:
         (context / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / relative, context / relative)
     shutil.copy2(DOCKERFILE, context / "Dockerfile")
