@@ -1,0 +1,112 @@
+"""Bearer tokens on the control planes: one aiohttp middleware for every server, one header helper.
+
+The interceptor's admin port and the node's API change what a run does (pause, policy version,
+sessions, tasks that run commands). In RL the policy writes code that runs beside them, so each
+requires a token: ``bearer_middleware`` guards every route of an application but the open ones
+(``/health``), with its own optional token for ``/metrics``, compares in constant time and
+answers 401 in JSON. Tokens are ``SecretStr`` and never logged; ``token_file`` keeps a
+generated one with mode 0600 for the commands of a stack to share.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import secrets
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+from pydantic import SecretStr
+
+log = logging.getLogger(__name__)
+
+#: Paths any caller may ask: liveness says nothing and changes nothing.
+OPEN_PATHS = frozenset({"/health"})
+METRICS_PATH = "/metrics"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def matches(presented: str | None, token: SecretStr) -> bool:
+    """Whether an Authorization header carries ``token`` (constant time in the token's length)."""
+    if presented is None:
+        return False
+    scheme, _, value = presented.partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(value.strip().encode(), token.get_secret_value().encode())
+
+
+def unauthorized(reason: str) -> web.Response:
+    """The 401 every guarded route answers: JSON, with the scheme to use, never the token."""
+    return web.json_response(
+        {"error": {"type": "unauthorized", "message": reason}},
+        status=401,
+        headers={"WWW-Authenticate": 'Bearer realm="rollstream"'},
+    )
+
+
+def bearer_middleware(
+    token: SecretStr | None,
+    *,
+    metrics_token: SecretStr | None = None,
+    open_paths: Iterable[str] = OPEN_PATHS,
+) -> Middleware:
+    """A middleware requiring ``token`` on every route but ``open_paths``.
+
+    ``/metrics`` takes ``metrics_token`` when one is set (a scraper need not hold the control
+    token) and the control token otherwise. ``token`` None leaves the routes open: the service
+    was started without one (its settings say how to set it).
+    """
+    opened = frozenset(open_paths)
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if token is None or request.path in opened:
+            return await handler(request)
+        wanted = [token]
+        if request.path == METRICS_PATH and metrics_token is not None:
+            wanted = [metrics_token]
+        presented = request.headers.get("Authorization")
+        if any(matches(presented, t) for t in wanted):
+            return await handler(request)
+        peer = request.remote or "?"
+        reason = "no bearer token" if presented is None else "a wrong bearer token"
+        log.warning("refused %s %s from %s: %s", request.method, request.path, peer, reason)
+        return unauthorized(f"{request.method} {request.path} needs the service's bearer token")
+
+    return guard
+
+
+def auth_headers(token: SecretStr | None) -> dict[str, str]:
+    """The Authorization header a client sends with ``token`` (none without one)."""
+    if token is None:
+        return {}
+    return {"Authorization": f"Bearer {token.get_secret_value()}"}
+
+
+def token_file(path: Path) -> SecretStr:
+    """The token kept in ``path``, made (32 random bytes, URL-safe) with mode 0600 if missing.
+
+    An existing file readable by others is refused: its token may have been read.
+    """
+    if path.exists():
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o077:
+            raise PermissionError(f"{path} is readable by others (mode {mode:o}): chmod 600 it")
+        return SecretStr(path.read_text().strip())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    made = secrets.token_urlsafe(32)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(made + "\n")
+    try:
+        os.link(partial, path)  # whole or not at all; another process's token may win the race
+    except FileExistsError:
+        return token_file(path)
+    finally:
+        partial.unlink()
+    return SecretStr(made)
