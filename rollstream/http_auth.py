@@ -53,22 +53,24 @@ def bearer_middleware(
     *,
     metrics_token: SecretStr | None = None,
     open_paths: Iterable[str] = OPEN_PATHS,
+    guarded_prefix: str = "/",
 ) -> Middleware:
-    """A middleware requiring ``token`` on every route but ``open_paths``.
+    """A middleware requiring ``token`` on the routes under ``guarded_prefix`` but ``open_paths``.
 
-    ``/metrics`` takes ``metrics_token`` when one is set (a scraper need not hold the control
-    token) and the control token otherwise. ``token`` None leaves the routes open: the service
-    was started without one (its settings say how to set it).
+    ``/metrics`` also takes ``metrics_token`` when one is set: a scraper need not hold the
+    control token, whose holder may read the metrics too. ``token`` None leaves the routes
+    open: the service was started without one (its settings say how to set it).
     """
     opened = frozenset(open_paths)
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if token is None or request.path in opened:
+        path = request.path
+        if token is None or path in opened or not path.startswith(guarded_prefix):
             return await handler(request)
         wanted = [token]
         if request.path == METRICS_PATH and metrics_token is not None:
-            wanted = [metrics_token]
+            wanted.append(metrics_token)
         presented = request.headers.get("Authorization")
         if any(matches(presented, t) for t in wanted):
             return await handler(request)
@@ -78,6 +80,16 @@ def bearer_middleware(
         return unauthorized(f"{request.method} {request.path} needs the service's bearer token")
 
     return guard
+
+
+def warn_if_open(what: str, token: SecretStr | None, variable: str) -> None:
+    """Say at start that ``what`` takes any caller when no token was set (``variable`` sets one)."""
+    if token is None:
+        log.warning(
+            "%s takes any caller: no bearer token set (%s; `rollstream up` sets one)",
+            what,
+            variable,
+        )
 
 
 def auth_headers(token: SecretStr | None) -> dict[str, str]:

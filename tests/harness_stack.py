@@ -11,6 +11,7 @@ from typing import Literal
 
 import pytest
 from aiohttp.test_utils import TestServer
+from pydantic import SecretStr
 
 from rollstream.capture.interceptor.proxy import Interceptor
 from rollstream.capture.interceptor.settings import InterceptorSettings
@@ -59,11 +60,14 @@ async def scripted_interceptor(
     policy: PolicyFactory | None = None,
     context: Literal["ordinary", "exact"] = "ordinary",
     family: str | None = None,
+    admin_token: str | None = None,
+    strict: bool = False,
 ) -> AsyncIterator[Interceptor]:
     """An interceptor (free ports) in front of the scripted backend serving SOLVE_SCENARIOS.
 
     It has the backend's own tokenizer (and ``family``: the toy model's generic one unless
     named), so sessions may choose exact context; ``context="exact"`` makes it the default.
+    ``admin_token`` guards its admin port; ``strict`` accepts registered sessions only.
     """
     scenarios = _write_scenarios(state_dir)
     served = load_family(family) if family else None
@@ -87,6 +91,8 @@ async def scripted_interceptor(
             context=context,
             tokenizer=folder,
             family=family,
+            admin_token=None if admin_token is None else SecretStr(admin_token),
+            strict_sessions=strict,
         ),
         kafka,
         PublisherSettings(),

@@ -17,6 +17,7 @@ async def serve(settings: BackendSettings, stop: StopSignal) -> None:
     from aiohttp import web
 
     from rollstream.dev.backend.server import Backend
+    from rollstream.http_auth import warn_if_open
 
     backend = Backend(settings)
     runner = web.AppRunner(backend.app(), access_log=None)
@@ -29,6 +30,8 @@ async def serve(settings: BackendSettings, stop: StopSignal) -> None:
         f"tokens) on http://{settings.host}:{port}/v1 ({backend.family.name} family)",
         err=True,
     )
+    token = settings.admin_token
+    warn_if_open("the backend's /admin/weights", token, "ROLLSTREAM_BACKEND_ADMIN_TOKEN")
     try:
         await stop.event.wait()
     finally:

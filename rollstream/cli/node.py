@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from pydantic import SecretStr
 
 from rollstream.capture.node.settings import NodeSettings
 from rollstream.capture.publisher.client import PublisherSettings
@@ -39,13 +40,15 @@ def node(settings: NodeSettings, kafka: KafkaSettings, publisher: PublisherSetti
     run_service(main)
 
 
-def _stack_node() -> str | None:
-    """The node of the stack `rollstream stack up` started in this state directory, if one runs."""
+def _stack_node() -> tuple[str, SecretStr] | None:
+    """The node of the stack `rollstream up` started in this state directory and its token."""
     from rollstream.dev.stack.processes import StackState, state_path
-    from rollstream.settings import StatePaths
+    from rollstream.dev.stack.tokens import StackTokens
 
-    state = StackState.load(state_path(StatePaths().state_dir))
-    return state.url("node") if state is not None else None
+    state_dir = StatePaths().state_dir
+    state = StackState.load(state_path(state_dir))
+    url = state.url("node") if state is not None else None
+    return None if url is None else (url, StackTokens.kept(state_dir).node)
 
 
 @click.command(name="run", short_help="Submit tasks to a node and follow their sessions.")
@@ -82,8 +85,8 @@ def _stack_node() -> str | None:
     "node_url",
     default=None,
     envvar="ROLLSTREAM_NODE_URL",
-    help="A node's API. Default: the node of `rollstream stack up`, else http://127.0.0.1:8200. "
-    "[env: ROLLSTREAM_NODE_URL]",
+    help="A node's API. Default: the node of `rollstream up`, else http://127.0.0.1:8200. Its "
+    "token: ROLLSTREAM_NODE_API_TOKEN, else the stack's. [env: ROLLSTREAM_NODE_URL]",
 )
 @click.option("--timeout", type=float, default=3600, show_default=True, help="Seconds to wait.")
 def run(
@@ -102,7 +105,13 @@ def run(
 
     if (task_file is None) == (tasks_file is None):
         raise click.UsageError("give one of --task FILE and --tasks FILE")
-    node_url = node_url or _stack_node() or "http://127.0.0.1:8200"
+    # The API token: ROLLSTREAM_NODE_API_TOKEN (the node's own setting), else the stack's.
+    token = NodeSettings().api_token
+    stack = _stack_node() if node_url is None or token is None else None
+    if node_url is None:
+        node_url = stack[0] if stack is not None else "http://127.0.0.1:8200"
+    if token is None and stack is not None and stack[0] == node_url:
+        token = stack[1]
     overrides = Overrides(harness, samples, repos, image)
     try:
         if tasks_file is not None:
@@ -112,7 +121,7 @@ def run(
             docs = [task_document(task_file, overrides)]
     except TasksFileError as exc:
         raise click.ClickException(str(exc)) from None
-    followed = asyncio.run(_submit_and_follow(docs, node_url, wait, timeout))
+    followed = asyncio.run(_submit_and_follow(docs, node_url, token, wait, timeout))
     if not wait:
         return
     unfinished = 0
@@ -129,15 +138,21 @@ def run(
 
 
 async def _submit_and_follow(
-    docs: list[dict[str, Any]], node_url: str, wait: bool, timeout: float
+    docs: list[dict[str, Any]],
+    node_url: str,
+    token: SecretStr | None,
+    wait: bool,
+    timeout: float,
 ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """Submit every task, then poll them all until each is done (or ``timeout``)."""
     import aiohttp
     import yaml
 
+    from rollstream.http_auth import auth_headers
+
     followed: list[tuple[dict[str, Any], dict[str, Any]]] = []
     async with aiohttp.ClientSession(
-        base_url=node_url, timeout=aiohttp.ClientTimeout(total=30)
+        base_url=node_url, timeout=aiohttp.ClientTimeout(total=30), headers=auth_headers(token)
     ) as client:
         for doc in docs:
             async with client.post("/tasks", data=yaml.safe_dump(doc)) as response:

@@ -294,11 +294,23 @@ def build_settings[S: BaseSettings](cls: type[S], env: Mapping[str, str]) -> S:
 # --- the stack ----------------------------------------------------------------------------------
 
 
+#: The variables Compose requires (``${NAME:?why}``: the control planes' tokens), as a test
+#: sets them; every other variable has a default.
+REQUIRED = {
+    "INTERCEPTOR_ADMIN_TOKEN": "test-interceptor-admin-token",
+    "NODE_API_TOKEN": "test-node-api-token",
+    "BACKEND_ADMIN_TOKEN": "test-backend-admin-token",
+}
+
+
 class Stack:
-    """An interpolated compose model; services, their environment and their commands."""
+    """An interpolated compose model; services, their environment and their commands.
+
+    The required variables (``REQUIRED``) are set unless ``variables`` sets them otherwise.
+    """
 
     def __init__(self, doc: Doc, variables: Mapping[str, str] | None = None) -> None:
-        self.doc: Doc = interpolate_tree(doc, variables or {})
+        self.doc: Doc = interpolate_tree(doc, REQUIRED | dict(variables or {}))
 
     @property
     def services(self) -> dict[str, Doc]:

@@ -28,6 +28,7 @@ from tests.compose.stack import (
     ENV_EXAMPLE,
     HOST_FILE,
     LOCAL_KAFKA_FILE,
+    REQUIRED,
     SCHEMA_FILE,
     CommandError,
     Doc,
@@ -116,11 +117,22 @@ def test_every_compose_variable_has_a_default_listed_in_env_example() -> None:
         for ref in variable_refs(text)
     ]
     example = parse_env_file(ENV_EXAMPLE)
-    assert [r for r in refs if r.op != ":-"] == []
+    # Only the tokens are required (no default a deployment could keep by mistake); the
+    # example leaves them empty, which Compose refuses as it refuses them unset.
+    required = [r for r in refs if r.op == ":?"]
+    assert {r.name for r in required} == set(REQUIRED)
+    assert all(example[r.name] == "" and "compose/README.md" in r.arg for r in required)
+    assert [r for r in refs if r.op not in (":-", ":?")] == []
     assert {r.name for r in refs} == set(example)
-    assert {(r.name, r.arg) for r in refs} == set(example.items())
-    # So copying .env.example to .env changes nothing.
-    assert Stack(cluster_doc(), example).doc == Stack(cluster_doc()).doc
+    defaults = [r for r in refs if r.op == ":-"]
+    assert {(r.name, r.arg) for r in defaults} == {
+        (k, v) for k, v in example.items() if k not in REQUIRED
+    }
+    # So copying .env.example to .env (with the tokens filled in) changes nothing.
+    assert Stack(cluster_doc(), example | REQUIRED).doc == Stack(cluster_doc()).doc
+    for name in REQUIRED:
+        with pytest.raises(ValueError, match=f"required variable {name}"):
+            Stack(cluster_doc(), example | REQUIRED | {name: ""})
 
 
 def test_changed_variables_reach_the_services() -> None:

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import secrets
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 
@@ -29,7 +33,7 @@ from rollstream.schemas import TopicNames
 from rollstream.schemas.trajectories import Scored
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.compose.live import ComposeProject, build_project_image, free_port
-from tests.compose.stack import BASE_FILE, COMPOSE_DIR, HOST_FILE, LOCAL_KAFKA_FILE
+from tests.compose.stack import BASE_FILE, COMPOSE_DIR, HOST_FILE, LOCAL_KAFKA_FILE, REQUIRED
 from tests.conftest import JAR_CACHE
 from tests.docker_fixtures import IMAGE_CACHE
 from tests.kafka_reading import read_records
@@ -95,6 +99,7 @@ def stack(
             "BIND_ADDRESS": "127.0.0.1",
             "KAFKA_JARS": str(JAR_CACHE / "kafka"),
             **ports,
+            **{name: secrets.token_urlsafe(24) for name in REQUIRED},
         },
     )
     began = time.time()
@@ -187,6 +192,7 @@ def test_a_task_submitted_from_the_host_is_scored(stack: ComposeProject) -> None
         text=True,
         timeout=400,
         check=False,
+        env=os.environ | {"ROLLSTREAM_NODE_API_TOKEN": stack.variables["NODE_API_TOKEN"]},
     )
     assert run.returncode == 0, run.stdout + run.stderr + _logs(stack)
     kafka = KafkaSettings(
@@ -210,3 +216,34 @@ def test_a_task_submitted_from_the_host_is_scored(stack: ComposeProject) -> None
     assert len({s.trajectory.group_id for s in scored}) == 1
     assert {s.evaluator for s in scored} == {"regex"}
     assert all(s.reward in (0.0, 1.0) and s.error is None for s in scored)
+
+
+def _status(url: str, token: str | None = None) -> int:
+    request = urllib.request.Request(url)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_the_control_planes_take_only_their_tokens(stack: ComposeProject) -> None:
+    """Each control plane of the stack answers 401 without its token, and serves with it."""
+    v = stack.variables
+    admin = f"http://127.0.0.1:{v['INTERCEPTOR_ADMIN_HOST_PORT']}"
+    node = f"http://127.0.0.1:{v['NODE_HOST_PORT']}"
+    backend = f"http://127.0.0.1:{v['INFERENCE_HOST_PORT']}"
+    cases = [
+        (f"{admin}/sessions/probe", v["INTERCEPTOR_ADMIN_TOKEN"], 200),
+        (f"{admin}/metrics", v["INTERCEPTOR_ADMIN_TOKEN"], 200),
+        (f"{node}/tasks/probe", v["NODE_API_TOKEN"], 404),  # authorized: no such task
+        (f"{backend}/admin/weights", v["BACKEND_ADMIN_TOKEN"], 200),
+    ]
+    for url, token, served in cases:
+        assert _status(url) == 401, url
+        assert _status(url, "not-" + token) == 401, url
+        assert _status(url, token) == served, url
+    for url in (f"{admin}/health", f"{node}/health", f"{backend}/v1/models"):
+        assert _status(url) == 200, url

@@ -11,9 +11,11 @@ from aiohttp import web
 
 from rollstream.capture.interceptor.registry import CONTEXT_MODES, RegistryError
 from rollstream.host import reachable
+from rollstream.http_auth import bearer_middleware, warn_if_open
 
 if TYPE_CHECKING:
     from rollstream.capture.interceptor.addon import RollstreamAddon
+    from rollstream.capture.interceptor.settings import InterceptorSettings
     from rollstream.capture.publisher.client import CapturePublisher
 
 
@@ -78,6 +80,20 @@ def admin_routes(handlers: AdminHandlers) -> list[web.RouteDef]:
     ]
 
 
+def admin_app(handlers: AdminHandlers, settings: InterceptorSettings | None) -> web.Application:
+    """The admin port's application: ``admin_routes`` behind the settings' bearer tokens.
+
+    ``settings`` None (a test of the routes alone) leaves them open.
+    """
+    token = None if settings is None else settings.admin_token
+    metrics = None if settings is None else settings.metrics_token
+    if settings is not None:
+        warn_if_open("the interceptor's admin port", token, "ROLLSTREAM_INTERCEPTOR_ADMIN_TOKEN")
+    app = web.Application(middlewares=[bearer_middleware(token, metrics_token=metrics)])
+    app.add_routes(admin_routes(handlers))
+    return app
+
+
 def metrics_text(addon: RollstreamAddon, publisher: CapturePublisher) -> str:
     """Prometheus text exposition of the interceptor's and the publisher's counters."""
     m = publisher.metrics
@@ -123,11 +139,9 @@ class AdminApp:
         #: The proxy's base URL, told to whoever registers a session (a pool tells its worker's).
         self.url = url
 
-    def app(self) -> web.Application:
-        """The aiohttp application."""
-        app = web.Application()
-        app.add_routes(admin_routes(self))
-        return app
+    def app(self, settings: InterceptorSettings | None = None) -> web.Application:
+        """The aiohttp application, behind ``settings``' tokens (``admin_app``)."""
+        return admin_app(self, settings)
 
     async def health(self, request: web.Request) -> web.Response:
         """Up, and whether the broker is reachable and the spool is healthy."""

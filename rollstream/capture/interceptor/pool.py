@@ -46,6 +46,7 @@ from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.errors import ConfigurationError
 from rollstream.host import free_port, port_is_free, reachable
+from rollstream.http_auth import auth_headers
 from rollstream.settings import KafkaSettings, StatePaths
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,8 @@ class InterceptorPool:
             for session in registered_sessions(journal):
                 self.affinity.assign(session, worker.index)
         self._state_file(name).write_text(json.dumps({"workers": ports}))
-        self.http = aiohttp.ClientSession()
+        # The workers are configured by the pool's settings: they take its admin token.
+        self.http = aiohttp.ClientSession(headers=auth_headers(self.settings.admin_token))
         try:
             for worker in self.workers:
                 await worker.spawn(self._env(worker))

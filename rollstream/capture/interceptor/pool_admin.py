@@ -25,7 +25,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from rollstream.capture.interceptor.admin import METRICS_PATH, admin_routes
+from rollstream.capture.interceptor.admin import METRICS_PATH, admin_app
 from rollstream.capture.interceptor.pool_metrics import (
     ScrapeCache,
     by_worker,
@@ -59,10 +59,8 @@ class PoolAdminApp:
         self._scraping = asyncio.Lock()
 
     def app(self) -> web.Application:
-        """The aiohttp application (the same routes as ``AdminApp``)."""
-        app = web.Application()
-        app.add_routes(admin_routes(self))
-        return app
+        """The aiohttp application: the routes of ``AdminApp``, behind the pool's tokens."""
+        return admin_app(self, self.pool.settings)
 
     async def _send(
         self,

@@ -111,7 +111,7 @@ class Interceptor:
         self._task = asyncio.create_task(self._master.run(), name="mitmproxy")
         await self._wait_listening()
         admin = AdminApp(self.addon, self.publisher, url=server_url(self.settings.host, self.port))
-        self._admin = web.AppRunner(admin.app(), access_log=None)
+        self._admin = web.AppRunner(admin.app(self.settings), access_log=None)
         await self._admin.setup()
         site = web.TCPSite(self._admin, self.settings.host, self.admin_port)
         await site.start()

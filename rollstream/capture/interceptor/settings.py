@@ -39,6 +39,17 @@ class InterceptorSettings(BaseSettings):
         description="Name of this interceptor's spool and session registry under the state"
         " directory. Default: interceptor-<port>. A worker pool names its workers' itself.",
     )
+    admin_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token the admin port requires on every route but /health (pause,"
+        " policy version, sessions, metrics). Unset: the port takes any caller, with a warning"
+        " at start; `rollstream up` sets a generated one.",
+    )
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token for GET /metrics alone, for a scraper that must not hold the"
+        " admin token. Unset: /metrics takes the admin token.",
+    )
     upstream_api_key: SecretStr | None = Field(
         default=None, description="Key sent upstream (the harness's key is its session id)."
     )

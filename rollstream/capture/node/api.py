@@ -18,6 +18,7 @@ from rollstream.capture.interceptor.registry import CONTEXT_MODES
 from rollstream.capture.node.history import SessionSummary
 from rollstream.capture.node.session import CONTEXT_METADATA, harness_options
 from rollstream.errors import RollstreamError
+from rollstream.http_auth import bearer_middleware, warn_if_open
 from rollstream.kafka.clients import make_producer
 from rollstream.sandbox.harnesses.presets import HarnessContext, preset
 from rollstream.sandbox.workspace import WorkspaceError, check_workspace
@@ -72,8 +73,11 @@ class NodeApi:
         self.node = node
 
     def app(self) -> web.Application:
-        """The aiohttp application."""
-        app = web.Application(client_max_size=8 * 1024 * 1024)
+        """The aiohttp application, behind the node's bearer tokens."""
+        settings = self.node.settings
+        warn_if_open("the node's API", settings.api_token, "ROLLSTREAM_NODE_API_TOKEN")
+        guard = bearer_middleware(settings.api_token, metrics_token=settings.metrics_token)
+        app = web.Application(client_max_size=8 * 1024 * 1024, middlewares=[guard])
         app.router.add_post("/tasks", self.submit)
         app.router.add_get("/tasks/{task_id}", self.status)
         app.router.add_delete("/tasks/{task_id}", self.cancel)

@@ -27,6 +27,7 @@ from rollstream.capture.node.session import SessionRunner
 from rollstream.capture.node.settings import NodeSettings
 from rollstream.capture.publisher.client import CapturePublisher, PublisherSettings
 from rollstream.errors import BrokerError
+from rollstream.http_auth import auth_headers
 from rollstream.kafka.control import PolicyFollower
 from rollstream.sandbox.runtimes import make_runtime
 from rollstream.schemas import (
@@ -125,6 +126,12 @@ class WorkerUrls:
         return True
 
 
+_REFUSED = (
+    "refused the node's token (401): set ROLLSTREAM_NODE_INTERCEPTOR_TOKEN to the interceptor's"
+    " ROLLSTREAM_INTERCEPTOR_ADMIN_TOKEN"
+)
+
+
 class Node:
     """Consumes tasks, runs their sessions, publishes their lifecycle; see the module docs."""
 
@@ -174,7 +181,10 @@ class Node:
         await self.publisher.start()
         await self.policy.start()
         await self.scheduler.start()
-        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+        self._http = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=10),
+            headers=auth_headers(self.settings.interceptor_token),
+        )
         self._api = web.AppRunner(NodeApi(self).app(), access_log=None)
         await self._api.setup()
         await web.TCPSite(self._api, self.settings.host, self.settings.port).start()
@@ -246,7 +256,9 @@ class Node:
         timeout = aiohttp.ClientTimeout(total=self.settings.registration_timeout_s)
         try:
             async with self._http.request(method, url, json=body, timeout=timeout) as reply:
-                if reply.status >= 400:
+                if reply.status == 401:
+                    log.error("session %s: %s %s: %s", session, method, url, _REFUSED)
+                elif reply.status >= 400:
                     log.warning("session %s: %s %s: %s", session, method, url, reply.status)
                 answer = await reply.json(content_type=None)
                 return answer if isinstance(answer, dict) else {}
@@ -261,6 +273,8 @@ class Node:
         for _ in range(50):  # a harness may exit while its last call is still being recorded
             try:
                 async with self._http.get(url) as response:
+                    if response.status == 401:
+                        raise BrokerError(f"the interceptor's admin port at {url}: {_REFUSED}")
                     body = await response.json()
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 raise BrokerError(f"the interceptor's admin port at {url}: {exc}") from exc

@@ -19,6 +19,7 @@ from rollstream.dev.backend.policies.base import GenerationRequest, Policy, Poli
 from rollstream.dev.backend.settings import BackendSettings
 from rollstream.dev.backend.tokenizer import default_tokenizer_dir
 from rollstream.dev.backend.weights_api import WeightsApi
+from rollstream.http_auth import bearer_middleware
 from rollstream.models.families import GENERIC, load_family
 from rollstream.models.family import Family
 from rollstream.models.template_family import TemplateFamily
@@ -112,8 +113,9 @@ class Backend:
         self.latency = Latency(settings.ttft_ms, settings.prefill_us_per_token, settings.tpot_ms)
 
     def app(self) -> web.Application:
-        """The aiohttp application."""
-        app = web.Application(middlewares=[_errors], client_max_size=64 * 1024 * 1024)
+        """The aiohttp application; its /admin/ routes behind the settings' admin token."""
+        guard = bearer_middleware(self.settings.admin_token, guarded_prefix="/admin/")
+        app = web.Application(middlewares=[guard, _errors], client_max_size=64 * 1024 * 1024)
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/tokenize", self.tokenize)

@@ -19,11 +19,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
+from pydantic import SecretStr
 
 from rollstream.dev.examples.grpo_trainer import ExampleTrainer, StepReport
 from rollstream.dev.examples.settings import ExampleTrainerSettings
 from rollstream.dev.stack.processes import StackState
+from rollstream.dev.stack.tokens import StackTokens
 from rollstream.errors import ConfigurationError
+from rollstream.http_auth import auth_headers
 from rollstream.kafka.reading import iter_values
 from rollstream.sandbox.harnesses.install import installed
 from rollstream.schemas import AvroSerializer, CallRecord, Scored, TopicNames
@@ -80,10 +83,14 @@ def task_document(
 
 
 async def run_tasks(
-    node: str, docs: list[dict[str, Any]], progress: Progress, timeout: float
+    node: str,
+    docs: list[dict[str, Any]],
+    progress: Progress,
+    timeout: float,
+    token: SecretStr | None = None,
 ) -> list[dict[str, Any]]:
-    """Submit every task, then follow them until all their sessions ended."""
-    async with aiohttp.ClientSession(base_url=node) as http:
+    """Submit every task (with the node's API ``token``), then follow them until all ended."""
+    async with aiohttp.ClientSession(base_url=node, headers=auth_headers(token)) as http:
         for doc in docs:
             async with http.post("/tasks", json=doc) as response:
                 if response.status != 202:
@@ -143,9 +150,14 @@ async def read_demo_records(kafka: KafkaSettings, run_id: str) -> DemoRecords:
 
 
 async def train(
-    state: StackState, kafka: KafkaSettings, run_id: str, steps: int, timeout: float
+    state: StackState,
+    kafka: KafkaSettings,
+    run_id: str,
+    steps: int,
+    timeout: float,
+    tokens: StackTokens | None = None,
 ) -> list[StepReport]:
-    """The example trainer, one step per group, on this run's groups."""
+    """The example trainer, one step per group, on this run's groups (with the stack's tokens)."""
     backend, admin = state.url("backend"), state.admin_url()
     if backend is None:
         raise ConfigurationError("the demo trains the reference backend's tiny model: no backend")
@@ -153,6 +165,8 @@ async def train(
         ExampleTrainerSettings(
             backend_url=backend,
             interceptor_admin=admin,
+            interceptor_token=None if tokens is None else tokens.interceptor,
+            backend_token=None if tokens is None else tokens.backend,
             consumer_group=f"demo-trainer-{run_id}",
             steps=steps,
         ),
@@ -212,6 +226,7 @@ async def demo(
         paths,
     )
     state = await stack.up(kafka, progress)
+    tokens = StackTokens.kept(paths.state_dir)
     try:
         kafka = KafkaSettings(
             bootstrap_servers=state.bootstrap_servers, topic_prefix=state.topic_prefix
@@ -223,14 +238,14 @@ async def demo(
             for name, instruction, evaluator in TASKS
         ]
         progress(f"running {len(docs)} tasks x {view.samples} samples on {harness}")
-        await run_tasks(node, docs, progress, view.timeout_s)
+        await run_tasks(node, docs, progress, view.timeout_s, tokens.node)
         progress("training: one GRPO step per group")
-        steps = await train(state, kafka, run_id, len(docs), view.timeout_s)
+        steps = await train(state, kafka, run_id, len(docs), view.timeout_s, tokens)
         for step in steps:
             progress(step.line())
         progress("one more session after training")
         final = task_document(run_id, "after", TASKS[0][1], TASKS[0][2], 1, harness)
-        await run_tasks(node, [final], progress, view.timeout_s)
+        await run_tasks(node, [final], progress, view.timeout_s, tokens.node)
         found = await read_demo_records(kafka, run_id)
     finally:
         for name, outcome in stack.down():

@@ -37,6 +37,7 @@ from rollstream.dev.backend.policies.tiny_train import (
 )
 from rollstream.dev.examples.settings import ExampleTrainerSettings
 from rollstream.errors import ConfigurationError
+from rollstream.http_auth import auth_headers
 from rollstream.kafka.control import PolicyWatcher
 from rollstream.settings import KafkaSettings
 from rollstream.trainer import Batch, Group, TrainerSettings, TrajectoryStream, to_batch
@@ -117,7 +118,10 @@ class ExampleTrainer:
     async def start(self) -> None:
         """Fetch the backend's weights, learn the current policy version, join the group."""
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
-        async with self._http.get(f"{self.settings.backend_url}/admin/weights") as response:
+        async with self._http.get(
+            f"{self.settings.backend_url}/admin/weights",
+            headers=auth_headers(self.settings.backend_token),
+        ) as response:
             if response.status != 200:
                 raise ConfigurationError(
                     f"{self.settings.backend_url} serves no tiny weights "
@@ -231,7 +235,9 @@ class ExampleTrainer:
             await self._deploy(weights, version)
             return True
         finally:
-            async with self._client().post(f"{admin}/admin/resume") as response:
+            async with self._client().post(
+                f"{admin}/admin/resume", headers=auth_headers(self.settings.interceptor_token)
+            ) as response:
                 response.raise_for_status()
 
     async def _pause(self, admin: str) -> bool:
@@ -240,6 +246,7 @@ class ExampleTrainer:
         async with self._client().post(
             f"{admin}/admin/pause",
             json={"drain_timeout_s": drain},
+            headers=auth_headers(self.settings.interceptor_token),
             # The interceptor answers only once drained or after the drain timeout.
             timeout=aiohttp.ClientTimeout(total=drain + 30),
         ) as response:
@@ -265,13 +272,16 @@ class ExampleTrainer:
         async with http.post(
             f"{self.settings.backend_url}/admin/weights",
             data=io.BytesIO(weights_to_bytes(weights)),
+            headers=auth_headers(self.settings.backend_token),
         ) as response:
             response.raise_for_status()
         admin = self.settings.interceptor_admin
         if admin is not None:
             # Set directly too: the interceptor's control-topic follower may lag a poll.
             async with http.post(
-                f"{admin}/admin/policy-version", json={"version": version}
+                f"{admin}/admin/policy-version",
+                json={"version": version},
+                headers=auth_headers(self.settings.interceptor_token),
             ) as response:
                 response.raise_for_status()
         await self.stream.publish_policy_version(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -19,6 +19,14 @@ class ExampleTrainerSettings(BaseSettings):
         default=None,
         description="The interceptor's admin URL: paused (drained) during each weight sync. "
         "None: no pause.",
+    )
+    interceptor_token: SecretStr | None = Field(
+        default=None,
+        description="The interceptor's admin token (its ROLLSTREAM_INTERCEPTOR_ADMIN_TOKEN).",
+    )
+    backend_token: SecretStr | None = Field(
+        default=None,
+        description="The backend's admin token for its weights (ROLLSTREAM_BACKEND_ADMIN_TOKEN).",
     )
     consumer_group: str = Field(default="example-trainer", description="The trainer's group.")
     learning_rate: float = Field(default=0.05, gt=0, description="Step size of gradient ascent.")

@@ -25,6 +25,7 @@ from rollstream.dev.stack.processes import (
 )
 from rollstream.dev.stack.settings import StackSettings
 from rollstream.dev.stack.status import StackStatus, stack_status
+from rollstream.dev.stack.tokens import StackTokens
 from rollstream.errors import ConfigurationError
 from rollstream.kafka.admin import TopicAdmin, TopicsSettings
 from rollstream.schemas import TopicNames, topic_specs
@@ -89,9 +90,10 @@ class LocalStack:
             "ROLLSTREAM_STATE_DIR": str(self.paths.state_dir),
             "ROLLSTREAM_CACHE_DIR": str(self.paths.cache_dir),
         }
+        tokens = StackTokens.kept(self.paths.state_dir)
         try:
             for component in plan(self.settings):
-                running = spawn(component, self.dir / "logs", env)
+                running = spawn(component, self.dir / "logs", env | tokens.env(component.name))
                 state.components.append(running)
                 state.save(self.state_file)
                 began = time.monotonic()

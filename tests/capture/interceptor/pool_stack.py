@@ -57,13 +57,13 @@ async def interceptor_pool(
         yield pool
 
 
-def client() -> aiohttp.ClientSession:
-    """An HTTP client opening a connection per request.
+def client(headers: dict[str, str] | None = None) -> aiohttp.ClientSession:
+    """An HTTP client opening a connection per request, sending ``headers`` with each.
 
     Through the router a kept-alive connection stays with its first session's worker: a
     harness uses one key per client, these tests use several.
     """
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True), headers=headers)
 
 
 async def chat(

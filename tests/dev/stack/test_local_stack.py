@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
 from rollstream.dev.stack.processes import StackState, state_path
+from rollstream.dev.stack.tokens import tokens_dir
 from rollstream.schemas import Scored, TopicNames
 from rollstream.settings import KafkaSettings
 from tests.kafka_reading import read_records
@@ -77,6 +81,8 @@ def test_up_run_status_down(
         assert sorted(r.trajectory.sample_index for r in records) == [0, 1]
         assert all(r.evaluator == "command" and r.reward is not None for r in records)
 
+        _control_planes_need_their_tokens(state, tmp_path / "state")
+
         status = rollstream("status")
         assert status.returncode == 0, status.stdout + status.stderr
         for name in ("backend", "interceptor", "reconstructor", "scorer", "node"):
@@ -90,3 +96,37 @@ def test_up_run_status_down(
     assert down.stderr.count("stopped") == 5, down.stderr
     assert state is not None and not any(c.alive() for c in state.components)
     assert rollstream("status").returncode == 1  # nothing is up
+
+
+def _status(url: str, token: str | None = None) -> int:
+    request = urllib.request.Request(url)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def _control_planes_need_their_tokens(state: StackState, state_dir: Path) -> None:
+    """``up`` made a token per control plane (mode 0600); each plane takes its own alone."""
+    folder = tokens_dir(state_dir)
+    tokens = {p.name: p.read_text().strip() for p in folder.iterdir()}
+    assert set(tokens) == {"interceptor-admin", "node-api", "backend-admin"}
+    assert all(stat.S_IMODE((folder / name).stat().st_mode) == 0o600 for name in tokens)
+    assert len(set(tokens.values())) == 3
+    admin, node, backend = state.admin_url(), state.url("node"), state.url("backend")
+    cases = [
+        (f"{admin}/sessions/probe", "interceptor-admin", 200),
+        (f"{node}/tasks/probe", "node-api", 404),  # let in: no such task
+        (f"{backend}/admin/weights", "backend-admin", 200),
+    ]
+    for url, name, served in cases:
+        assert _status(url) == 401, url
+        others = [t for n, t in tokens.items() if n != name]
+        assert [_status(url, t) for t in others] == [401, 401], url
+        assert _status(url, tokens[name]) == served, url
+    logs = "".join(Path(c.log).read_text() for c in state.components)
+    assert "refused GET /sessions/probe" in logs
+    assert not any(token in logs for token in tokens.values())
