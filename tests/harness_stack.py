@@ -144,3 +144,14 @@ async def solve_session(
         settle_s=1.0,
     )
     return sorted(records, key=lambda r: r.seq)
+
+
+def register(interceptor: Interceptor, *sessions: str) -> None:
+    """Register ``sessions`` as their launcher does (the node, on the admin port).
+
+    A registered key is recorded as its session id; outside strict mode any other key is
+    recorded only as its keyed hash (``keyed_session``), which tests that name their
+    sessions by key would not find.
+    """
+    for session in sessions:
+        interceptor.addon.sessions.register(session, None)

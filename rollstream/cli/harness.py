@@ -58,6 +58,14 @@ def list_command(paths: StatePaths) -> None:
 )
 @click.option("--session", default=None, help="Session id (the API key). Default: a new one.")
 @click.option(
+    "--admin",
+    default=None,
+    help="The interceptor's admin URL: the session is registered there first (with "
+    "ROLLSTREAM_INTERCEPTOR_ADMIN_TOKEN) and forgotten after, as the node does, so that a strict "
+    "interceptor serves it and any records it under this id. Without it, a key nobody "
+    "registered is recorded as its keyed hash.",
+)
+@click.option(
     "--model", default="rollstream-tiny", show_default=True, help="Model name to ask for."
 )
 @click.option(
@@ -80,6 +88,7 @@ def run_command(
     instruction: str,
     base_url: str,
     session: str | None,
+    admin: str | None,
     model: str,
     workdir: Path | None,
     timeout: float,
@@ -97,7 +106,13 @@ def run_command(
     launch = preset(name).launch(ctx, resolve_executable(name, paths.cache_dir))
     root = Path(tempfile.mkdtemp(prefix=f"rollstream-{name}-"))
     work = workdir or root / "work"
-    result = asyncio.run(run_harness(launch, root / "home", work, root / "logs", timeout))
+    if admin is not None:
+        asyncio.run(_registration(admin, "PUT", session))
+    try:
+        result = asyncio.run(run_harness(launch, root / "home", work, root / "logs", timeout))
+    finally:
+        if admin is not None:
+            asyncio.run(_registration(admin, "DELETE", session))
     click.echo(result.stdout_tail.rstrip())
     status = "timed out" if result.timed_out else f"exit {result.exit_code}"
     click.echo(
@@ -107,3 +122,26 @@ def run_command(
     )
     if result.exit_code != 0:
         raise SystemExit(1)
+
+
+async def _registration(admin: str, method: str, session: str) -> None:
+    """Register (PUT) or forget (DELETE) ``session`` on the interceptor's admin port."""
+    import os
+
+    import aiohttp
+    from pydantic import SecretStr
+
+    from rollstream.http_auth import auth_headers
+
+    token = os.environ.get("ROLLSTREAM_INTERCEPTOR_ADMIN_TOKEN")
+    headers = auth_headers(SecretStr(token) if token else None)
+    url = f"{admin.rstrip('/')}/sessions/{session}"
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http,
+            http.request(method, url, headers=headers) as reply,
+        ):
+            if reply.status != 200:
+                raise click.ClickException(f"{method} {url}: {reply.status} {await reply.text()}")
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise click.ClickException(f"{method} {url}: {exc}") from None

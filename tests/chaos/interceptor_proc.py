@@ -93,6 +93,16 @@ class InterceptorProcess:
             body: dict[str, Any] = await response.json()
             return body
 
+    async def register(self, *sessions: str) -> None:
+        """Register ``sessions`` on the admin port, as the node does: each key is then its id.
+
+        Outside strict mode an unregistered key is recorded only as its keyed hash.
+        """
+        async with aiohttp.ClientSession() as http:
+            for session in sessions:
+                async with http.put(f"{self.admin_url}/sessions/{session}") as response:
+                    response.raise_for_status()
+
     async def metrics(self) -> dict[str, float]:
         """The admin port's Prometheus counters by name."""
         async with (

@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 import openai
 
+from rollstream.capture.interceptor.sessions import SESSION_HEADER
 from rollstream.dev.broker import BrokerInfo, BrokerSettings, LocalBroker
 from rollstream.host import free_port
 from rollstream.kafka.admin import TopicAdmin
@@ -87,7 +88,10 @@ class Calls:
             for _ in range(n):
                 session = f"{label}-{uuid.uuid4().hex[:8]}"
                 try:
-                    await client.with_options(api_key=session).chat.completions.create(
+                    # Named by header, as a launcher names its sessions (a key nobody
+                    # registered would be recorded as its keyed hash).
+                    named = client.with_options(default_headers={SESSION_HEADER: session})
+                    await named.chat.completions.create(
                         model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=5
                     )
                 except openai.OpenAIError as exc:

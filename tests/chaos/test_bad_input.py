@@ -29,6 +29,7 @@ from typing import Any, Literal
 import aiohttp
 import pytest
 
+from rollstream.capture.interceptor.sessions import SESSION_HEADER
 from rollstream.dev.backend.tokenizer import default_tokenizer_dir
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import CallRecord, CallStatus, TopicNames
@@ -125,6 +126,11 @@ def _body(api: Api, model: str, stream: bool, max_tokens: int = 4) -> dict[str, 
 
 
 def _headers(api: Api, session: str) -> dict[str, str]:
+    """The API's own key header, and the session named as a launcher names it."""
+    return _key_headers(api, session) | {SESSION_HEADER: session}
+
+
+def _key_headers(api: Api, session: str) -> dict[str, str]:
     if api == "anthropic":
         return {"x-api-key": session, "anthropic-version": "2023-06-01"}
     if api == "gemini":

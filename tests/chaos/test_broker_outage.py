@@ -120,6 +120,7 @@ async def _session(
     }
     started = SessionStarted(**identity, node_id="chaos", started_at=utcnow())
     lifecycle.publish(session.encode(), serializer.encode(started))
+    interceptor.addon.sessions.register(session, None)  # as the node does before its harness
     await asyncio.to_thread(workdir.mkdir, parents=True)
     status, code, error = SessionStatus.COMPLETED, 0, None
     try:

@@ -176,12 +176,14 @@ async def test_in_flight_calls_fail_cleanly_and_the_spool_drains_after_a_restart
     try:
         # Served while the broker is unreachable; their records go to the spool.
         whole = [(api, f"spooled-{api}-{i}") for api in APIS for i in range(WHOLE_PER_API)]
+        calls = [(api, f"in-flight-{api}", 1000) for api in APIS] + [("chat", "short", 25)]
+        # Registered as the node registers its sessions (kept across the restart below).
+        await proxy.register(*(s for _, s in whole), *(s for _, s, _ in calls))
         for api, session in whole:
             assert await _whole(proxy.url, api, session)
         await proxy.wait_metric("rollstream_records_spooled_total", len(whole))
 
         # A long stream in each API (about 12 s) and a short one (about 1 s).
-        calls = [(api, f"in-flight-{api}", 1000) for api in APIS] + [("chat", "short", 25)]
         started = [asyncio.Event() for _ in calls]
         streams = [
             asyncio.create_task(_stream(proxy.url, api, session, event, tokens))
@@ -213,6 +215,7 @@ async def test_in_flight_calls_fail_cleanly_and_the_spool_drains_after_a_restart
 
         await proxy.start()  # same port, same state dir, the broker reachable now
         after = [(api, f"after-{api}") for api in APIS]
+        await proxy.register(*(s for _, s in after))
         for api, session in after:
             assert await _whole(proxy.url, api, session)
         await proxy.wait_metric("rollstream_records_drained_total", len(spooled))

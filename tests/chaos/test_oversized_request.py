@@ -107,6 +107,11 @@ async def test_an_oversized_request_is_recorded_flagged_and_blocks_nothing(
     )
     await proxy.start()
     try:
+        await proxy.register(
+            *(f"beside-{i}" for i in range(SESSIONS)),
+            *(f"later-{i}" for i in range(LATER)),
+            "oversized",
+        )
         beside = [
             asyncio.create_task(_session(proxy.url, f"beside-{i}", TURNS)) for i in range(SESSIONS)
         ]

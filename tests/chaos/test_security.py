@@ -24,6 +24,7 @@ import anthropic
 import openai
 import pytest
 
+from rollstream.capture.interceptor.sessions import keyed_session
 from rollstream.capture.node.service import Node
 from rollstream.capture.node.settings import NodeSettings
 from rollstream.capture.publisher.client import PublisherSettings
@@ -222,13 +223,23 @@ async def test_no_credential_reaches_the_upstream_kafka_or_the_log(
     await proxy.start(log_level="DEBUG")
     statuses: list[int] = []
     try:
+        # Streamed: a key its launcher registered, recorded as its session. Whole: a key
+        # nobody registered, maybe a real credential: recorded only as its keyed hash.
+        unregistered: list[str] = []
         for api in APIS:
             for stream in (False, True):
-                await _sdk_call(proxy.url, api, secrets.session(), stream)
+                key = secrets.session() if stream else secrets.credential()
+                if stream:
+                    await proxy.register(key)
+                else:
+                    unregistered.append(key)
+                await _sdk_call(proxy.url, api, key, stream)
         chat = json.dumps({"model": MODEL, "messages": HI, "max_tokens": 3}).encode()
         claude = json.dumps({"model": MODEL, "messages": HI, "max_tokens": 3}).encode()
         json_type = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
         header_session, path_session = secrets.session(), secrets.session()
+        bad_json, throttled = secrets.session(), secrets.session()
+        await proxy.register(bad_json, throttled)
         async with aiohttp.ClientSession(base_url=proxy.url) as http:
             requests = [
                 # The session by header or by path: the key beside it is a real credential.
@@ -240,14 +251,10 @@ async def test_no_credential_reaches_the_upstream_kafka_or_the_log(
                 ),
                 (f"/s/{path_session}/v1/messages", {"x-api-key": secrets.credential()}, claude),
                 # Bad calls, recorded under their session.
-                (
-                    "/v1/chat/completions",
-                    {"authorization": f"Bearer {secrets.session()}"},
-                    b"{not json",
-                ),
+                ("/v1/chat/completions", {"authorization": f"Bearer {bad_json}"}, b"{not json"),
                 (
                     "/v1/messages",
-                    {"x-api-key": secrets.session()},
+                    {"x-api-key": throttled},
                     claude.replace(MODEL.encode(), b"fault-429"),
                 ),
                 # Not LLM calls: forwarded unrecorded, without the credential.
@@ -271,6 +278,8 @@ async def test_no_credential_reaches_the_upstream_kafka_or_the_log(
     assert len(calls) == recorded
     sessions = Counter(c.session_id for c in calls)
     assert all(sessions[s] == 1 for s in secrets.sessions)  # the header and path ones too
+    secret = (tmp_path / "state" / "sessions" / "hash.key").read_text().strip().encode()
+    assert all(sessions[keyed_session(secret, key)] == 1 for key in unregistered)
 
     leaks = _check_upstream(upstream, upstream_key, secrets.sessions + secrets.credentials)
     everything = await _every_record(kafka_settings)
@@ -280,7 +289,8 @@ async def test_no_credential_reaches_the_upstream_kafka_or_the_log(
     assert leaks.found == []
     assert len(upstream.seen) >= 9  # every call but the bad JSON, plus /tokenize and /models
     chaos_report(
-        fault="credential leak check (3 APIs, whole and streamed, header and path sessions)",
+        fault="credential leak check (3 APIs, whole and streamed, registered and unregistered"
+        " keys, header and path sessions)",
         load=f"{len(statuses) + 6} calls; {leaks.records} Kafka records, "
         f"{len(upstream.seen)} upstream requests and the DEBUG log grepped",
         lost=recorded - len(calls),

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import secrets
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from rollstream.cli import cli
+from rollstream.schemas import TopicNames
+from rollstream.settings import KafkaSettings
+from tests.harness_stack import scripted_interceptor
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_harness_run_command_preset_with_options(tmp_path: Path) -> None:
@@ -22,3 +30,30 @@ def test_harness_run_command_preset_with_options(tmp_path: Path) -> None:
 def test_harness_run_rejects_malformed_options(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["harness", "run", "command", "x", "--option", "novalue"])
     assert result.exit_code == 2 and "KEY=VALUE" in result.output
+
+
+@pytest.mark.integration
+async def test_harness_run_registers_its_session_on_a_strict_interceptor(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    token = secrets.token_urlsafe(16)
+    monkeypatch.setenv("ROLLSTREAM_INTERCEPTOR_ADMIN_TOKEN", token)
+    async with scripted_interceptor(
+        kafka_settings, tmp_path / "state", admin_token=token, strict=True
+    ) as proxy:
+        args = ["harness", "run", "python", "hi", "--base-url", proxy.url, "--session", "h-1"]
+        args += ["--option", "function=tests.capture.node.agents:one_call"]
+        args += ["--option", f"pythonpath={REPO_ROOT}", "--workdir", str(tmp_path / "w")]
+        refused = await asyncio.to_thread(CliRunner().invoke, cli, args)
+        assert refused.exit_code == 1  # not registered: the strict interceptor's 401
+        assert (tmp_path / "w" / "status.txt").read_text() == "401\n"
+        served = await asyncio.to_thread(
+            CliRunner().invoke, cli, [*args, "--admin", proxy.admin_url]
+        )
+        assert served.exit_code == 0, served.output
+        assert (tmp_path / "w" / "status.txt").read_text() == "200\n"
+        assert "h-1" not in proxy.addon.sessions  # forgotten after the run
+        assert proxy.addon.ledger.calls("h-1") == 1

@@ -16,6 +16,10 @@ from typing import Any
 import jsonschema
 import pytest
 
+from rollstream.capture.interceptor.settings import InterceptorSettings
+from rollstream.capture.node.settings import NodeSettings
+from rollstream.dev.backend.settings import BackendSettings
+from rollstream.dev.examples.settings import ExampleTrainerSettings
 from tests.compose import checks
 from tests.compose.docker_build import (
     dockerfile_env,
@@ -133,6 +137,29 @@ def test_every_compose_variable_has_a_default_listed_in_env_example() -> None:
     for name in REQUIRED:
         with pytest.raises(ValueError, match=f"required variable {name}"):
             Stack(cluster_doc(), example | REQUIRED | {name: ""})
+
+
+def test_every_control_plane_takes_its_token_and_the_interceptor_is_strict() -> None:
+    """As each service's process builds its settings from the files and variables."""
+    stack = Stack(base_doc())
+    interceptor = stack.settings("interceptor", InterceptorSettings)
+    node = stack.settings("node", NodeSettings)
+    backend = stack.settings("backend", BackendSettings)
+    trainer = stack.settings("example-trainer", ExampleTrainerSettings)
+    admin = REQUIRED["INTERCEPTOR_ADMIN_TOKEN"]
+    assert interceptor.strict_sessions
+    assert interceptor.admin_token == node.interceptor_token == trainer.interceptor_token
+    assert (
+        interceptor.admin_token is not None and interceptor.admin_token.get_secret_value() == admin
+    )
+    assert node.api_token is not None
+    assert node.api_token.get_secret_value() == REQUIRED["NODE_API_TOKEN"]
+    assert backend.admin_token == trainer.backend_token
+    assert backend.admin_token is not None
+    assert backend.admin_token.get_secret_value() == REQUIRED["BACKEND_ADMIN_TOKEN"]
+    # The consumers hold none: the scorer runs policy code.
+    for name in ("reconstructor", "scorer"):
+        assert not any("TOKEN" in k for k in stack.environment(name)), name
 
 
 def test_changed_variables_reach_the_services() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -36,6 +37,8 @@ from rollstream.capture.interceptor.sessions import (
     SessionLedger,
     affinity_key,
     credential_headers,
+    keyed_session,
+    named_session,
     session_of,
 )
 from rollstream.capture.interceptor.settings import InterceptorSettings
@@ -57,8 +60,12 @@ class RollstreamAddon:
         settings: InterceptorSettings,
         publish: Publish,
         sessions: SessionRegistry | None = None,
+        hash_key: bytes | None = None,
     ) -> None:
         self.settings = settings
+        #: The HMAC key naming unregistered keys' sessions (``keyed_session``); without one
+        #: (an addon of its own, in tests), this process's.
+        self.hash_key = hash_key if hash_key is not None else secrets.token_bytes(32)
         # Consulted in strict mode only. (Not `or`: an empty registry is falsy.)
         self.sessions = sessions if sessions is not None else SessionRegistry()
         self.ledger = SessionLedger(settings.recent_contexts)
@@ -83,11 +90,17 @@ class RollstreamAddon:
 
     async def request(self, flow: http.HTTPFlow) -> None:
         """Translate an LLM call for the upstream, or forward anything else as it is."""
-        session, path = session_of(_headers_dict(flow.request.headers), flow.request.path)
+        headers = _headers_dict(flow.request.headers)
+        session, path = session_of(headers, flow.request.path)
         llm_call = adapter_for(path) is not None
-        if llm_call and self.settings.strict_sessions and session not in self.sessions:
+        unknown = llm_call and session not in self.sessions
+        if unknown and self.settings.strict_sessions:
             self._unknown_session(flow, path, session)
             return
+        if unknown and session is not None and not named_session(headers, flow.request.path):
+            # Any key is served outside strict mode, but it may be a real credential: its
+            # session is named by its keyed hash, so the key itself is recorded nowhere.
+            session = keyed_session(self.hash_key, session)
         if llm_call:
             await self.gate.wait()  # held while the trainer swaps weights
         asked_context = self._rewrite_credentials(flow, session if llm_call else None)

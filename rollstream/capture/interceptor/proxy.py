@@ -25,6 +25,7 @@ from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.capture.publisher.client import CapturePublisher, PublisherSettings
 from rollstream.errors import BrokerError, ConfigurationError
 from rollstream.host import free_port
+from rollstream.http_auth import token_file
 from rollstream.kafka.control import PolicyFollower
 from rollstream.kafka.schema_store import SchemaStore
 from rollstream.schemas import AvroSerializer, PolicyVersion, TopicNames
@@ -60,7 +61,15 @@ class Interceptor:
             kafka, publisher or PublisherSettings(), TopicNames(kafka.topic_prefix).events, spool
         )
         registry = paths.state_dir / "sessions" / f"{name}.txt"
-        self.addon = RollstreamAddon(settings, self.publisher.publish, SessionRegistry(registry))
+        hash_key = settings.session_hash_key or token_file(
+            paths.state_dir / "sessions" / "hash.key"
+        )
+        self.addon = RollstreamAddon(
+            settings,
+            self.publisher.publish,
+            SessionRegistry(registry),
+            hash_key.get_secret_value().encode(),
+        )
         self.forward = (
             ForwardAddon(settings.upstream, settings.other_traffic)
             if settings.mode == "forward"

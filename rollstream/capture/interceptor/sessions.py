@@ -11,6 +11,7 @@ scripted policy tell sessions apart.
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -68,6 +69,31 @@ def _without_key(path: str) -> tuple[str, str | None]:
         else:
             kept.append(pair)  # verbatim: re-encoding could change what the upstream reads
     return (bare + "?" + "&".join(kept) if kept else bare), key
+
+
+def named_session(headers: Mapping[str, str], path: str) -> bool:
+    """Whether the call names its session (``/s/{session}/``, ``x-rollstream-session``).
+
+    A named session is an id its launcher chose; any other comes from a credential, which may
+    be a real secret sent to the wrong place (``keyed_session``).
+    """
+    if path.startswith("/s/") and path[3:].partition("/")[0]:
+        return True
+    return any(k.lower() == SESSION_HEADER and v for k, v in headers.items())
+
+
+#: The prefix of a session named after an unregistered key (``keyed_session``).
+KEYED_PREFIX = "key-"
+
+
+def keyed_session(secret: bytes, credential: str) -> str:
+    """The session of an API key nobody registered: ``key-`` and 24 hex digits of its HMAC.
+
+    Keyed (``secret`` is the deployment's), so the id says nothing about the key, not even
+    to a dictionary of likely keys; stable, so a key's calls still make one session.
+    """
+    digest = hmac.new(secret, credential.encode(), hashlib.sha256).hexdigest()
+    return KEYED_PREFIX + digest[:24]
 
 
 def affinity_key(session: str) -> str:

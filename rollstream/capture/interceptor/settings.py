@@ -84,6 +84,14 @@ class InterceptorSettings(BaseSettings):
         " as rejected under the session 'anonymous'. Registrations survive restarts"
         " (<state dir>/sessions/).",
     )
+    session_hash_key: SecretStr | None = Field(
+        default=None,
+        description="Key of the HMAC naming the session of an API key nobody registered"
+        " (outside strict mode): it is recorded as key-<24 hex digits>, never verbatim, since"
+        " it may be a real credential. Sessions named by path or x-rollstream-session, and"
+        " registered ones, keep their id. Default: made once under <state dir>/sessions/"
+        "hash.key (mode 0600), so a key keeps its session across restarts and workers.",
+    )
     drain_timeout_s: float = Field(
         default=10,
         ge=0,

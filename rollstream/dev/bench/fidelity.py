@@ -225,6 +225,7 @@ async def run_one(
 ) -> RunRow:
     """Run ``harness`` once through ``interceptor``; its row (never raises for a failed run)."""
     session = f"fidelity-{harness}-{uuid.uuid4().hex[:8]}"
+    interceptor.addon.sessions.register(session, None)  # as the node does before its harness
     ctx = HarnessContext(interceptor.url, session, MODEL, TASK)
     row = RunRow(family_name, harness, mode, "error")
     started = time.monotonic()

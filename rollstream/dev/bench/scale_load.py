@@ -20,6 +20,8 @@ from typing import Any
 
 import aiohttp
 
+from rollstream.capture.interceptor.sessions import SESSION_HEADER
+
 
 @dataclass(frozen=True)
 class LoadSpec:
@@ -84,7 +86,9 @@ async def stream_call(
     first = 0.0
     parts: list[str] = []
     finish, done = None, False
-    async with http.post(url, json=body, headers={"Authorization": f"Bearer {key}"}) as resp:
+    # The session named as a launcher names it: a key nobody registered would be recorded
+    # only as its keyed hash, and the run's records are found by their session ids.
+    async with http.post(url, json=body, headers={SESSION_HEADER: key}) as resp:
         if resp.status != 200:
             await resp.read()
             raise CallFailed(f"http_{resp.status}")

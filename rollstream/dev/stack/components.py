@@ -200,6 +200,7 @@ def plan(settings: StackSettings) -> list[Component]:
                 settings.model,
                 "--workers",
                 str(settings.workers),
+                "--strict-sessions" if settings.strict_sessions else "--no-strict-sessions",
                 *_context_options(settings, served),
             ),
             health=f"{admin}/health",

@@ -67,6 +67,12 @@ class StackSettings(BaseSettings):
         "node sends each session's harness straight to its worker.",
     )
     node: bool = Field(default=True, description="Start a rollout node.")
+    strict_sessions: bool = Field(
+        default=True,
+        description="The interceptor serves only the sessions the node registered (a harness "
+        "started by hand gets a 401); --no-strict-sessions serves any key, recorded under its "
+        "keyed hash (docs/sessions.md).",
+    )
     start_timeout_s: float = Field(
         default=180.0, gt=0, description="How long each service may take to become healthy."
     )

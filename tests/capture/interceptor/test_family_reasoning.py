@@ -32,6 +32,7 @@ from rollstream.processing.reconstruct.strategies import StrategyContext, get_st
 from rollstream.schemas import CallRecord, CallStatus, ContextMode, TopicNames
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.capture.interceptor.test_interceptor import SCENARIOS
+from tests.harness_stack import register
 from tests.kafka_reading import read_records
 
 pytestmark = [
@@ -222,6 +223,7 @@ async def test_reasoning_reaches_the_harness_and_trains(
 ) -> None:
     interceptor = await start(context)
     session = f"{api}-{context}-{id(interceptor)}@solve"
+    register(interceptor, session)
     await CLIENTS[api](interceptor.url, session)
     records = sorted(
         await read_records(

@@ -47,7 +47,7 @@ async def _call(
 ) -> tuple[list[bytes], CallRecord]:
     published = Published()
     records = published.records
-    addon = RollstreamAddon(InterceptorSettings(), published)
+    addon = RollstreamAddon(InterceptorSettings(), published, hash_key=b"test-hash-key")
     flow = tflow.tflow(
         req=tutils.treq(
             method=b"POST",

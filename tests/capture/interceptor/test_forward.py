@@ -18,7 +18,7 @@ from rollstream.capture.interceptor.forward import (
     retarget,
     upstream_target,
 )
-from rollstream.capture.interceptor.sessions import affinity_key
+from rollstream.capture.interceptor.sessions import affinity_key, keyed_session
 from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.errors import ConfigurationError
 
@@ -68,6 +68,9 @@ def test_llm_paths_are_retargeted_and_nothing_else(path: str, llm: bool) -> None
     assert retarget(path, UPSTREAM) == (UPSTREAM if llm else None)
 
 
+HASH_KEY = b"k" * 32
+
+
 def _flow(url: str, headers: dict[str | bytes, str | bytes], body: object = None) -> http.HTTPFlow:
     content = json.dumps(body).encode() if body is not None else b""
     method = "POST" if body is not None else "GET"
@@ -91,7 +94,7 @@ async def _through(
     )
     records: list[bytes] = []
     addon, forward = (
-        RollstreamAddon(settings, lambda _key, value: records.append(value)),
+        RollstreamAddon(settings, lambda _key, value: records.append(value), hash_key=HASH_KEY),
         ForwardAddon(settings.upstream, other),
     )
     forward.requestheaders(flow)
@@ -110,8 +113,9 @@ async def test_llm_call_goes_upstream_whatever_host_was_addressed() -> None:
     assert request.headers["host"] == "127.0.0.1:8000"
     assert "x-api-key" not in request.headers
     assert request.headers["authorization"] == "Bearer upstream-key"
-    # Not the session id: a hash of it, for session affinity upstream.
-    assert request.headers["x-rollstream-session-hash"] == affinity_key("sess-1") != "sess-1"
+    # Not the key, nor the session its keyed hash names: a hash of that, for affinity upstream.
+    session = keyed_session(HASH_KEY, "sess-1")
+    assert request.headers["x-rollstream-session-hash"] == affinity_key(session)
 
 
 async def test_other_traffic_is_forwarded_unchanged() -> None:

@@ -27,6 +27,7 @@ from rollstream.dev.backend.tokenizer import default_tokenizer_dir
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import CallRecord, CallStatus, TopicNames
 from rollstream.settings import KafkaSettings, StatePaths
+from tests.harness_stack import register
 from tests.kafka_reading import read_records
 
 pytestmark = pytest.mark.integration
@@ -108,6 +109,7 @@ async def test_calls_to_the_real_providers_are_answered_by_the_upstream(
 ) -> None:
     assert forward.ca_cert_path.parent == forward.settings.confdir
     assert forward.ca_cert_path.read_text().startswith("-----BEGIN CERTIFICATE-----")
+    register(forward, "sess-fwd-openai@solve", "sess-fwd-claude@solve")
     async with (
         _client(forward) as http,
         openai.AsyncOpenAI(

@@ -28,6 +28,7 @@ from rollstream.schemas import ApiKind, CallRecord, CallStatus, TopicNames
 from rollstream.schemas.calls import SessionRequests
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.capture.interceptor.test_interceptor import SCENARIOS
+from tests.harness_stack import register
 from tests.kafka_reading import read_records
 
 pytestmark = [
@@ -95,6 +96,7 @@ async def _records(settings: KafkaSettings, expected: int) -> list[CallRecord]:
 async def test_a_tool_task_whole_then_streamed_with_the_sdk(
     interceptor: Interceptor, kafka_settings: KafkaSettings
 ) -> None:
+    register(interceptor, "gemini-sess@solve")
     client = _client(interceptor.url, "gemini-sess@solve")
     contents: list[Any] = [
         types.Content(role="user", parts=[types.Part(text="Create hello.txt with polar.")])
@@ -152,6 +154,7 @@ async def test_a_tool_task_whole_then_streamed_with_the_sdk(
 async def test_the_key_parameter_is_the_session_and_is_not_forwarded(
     interceptor: Interceptor, kafka_settings: KafkaSettings
 ) -> None:
+    register(interceptor, "keyed@solve", "b")  # keys their launcher registered
     body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
     url = f"{interceptor.url}/v1beta/models/gemini-x:streamGenerateContent"
     async with aiohttp.ClientSession() as http:

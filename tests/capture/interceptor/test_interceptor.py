@@ -35,6 +35,7 @@ from rollstream.schemas import (
     resolve_prompt,
 )
 from rollstream.settings import KafkaSettings, StatePaths
+from tests.harness_stack import register
 from tests.kafka_reading import read_records
 from tests.waiting import until
 
@@ -102,6 +103,7 @@ async def _records(settings: KafkaSettings, expected: int) -> list[CallRecord]:
 async def test_chat_completions_streamed_and_not(
     stack: Interceptor, kafka_settings: KafkaSettings, tokenizer: ChatTokenizer
 ) -> None:
+    register(stack, "sess-chat@solve")
     async with openai.AsyncOpenAI(
         base_url=f"{stack.url}/v1", api_key="sess-chat@solve", max_retries=0
     ) as client:
@@ -253,6 +255,7 @@ async def test_admin_port_metrics_sessions_policy_version_and_pause(
     import aiohttp
 
     admin = stack.admin_url
+    register(stack, "sess-admin")
     async with (
         aiohttp.ClientSession() as http,
         openai.AsyncOpenAI(
@@ -628,6 +631,7 @@ async def test_synthesize_mode_streams_whole_answers_with_their_token_ids(
         _proxy(upstream, kafka_settings, tmp_path, stream_mode="synthesize") as proxy,
         aiohttp.ClientSession() as http,
     ):
+        register(proxy, "sess-synth@solve", "sess-synth-claude@solve")
         # As the interceptor will ask for the session below (the scripted draws follow the key).
         affinity = {AFFINITY_HEADER: affinity_key("sess-synth@solve")}
         direct = await (
@@ -706,6 +710,7 @@ async def test_a_published_policy_version_is_stamped_into_later_calls(
                 model="rollstream-tiny", messages=[{"role": "user", "content": "hi"}]
             )
 
+    register(stack, "sess-before", "sess-after")
     await one_call("sess-before")
     await publish_policy_version(kafka_settings, 5, publisher="trainer-a")
     for _ in range(100):  # the follower picks it up in the background

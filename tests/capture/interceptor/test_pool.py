@@ -18,7 +18,9 @@ import aiohttp
 import pytest
 
 from rollstream.capture.interceptor.pool_affinity import hashed_worker
+from rollstream.capture.interceptor.sessions import keyed_session
 from rollstream.host import free_port
+from rollstream.http_auth import token_file
 from rollstream.lifecycle import die_with_parent
 from rollstream.schemas import CallRecord, CallStatus, TopicNames
 from rollstream.settings import KafkaSettings
@@ -71,8 +73,14 @@ async def test_sessions_stay_on_their_worker_by_any_address(
             other = pool.workers[1 - reply["worker"]]
             _, elsewhere = await admin(http, f"{other.admin_url}/sessions/{session}")
             assert elsewhere["calls_recorded"] == 0
+        # Unregistered, its key is recorded as its keyed hash: under the state directory's
+        # secret, which every worker shares.
+        secret = token_file(pool.paths.state_dir / "sessions" / "hash.key")
+        keyed = keyed_session(secret.get_secret_value().encode(), loose)
+        _, view = await admin(http, f"{pool.workers[1].admin_url}/sessions/{keyed}")
+        assert view["calls_recorded"] == 1
         _, view = await admin(http, f"{pool.admin_url}/sessions/{loose}")
-        assert (view["calls_recorded"], view["worker"]) == (1, 1)
+        assert view["calls_recorded"] == 0
 
         values = await metrics(http, pool.admin_url)
         assert summed(values, "rollstream_calls_total") == 9
@@ -90,7 +98,8 @@ async def test_sessions_stay_on_their_worker_by_any_address(
 
     records = await _calls(kafka_settings, 9)
     assert len(records) == 9 and len({r.call_id for r in records}) == 9  # each call once
-    for session, count in (("s-a", 4), ("s-b", 4), (loose, 1)):
+    assert not any(loose in r.model_dump_json() for r in records)
+    for session, count in (("s-a", 4), ("s-b", 4), (keyed, 1)):
         mine = [r for r in records if r.session_id == session]
         assert [r.seq for r in mine] == list(range(count))  # in order, one ledger each
         assert all(r.status is CallStatus.OK for r in mine)
@@ -216,6 +225,10 @@ async def test_sigterm_stops_the_pool_and_every_worker(
             _, health = await admin(http, f"http://127.0.0.1:{admin_port}/health")
             pids = [w["pid"] for w in health["workers"]]
             assert all(alive(pid) for pid in pids)
+            # Registered first, as the node does: its key is then its session id.
+            assert (await admin(http, f"http://127.0.0.1:{admin_port}/sessions/t-a", "PUT"))[
+                0
+            ] == 200
             assert (await chat(http, f"http://127.0.0.1:{port}", "t-a"))[0] == 200
         process.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(process.wait, 60) == 0

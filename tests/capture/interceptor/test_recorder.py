@@ -73,6 +73,7 @@ async def _call(
     finish: Any = "stop",
 ) -> http.HTTPFlow:
     flow = _flow(session, content)
+    addon.sessions.register(session, None)  # as its launcher does: the key is the session
     await addon.request(flow)
     flow.response = _answer(prompt, completion, finish)
     addon.response(flow)

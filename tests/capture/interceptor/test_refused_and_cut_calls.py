@@ -13,7 +13,12 @@ from mitmproxy.test import tflow
 
 from rollstream.capture.interceptor.addon import RollstreamAddon
 from rollstream.capture.interceptor.registry import RegistryError, SessionRegistry
-from rollstream.capture.interceptor.sessions import affinity_key
+from rollstream.capture.interceptor.sessions import (
+    SESSION_HEADER,
+    affinity_key,
+    keyed_session,
+    named_session,
+)
 from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.schemas import CallRecord, CallStatus
 from tests.capture.interceptor.published import Published
@@ -136,7 +141,7 @@ async def test_an_oversized_body_is_refused_413_and_not_kept() -> None:
 
 async def test_calls_in_flight_at_a_stop_are_recorded_once_as_failed() -> None:
     addon, records = _addon(strict=False)
-    flows = [_flow("/v1/chat/completions", {"authorization": f"Bearer s{i}"}, CHAT) for i in (1, 2)]
+    flows = [_flow("/v1/chat/completions", {SESSION_HEADER: f"s{i}"}, CHAT) for i in (1, 2)]
     for flow in flows:
         await addon.request(flow)
     assert addon.record_unfinished("stopping") == 2
@@ -188,3 +193,43 @@ async def test_a_whole_answer_never_given_is_blamed_on_the_side_that_went_away(
     addon.error(flow)
     [record] = records
     assert record.status is status and record.error is not None and record.error.type == kind
+
+
+async def test_outside_strict_mode_an_unregistered_key_is_recorded_only_as_its_keyed_hash() -> None:
+    published = Published()
+    secret = b"deployment-secret"
+    addon = RollstreamAddon(InterceptorSettings(), published, hash_key=secret)
+    addon.sessions.register("registered-1", None)
+    calls = [
+        ("/v1/chat/completions", {"authorization": "Bearer sk-live-abc"}),
+        ("/v1/messages", {"x-api-key": "sk-live-abc"}),  # the same key: the same session
+        ("/v1/chat/completions", {"authorization": "Bearer registered-1"}),
+        ("/v1/chat/completions", {SESSION_HEADER: "named-1", "authorization": "Bearer sk-x"}),
+        ("/s/path-1/v1/chat/completions", {"authorization": "Bearer sk-y"}),
+    ]
+    for path, headers in calls:
+        body = CLAUDE if path.endswith("/messages") else CHAT
+        await addon.request(_flow(path, headers, body))
+    assert addon.record_unfinished("done") == len(calls)
+    hashed = keyed_session(secret, "sk-live-abc")
+    assert hashed.startswith("key-") and len(hashed) == 4 + 24
+    assert [r.session_id for r in published.records] == [
+        hashed,
+        hashed,
+        "registered-1",
+        "named-1",
+        "path-1",
+    ]
+    dumped = json.dumps([r.model_dump(mode="json") for r in published.records])
+    for key in ("sk-live-abc", "sk-x", "sk-y"):
+        assert key not in dumped
+    # Keyed: another deployment's secret names the same key otherwise.
+    assert keyed_session(b"another-secret", "sk-live-abc") != hashed
+
+
+def test_a_named_session_is_one_a_launcher_chose() -> None:
+    assert named_session({}, "/s/abc/v1/chat/completions")
+    assert named_session({"X-Rollstream-Session": "abc"}, "/v1/chat/completions")
+    assert not named_session({"Authorization": "Bearer abc"}, "/v1/chat/completions")
+    assert not named_session({}, "/s//v1/chat/completions")
+    assert not named_session({SESSION_HEADER: ""}, "/v1/chat/completions")

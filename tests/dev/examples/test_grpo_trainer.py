@@ -77,6 +77,7 @@ async def run_session(
     """SessionStarted, two chat calls through the interceptor, SessionEnded."""
     serializer = AvroSerializer()
     session = f"{task.task_id}-{sample}"
+    interceptor.addon.sessions.register(session, None)  # as the node does before its harness
     ids: dict[str, Any] = {"session_id": session, "task_id": task.task_id}
     ids |= {"group_id": task.group_id, "sample_index": sample, "harness": "python"}
     started = SessionStarted(**ids, started_at=utcnow(), task=task)
@@ -167,6 +168,7 @@ async def test_one_update_is_on_policy_synced_and_stamped_into_new_calls(
             assert (await response.json())["paused"] is False
 
     # Stamped: a call after the update carries version 1.
+    interceptor.addon.sessions.register("after-update", None)
     async with openai.AsyncOpenAI(
         base_url=f"{interceptor.url}/v1", api_key="after-update", max_retries=0
     ) as client:

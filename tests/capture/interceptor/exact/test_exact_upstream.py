@@ -21,6 +21,7 @@ from aiohttp.test_utils import TestServer
 from rollstream.capture.interceptor.exact.sessions import FIRST_CALL, NOT_APPENDED
 from rollstream.capture.interceptor.exact.upstream import CONTEXT_HEADER
 from rollstream.capture.interceptor.proxy import Interceptor
+from rollstream.capture.interceptor.sessions import SESSION_HEADER
 from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.dev.backend.server import Backend
@@ -102,9 +103,16 @@ def _context(record: CallRecord) -> TokenIds:
 async def _chat_session(
     url: str, session: str, stream: bool, headers: dict[str, str] | None = None
 ) -> list[str]:
-    """The scripted two-turn task over Chat Completions; the answers' texts."""
+    """The scripted two-turn task over Chat Completions; the answers' texts.
+
+    The session is named by header, as a launcher that chose it does (a key nobody registered
+    would be recorded as its keyed hash).
+    """
     async with openai.AsyncOpenAI(
-        base_url=f"{url}/v1", api_key=session, max_retries=0, default_headers=headers
+        base_url=f"{url}/v1",
+        api_key="unused",
+        max_retries=0,
+        default_headers={SESSION_HEADER: session} | (headers or {}),
     ) as client:
         messages: Any = [{"role": "user", "content": "make hello.txt"}]
         texts = []
