@@ -21,6 +21,8 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from pydantic import SecretStr
 
+from rollstream.errors import ConfigurationError
+
 log = logging.getLogger(__name__)
 
 #: Paths any caller may ask: liveness says nothing and changes nothing.
@@ -107,7 +109,10 @@ def token_file(path: Path) -> SecretStr:
     if path.exists():
         mode = path.stat().st_mode & 0o777
         if mode & 0o077:
-            raise PermissionError(f"{path} is readable by others (mode {mode:o}): chmod 600 it")
+            raise ConfigurationError(
+                f"{path} is readable by others (mode {mode:o}): its token may have been read;"
+                " chmod 600 it, or delete it to have a new one made"
+            )
         return SecretStr(path.read_text().strip())
     path.parent.mkdir(parents=True, exist_ok=True)
     made = secrets.token_urlsafe(32)

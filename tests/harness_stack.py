@@ -120,6 +120,7 @@ async def solve_session(
     its own, or in a session of ``runtime`` (a container of the docker runtime).
     """
     session = f"{name}-{uuid.uuid4().hex[:8]}"
+    register(interceptor, session)  # as the node does before it launches a harness
     ctx = HarnessContext(interceptor.url, session, MODEL, TASK)
     launch = PRESETS[name].launch(ctx, harness_bin / PACKAGES[name][1])
     if runtime is None:

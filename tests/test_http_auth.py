@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr
 
+from rollstream.errors import ConfigurationError
 from rollstream.http_auth import auth_headers, bearer_middleware, matches, token_file
 
 TOKEN = SecretStr("control-token-0123456789")
@@ -127,5 +128,5 @@ def test_a_generated_token_is_kept_with_mode_0600_and_read_back(tmp_path: Path) 
     assert token_file(path).get_secret_value() == made.get_secret_value()
     assert [p.name for p in path.parent.iterdir()] == ["admin.token"]
     os.chmod(path, 0o644)
-    with pytest.raises(PermissionError, match="chmod 600"):
+    with pytest.raises(ConfigurationError, match="chmod 600"):
         token_file(path)

@@ -66,7 +66,8 @@ class RollstreamAddon:
         #: The HMAC key naming unregistered keys' sessions (``keyed_session``); without one
         #: (an addon of its own, in tests), this process's.
         self.hash_key = hash_key if hash_key is not None else secrets.token_bytes(32)
-        # Consulted in strict mode only. (Not `or`: an empty registry is falsy.)
+        # Strict mode serves only these; outside it, their keys are recorded as their ids.
+        # (Not `or`: an empty registry is falsy.)
         self.sessions = sessions if sessions is not None else SessionRegistry()
         self.ledger = SessionLedger(settings.recent_contexts)
         self.recorder = CallRecorder(self.ledger, publish)

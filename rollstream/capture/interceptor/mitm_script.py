@@ -13,6 +13,7 @@ from mitmproxy import ctx
 from rollstream.capture.interceptor import errorpages
 from rollstream.capture.interceptor.addon import RollstreamAddon
 from rollstream.capture.interceptor.forward import ForwardAddon
+from rollstream.capture.interceptor.proxy import session_hash_key
 from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.capture.publisher.client import CapturePublisher, PublisherSettings
 from rollstream.schemas import TopicNames
@@ -30,7 +31,8 @@ class ScriptAddon(RollstreamAddon):
             TopicNames(kafka.topic_prefix).events,
             StatePaths().state_dir / "spool" / "mitmdump",
         )
-        super().__init__(settings, self._publisher.publish)
+        hash_key = session_hash_key(settings, StatePaths().state_dir)
+        super().__init__(settings, self._publisher.publish, hash_key=hash_key)
 
     async def running(self) -> None:
         """Start publishing once mitmproxy is up."""

@@ -34,6 +34,16 @@ from rollstream.settings import KafkaSettings, StatePaths
 log = logging.getLogger(__name__)
 
 
+def session_hash_key(settings: InterceptorSettings, state_dir: Path) -> bytes:
+    """The HMAC key naming unregistered keys' sessions: the setting's, else the state dir's.
+
+    Made once (mode 0600) and shared by every interceptor of the state directory, a pool's
+    workers among them, so a key keeps its session across processes and restarts.
+    """
+    key = settings.session_hash_key or token_file(state_dir / "sessions" / "hash.key")
+    return key.get_secret_value().encode()
+
+
 class Interceptor:
     """The proxy, its addon and the capture publisher, as one async resource."""
 
@@ -61,14 +71,11 @@ class Interceptor:
             kafka, publisher or PublisherSettings(), TopicNames(kafka.topic_prefix).events, spool
         )
         registry = paths.state_dir / "sessions" / f"{name}.txt"
-        hash_key = settings.session_hash_key or token_file(
-            paths.state_dir / "sessions" / "hash.key"
-        )
         self.addon = RollstreamAddon(
             settings,
             self.publisher.publish,
             SessionRegistry(registry),
-            hash_key.get_secret_value().encode(),
+            session_hash_key(settings, paths.state_dir),
         )
         self.forward = (
             ForwardAddon(settings.upstream, settings.other_traffic)

@@ -29,7 +29,7 @@ from rollstream.sandbox.harnesses.runner import run_harness
 from rollstream.schemas import CallRecord, CallStatus, TopicNames, resolve_prompt
 from rollstream.schemas.packed import TokenIds
 from rollstream.settings import KafkaSettings
-from tests.harness_stack import MODEL, harnesses_installed, scripted_interceptor
+from tests.harness_stack import MODEL, harnesses_installed, register, scripted_interceptor
 from tests.kafka_reading import read_records
 
 pytestmark = pytest.mark.integration
@@ -105,6 +105,7 @@ async def test_harness_completes_a_tool_task_and_every_call_is_captured(
 ) -> None:
     preset = PRESETS[name]
     session = f"{name}-{uuid.uuid4().hex[:8]}"
+    register(stack.interceptor, session)  # as the node does before it launches a harness
     ctx = HarnessContext(stack.interceptor.url, session, MODEL, "Create hello.txt with polar.")
     launch = preset.launch(ctx, harness_bin / PACKAGES[name][1])
     workdir = tmp_path / "work"
