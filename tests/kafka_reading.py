@@ -110,3 +110,14 @@ async def read_values(
         settle_s=settle_ms / 1000,
     )
     return values
+
+
+async def records_produced(kafka: KafkaSettings, topic: str) -> int:
+    """Records ever produced to ``topic``: the sum of its partitions' end offsets."""
+    consumer = make_consumer(kafka)
+    await consumer.start()
+    try:
+        tps = await topic_partitions(consumer, topic) or []
+        return sum((await consumer.end_offsets(tps)).values())
+    finally:
+        await consumer.stop()

@@ -24,12 +24,12 @@ from pydantic import SecretStr
 from rollstream.capture.node.service import Node
 from rollstream.capture.node.settings import NodeSettings
 from rollstream.capture.publisher.client import PublisherSettings
-from rollstream.kafka.clients import make_consumer, topic_partitions
 from rollstream.schemas import TopicNames
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.chaos.conftest import ChaosReport
 from tests.conftest import JAR_CACHE
 from tests.harness_stack import MODEL, scripted_interceptor
+from tests.kafka_reading import records_produced
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -82,13 +82,7 @@ def _variants(token: str, other: str) -> Iterator[dict[str, str]]:
 
 
 async def _tasks_produced(kafka: KafkaSettings) -> int:
-    consumer = make_consumer(kafka)
-    await consumer.start()
-    try:
-        tps = await topic_partitions(consumer, TopicNames(kafka.topic_prefix).tasks) or []
-        return sum((await consumer.end_offsets(tps)).values())
-    finally:
-        await consumer.stop()
+    return await records_produced(kafka, TopicNames(kafka.topic_prefix).tasks)
 
 
 async def test_no_call_without_its_token_has_an_effect_or_leaks_it(

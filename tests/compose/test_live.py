@@ -17,8 +17,6 @@ import secrets
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 
@@ -36,6 +34,7 @@ from tests.compose.live import ComposeProject, build_project_image, free_port
 from tests.compose.stack import BASE_FILE, COMPOSE_DIR, HOST_FILE, LOCAL_KAFKA_FILE, REQUIRED
 from tests.conftest import JAR_CACHE
 from tests.docker_fixtures import IMAGE_CACHE
+from tests.http_probe import status_of
 from tests.kafka_reading import read_records
 
 pytestmark = pytest.mark.integration
@@ -218,17 +217,6 @@ def test_a_task_submitted_from_the_host_is_scored(stack: ComposeProject) -> None
     assert all(s.reward in (0.0, 1.0) and s.error is None for s in scored)
 
 
-def _status(url: str, token: str | None = None) -> int:
-    request = urllib.request.Request(url)
-    if token is not None:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as reply:
-            return int(reply.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-
-
 def test_the_control_planes_take_only_their_tokens(stack: ComposeProject) -> None:
     """Each control plane of the stack answers 401 without its token, and serves with it."""
     v = stack.variables
@@ -242,8 +230,8 @@ def test_the_control_planes_take_only_their_tokens(stack: ComposeProject) -> Non
         (f"{backend}/admin/weights", v["BACKEND_ADMIN_TOKEN"], 200),
     ]
     for url, token, served in cases:
-        assert _status(url) == 401, url
-        assert _status(url, "not-" + token) == 401, url
-        assert _status(url, token) == served, url
+        assert status_of(url) == 401, url
+        assert status_of(url, "not-" + token) == 401, url
+        assert status_of(url, token) == served, url
     for url in (f"{admin}/health", f"{node}/health", f"{backend}/v1/models"):
-        assert _status(url) == 200, url
+        assert status_of(url) == 200, url

@@ -28,6 +28,7 @@ from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.capture.publisher.client import CapturePublisher, PublisherSettings
 from rollstream.settings import KafkaSettings
 from tests.capture.interceptor.published import Published
+from tests.strategies import PATH_CHARS, header_values, json_values
 
 TOKEN = "admin-fuzz-token-0123456789abcdef"
 SCRAPE = "scrape-fuzz-token-0123456789abcdef"
@@ -39,9 +40,6 @@ ROUTES = [
     "/admin/resume",
     "/admin/policy-version",
 ]
-PATH_CHARS = st.characters(
-    codec="ascii", categories=("L", "N"), include_characters="-._~%/!$&'()*+,;=:@"
-)
 
 Client = TestClient[Any, Any]
 
@@ -69,27 +67,20 @@ authorizations = st.one_of(
     st.just(f"Bearer {TOKEN}"),
     st.just(f"Bearer {SCRAPE}"),
     st.sampled_from([f"Bearer {TOKEN[:-1]}", f"bearer {TOKEN}x", f"Basic {TOKEN}", TOKEN]),
-    st.text(st.characters(codec="latin-1", min_codepoint=0x20), max_size=80),
-)
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
-    ),
-    max_leaves=12,
+    header_values(80),
 )
 bodies = st.one_of(
     st.none(),
     st.binary(max_size=200),
-    json_values,
+    json_values(),
     st.fixed_dictionaries(
         {},
         optional={
-            "drain_timeout_s": json_values,
-            "lease_s": json_values,
-            "version": json_values,
-            "context": json_values,
-            "timeout_s": json_values,
+            "drain_timeout_s": json_values(),
+            "lease_s": json_values(),
+            "version": json_values(),
+            "context": json_values(),
+            "timeout_s": json_values(),
         },
     ),
 )

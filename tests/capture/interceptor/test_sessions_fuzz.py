@@ -25,6 +25,7 @@ from rollstream.capture.interceptor.registry import RegistryError
 from rollstream.capture.interceptor.sessions import SESSION_HEADER, keyed_session
 from rollstream.capture.interceptor.settings import InterceptorSettings
 from tests.capture.interceptor.published import Published
+from tests.strategies import json_values
 
 SECRET = b"fuzz-deployment-secret"
 KEY_CHARS = st.characters(codec="ascii", categories=("L", "N"), include_characters="-_.~+/=")
@@ -35,17 +36,10 @@ PATHS = {
     "/v1/messages": "x-api-key",
     "/v1beta/models/gemini-x:generateContent": "x-goog-api-key",
 }
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3)
-    ),
-    max_leaves=10,
-)
 bodies = st.one_of(
     st.just({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}),
     st.just({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
-    st.dictionaries(st.sampled_from(["model", "messages", "input", "contents"]), json_values),
+    st.dictionaries(st.sampled_from(["model", "messages", "input", "contents"]), json_values()),
     st.binary(max_size=100),
 )
 

@@ -21,32 +21,23 @@ from pydantic import SecretStr, ValidationError
 
 from rollstream.capture.node.api import NodeApi, task_from_document
 from rollstream.capture.node.settings import NodeSettings
+from tests.strategies import PATH_CHARS, header_values, json_values
 
 TOKEN = "node-fuzz-token-0123456789abcdef"
-PATH_CHARS = st.characters(
-    codec="ascii", categories=("L", "N"), include_characters="-._~%/!$&'()*+,;=:@"
-)
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3)
-    ),
-    max_leaves=10,
-)
 documents = st.one_of(
-    json_values,
+    json_values(),
     st.fixed_dictionaries(
         {"instruction": st.text(max_size=30)},
         optional={
-            "harness": st.sampled_from(["command", "python", "codex", "nope", ""]) | json_values,
-            "samples": st.integers(-3, 5) | json_values,
+            "harness": st.sampled_from(["command", "python", "codex", "nope", ""]) | json_values(),
+            "samples": st.integers(-3, 5) | json_values(),
             "workspace": st.fixed_dictionaries(
                 {"kind": st.sampled_from(["inline", "git", "empty", "x"])},
                 optional={"files": st.dictionaries(st.text(PATH_CHARS, max_size=20), st.text())},
             ),
             "metadata": st.dictionaries(st.text(max_size=20), st.text(max_size=20)),
-            "evaluator": json_values,
-            "task_id": st.text(max_size=20) | json_values,
+            "evaluator": json_values(),
+            "task_id": st.text(max_size=20) | json_values(),
         },
     ),
 )
@@ -75,7 +66,7 @@ async def api() -> AsyncIterator[Client]:
     authorization=st.one_of(
         st.none(),
         st.sampled_from([f"Bearer {TOKEN[:-1]}", f"Basic {TOKEN}", TOKEN, "Bearer "]),
-        st.text(st.characters(codec="latin-1", min_codepoint=0x20), max_size=60),
+        header_values(60),
     ),
     body=st.one_of(st.none(), st.binary(max_size=300), documents.map(yaml.safe_dump)),
 )

@@ -23,12 +23,11 @@ from pydantic import SecretStr
 from rollstream.capture.node.service import Node
 from rollstream.capture.node.settings import NodeSettings
 from rollstream.capture.publisher.client import PublisherSettings
-from rollstream.kafka.clients import make_consumer, topic_partitions
 from rollstream.schemas import AvroRecord, SessionEnded, TopicNames
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.conftest import JAR_CACHE
 from tests.harness_stack import MODEL, scripted_interceptor
-from tests.kafka_reading import read_records
+from tests.kafka_reading import read_records, records_produced
 
 pytestmark = pytest.mark.integration
 
@@ -74,14 +73,7 @@ def _bearer(token: str) -> dict[str, str]:
 
 
 async def _tasks_produced(kafka: KafkaSettings) -> int:
-    """Records ever produced to the tasks topic (the sum of its end offsets)."""
-    consumer = make_consumer(kafka)
-    await consumer.start()
-    try:
-        tps = await topic_partitions(consumer, TopicNames(kafka.topic_prefix).tasks) or []
-        return sum((await consumer.end_offsets(tps)).values())
-    finally:
-        await consumer.stop()
+    return await records_produced(kafka, TopicNames(kafka.topic_prefix).tasks)
 
 
 async def _follow(

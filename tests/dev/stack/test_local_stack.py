@@ -7,8 +7,6 @@ import os
 import stat
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from rollstream.dev.stack.processes import StackState, state_path
 from rollstream.dev.stack.tokens import tokens_dir
 from rollstream.schemas import Scored, TopicNames
 from rollstream.settings import KafkaSettings
+from tests.http_probe import status_of
 from tests.kafka_reading import read_records
 
 pytestmark = pytest.mark.integration
@@ -98,17 +97,6 @@ def test_up_run_status_down(
     assert rollstream("status").returncode == 1  # nothing is up
 
 
-def _status(url: str, token: str | None = None) -> int:
-    request = urllib.request.Request(url)
-    if token is not None:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as reply:
-            return int(reply.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-
-
 def _control_planes_need_their_tokens(state: StackState, state_dir: Path) -> None:
     """``up`` made a token per control plane (mode 0600); each plane takes its own alone."""
     folder = tokens_dir(state_dir)
@@ -123,10 +111,10 @@ def _control_planes_need_their_tokens(state: StackState, state_dir: Path) -> Non
         (f"{backend}/admin/weights", "backend-admin", 200),
     ]
     for url, name, served in cases:
-        assert _status(url) == 401, url
+        assert status_of(url) == 401, url
         others = [t for n, t in tokens.items() if n != name]
-        assert [_status(url, t) for t in others] == [401, 401], url
-        assert _status(url, tokens[name]) == served, url
+        assert [status_of(url, t) for t in others] == [401, 401], url
+        assert status_of(url, tokens[name]) == served, url
     logs = "".join(Path(c.log).read_text() for c in state.components)
     assert "refused GET /sessions/probe" in logs
     assert not any(token in logs for token in tokens.values())
