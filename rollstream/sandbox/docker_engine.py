@@ -1,7 +1,7 @@
 """The Docker engine as the docker runtime reaches it: the SDK client, probes, its errors.
 
 The SDK's unix connection leaves the socket of a failed connect open, so the engine's socket is
-probed with a plain connect before the SDK is let near a socket that may be dead.
+pinged over a plain socket of ours before the SDK is let near a socket that may be dead.
 """
 
 from __future__ import annotations
@@ -57,17 +57,24 @@ def docker_client(chosen_by: str) -> Any:
     return client
 
 
-def unix_socket_problem(path: str) -> str | None:
-    """Why the engine's unix socket at ``path`` takes no connection, or None.
+def unix_socket_problem(path: str, timeout: float = 5.0) -> str | None:
+    """Why the engine at the unix socket ``path`` does not answer ``GET /_ping``, or None.
 
     Asked before the SDK tries: its unix connection leaves the socket of a failed connect open.
+    A connect alone is not enough: an engine being killed still has its listening socket for
+    a moment, which takes the connection into its backlog and never answers; only an answer
+    says the engine is there.
     """
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(5)
+        probe.settimeout(timeout)
         try:
             probe.connect(path)
+            probe.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            status = probe.recv(64)
         except OSError as exc:
             return f"{path}: {exc.strerror or exc}"
+    if not status.startswith(b"HTTP/1."):
+        return f"{path}: the engine closed the connection without an answer"
     return None
 
 
