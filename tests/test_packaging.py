@@ -23,6 +23,10 @@ from tests.conftest import ProducerFactory
 from tests.trainer.records import group_of
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# One worker runs the module: pip builds the checkout in its own build/ folder, and two builds
+# at once (the module fixture set up on each xdist worker) collide there ("File exists").
+pytestmark = pytest.mark.xdist_group("packaging")
 #: What the trainer's environment must not get (each belongs to another extra).
 ELSEWHERE = ("mitmproxy", "transformers", "tokenizers", "pyarrow", "aiohttp", "matplotlib")
 
