@@ -18,6 +18,7 @@ from rollstream.dev.bench.pipeline import PipelineBenchConfig, run_pipeline_benc
 from rollstream.dev.bench.publisher import PublisherBenchConfig, run_publisher_bench
 from rollstream.dev.bench.report import record, write_markdown
 from rollstream.dev.bench.suite import ORDER, record_run
+from rollstream.dev.bench.wall import WallBenchConfig, run_wall_bench
 from rollstream.settings import KafkaSettings
 
 
@@ -63,6 +64,29 @@ def publisher(
     click.echo("publisher: CallRecords/s and session bytes on the broker, per encoding")
     result = asyncio.run(run_publisher_bench(config, _bench_kafka(kafka), click.echo))
     data = record(json_path, "publisher", result)
+    write_markdown(data, markdown)
+    click.echo(f"results in {json_path}, summary in {markdown}")
+
+
+@click.command(name="wall")
+@output_options
+@click.option("--rounds", type=click.IntRange(1), default=WallBenchConfig.rounds, show_default=True)
+@click.option(
+    "--starts",
+    type=click.IntRange(1),
+    default=WallBenchConfig.starts,
+    show_default=True,
+    help="Processes started per round and mode.",
+)
+def wall(json_path: Path, markdown: Path, rounds: int, starts: int) -> None:
+    """What a session's network wall costs: process start and relayed traffic, vs none.
+
+    Side by side in the same rounds; needs user namespaces (no broker, no interceptor).
+    """
+    config = WallBenchConfig(rounds=rounds, starts=starts)
+    click.echo("wall: walled against direct, process start and relayed traffic")
+    result = asyncio.run(run_wall_bench(config, click.echo))
+    data = record(json_path, "wall", result)
     write_markdown(data, markdown)
     click.echo(f"results in {json_path}, summary in {markdown}")
 
@@ -164,10 +188,10 @@ def all_benchmarks(
 ) -> None:
     """Every benchmark with its default configuration, one after another, then RESULTS.md.
 
-    Runs backend, interceptor, node, reconstruct, publisher, cluster, pipeline, instances,
-    scale and fidelity (those that exist), each merging its results into --json; regenerates
-    --markdown once at the end, with the machine description at the top. A benchmark that
-    fails does not stop the others; the command then exits with 1. Needs a broker
+    Runs backend, interceptor, stream, node, wall, reconstruct, publisher, cluster, pipeline,
+    instances, scale and fidelity (those that exist), each merging its results into --json;
+    regenerates --markdown once at the end, with the machine description at the top. A
+    benchmark that fails does not stop the others; the command then exits with 1. Needs a broker
     (`rollstream kafka start`); cluster starts brokers of its own besides.
     """
     group = ctx.parent.command if ctx.parent is not None else None

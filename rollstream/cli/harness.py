@@ -14,6 +14,7 @@ from rollstream.cli.options import settings_options
 from rollstream.sandbox.harnesses.install import PACKAGES, install, install_dir, installed
 from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext, preset, resolve_executable
 from rollstream.sandbox.harnesses.runner import run_harness
+from rollstream.sandbox.netns import Wall, wall_problem, walled_url
 from rollstream.settings import StatePaths
 
 
@@ -76,6 +77,15 @@ def list_command(paths: StatePaths) -> None:
 )
 @click.option("--timeout", type=float, default=600, show_default=True, help="Seconds.")
 @click.option(
+    "--isolation",
+    type=click.Choice(["namespace", "none"]),
+    default="namespace",
+    show_default=True,
+    help="namespace: the harness runs in network namespaces of its own, reaching only "
+    "--base-url (relayed to 127.0.0.1 at its port), as the node runs it; none: the host's "
+    "network.",
+)
+@click.option(
     "--option",
     "options",
     multiple=True,
@@ -92,6 +102,7 @@ def run_command(
     model: str,
     workdir: Path | None,
     timeout: float,
+    isolation: str,
     options: tuple[str, ...],
     paths: StatePaths,
 ) -> None:
@@ -100,16 +111,21 @@ def run_command(
     if any(not sep or not key for key, sep, _ in pairs):
         raise click.BadParameter("options are KEY=VALUE", param_hint="--option")
     session = session or f"{name}-{uuid.uuid4().hex[:12]}"
-    ctx = HarnessContext(
-        base_url.rstrip("/"), session, model, instruction, {k: v for k, _, v in pairs}
-    )
+    base_url = base_url.rstrip("/")
+    wall = None
+    if isolation == "namespace":
+        if (problem := wall_problem()) is not None:
+            raise click.UsageError(f"{problem}; run with --isolation none")
+        base_url, reach = walled_url(base_url)
+        wall = Wall(reach)
+    ctx = HarnessContext(base_url, session, model, instruction, {k: v for k, _, v in pairs})
     launch = preset(name).launch(ctx, resolve_executable(name, paths.cache_dir))
     root = Path(tempfile.mkdtemp(prefix=f"rollstream-{name}-"))
     work = workdir or root / "work"
     if admin is not None:
         asyncio.run(_registration(admin, "PUT", session))
     try:
-        result = asyncio.run(run_harness(launch, root / "home", work, root / "logs", timeout))
+        result = asyncio.run(run_harness(launch, root / "home", work, root / "logs", timeout, wall))
     finally:
         if admin is not None:
             asyncio.run(_registration(admin, "DELETE", session))

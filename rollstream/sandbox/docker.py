@@ -20,8 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rollstream.errors import ConfigurationError
 from rollstream.sandbox.docker_engine import (
     ContainerError,
+    close_stream,
     docker_client,
     engine_failed,
     socket_path,
@@ -29,6 +31,8 @@ from rollstream.sandbox.docker_engine import (
 )
 from rollstream.sandbox.harnesses.presets import HarnessLaunch
 from rollstream.sandbox.harnesses.runner import HarnessResult, harness_env, tail, write_home
+from rollstream.sandbox.netns import Wall, listener_in_namespace, setns_problem
+from rollstream.sandbox.relay import PortRelay
 from rollstream.sandbox.runtime import LocalRuntime, Sandbox
 
 log = logging.getLogger(__name__)
@@ -67,6 +71,11 @@ class DockerRuntime(LocalRuntime):
     installed on the host, for an image that has Node.js but not the harnesses. ``cpus`` and
     ``memory`` (``"2g"``) bound each container; a scorer's containers also get ``network="none"``.
 
+    With ``walls`` every container gets ``network="none"`` (setup commands included: bake what
+    they would download into the image), and a walled run that must reach an address (the
+    interceptor) gets a listener at its port inside the container's namespace, made there with
+    ``setns`` (root) and relayed from outside (``relay.py``) while the run lasts.
+
     Up to ``prewarm`` idle containers (each with its empty sandbox) are kept ready and refilled
     in the background, so ``start`` usually costs no container creation. The agent timeout (or a
     cancellation) kills the container: it holds the session's processes and nothing else.
@@ -87,10 +96,18 @@ class DockerRuntime(LocalRuntime):
         memory: str | None = None,
         client: Any = None,
         chosen_by: str = "the runtime setting",
+        walls: bool = False,
+        walls_chosen_by: str = "the isolation setting",
     ) -> None:
         super().__init__(root, keep)
+        if walls and (problem := setns_problem()) is not None:
+            raise ConfigurationError(
+                f"network isolation of docker sessions is on, but {problem}: run the node as "
+                f"root, or set {walls_chosen_by}=none to give containers the {network} network"
+            )
+        self.walls = walls
         self.image = image
-        self.network = network
+        self.network = "none" if walls else network
         self.prewarm = prewarm
         self.mounts = tuple(Path(m).expanduser().resolve() for m in mounts)
         self.cpus = cpus
@@ -123,10 +140,39 @@ class DockerRuntime(LocalRuntime):
         return sandbox
 
     async def execute(
-        self, sandbox: Sandbox, launch: HarnessLaunch, timeout_s: float, logs: Path
+        self,
+        sandbox: Sandbox,
+        launch: HarnessLaunch,
+        timeout_s: float,
+        logs: Path,
+        wall: Wall | None = None,
     ) -> HarnessResult:
-        """``launch`` with ``exec`` in the session's container; the timeout kills the container."""
+        """``launch`` with ``exec`` in the session's container; the timeout kills the container.
+
+        The container is walled already when ``walls`` is on; ``wall.reach`` is relayed into it
+        for this run.
+        """
         container = self._containers[sandbox.root]
+        if not self.walls or wall is None or wall.reach is None:
+            return await self._execute(container, sandbox, launch, timeout_s, logs)
+        reach = wall.reach
+        listener = await asyncio.to_thread(self._listener, container, reach.port)
+        async with PortRelay(listener, reach):
+            return await self._execute(container, sandbox, launch, timeout_s, logs)
+
+    def _listener(self, container: Any, port: int) -> Any:
+        """A listener at ``port`` on loopback inside ``container``'s network (blocking)."""
+        container.reload()
+        return listener_in_namespace(int(container.attrs["State"]["Pid"]), port)
+
+    async def _execute(
+        self,
+        container: Any,
+        sandbox: Sandbox,
+        launch: HarnessLaunch,
+        timeout_s: float,
+        logs: Path,
+    ) -> HarnessResult:
         await asyncio.to_thread(_prepare, launch, sandbox.home, logs)
         await asyncio.to_thread(self._reach, "the harness started")
         api = self.client.api
@@ -320,7 +366,7 @@ class DockerRuntime(LocalRuntime):
                 # The SDK raises what requests and urllib3 raise when the engine goes away.
                 raise engine_failed("the harness ran", exc) from exc
             finally:
-                _close_stream(stream)
+                close_stream(stream)
 
     async def _quick_exec(self, container: Any, argv: list[str]) -> None:
         """Run ``argv`` in ``container`` to its end, best effort (failures only logged)."""
@@ -350,19 +396,3 @@ class DockerRuntime(LocalRuntime):
 def _prepare(launch: HarnessLaunch, home: Path, logs: Path) -> None:
     write_home(launch, home)
     logs.mkdir(parents=True, exist_ok=True)
-
-
-def _close_stream(stream: Any) -> None:
-    """Close a streamed exec's output and its HTTP response: the SDK leaves both open.
-
-    ``CancellableStream.close`` does nothing once the engine ended the stream (a killed
-    container), and the response's socket then lingers until the garbage collector warns.
-    """
-    if stream is None:
-        return
-    with contextlib.suppress(Exception):
-        stream.close()
-    response = getattr(stream, "_response", None)  # docker.types.daemon.CancellableStream's
-    if response is not None:
-        with contextlib.suppress(Exception):
-            response.close()

@@ -6,6 +6,7 @@ pinged over a plain socket of ours before the SDK is let near a socket that may 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import socket
@@ -88,3 +89,19 @@ def socket_path(client: Any) -> str | None:
 def engine_failed(doing: str, cause: object) -> ContainerError:
     """The error of an engine gone or failing while ``doing``: another try may find it back."""
     return ContainerError(f"the Docker engine failed while {doing}: {cause}", retriable=True)
+
+
+def close_stream(stream: Any) -> None:
+    """Close a streamed exec's output and its HTTP response: the SDK leaves both open.
+
+    ``CancellableStream.close`` does nothing once the engine ended the stream (a killed
+    container), and the response's socket then lingers until the garbage collector warns.
+    """
+    if stream is None:
+        return
+    with contextlib.suppress(Exception):
+        stream.close()
+    response = getattr(stream, "_response", None)  # docker.types.daemon.CancellableStream's
+    if response is not None:
+        with contextlib.suppress(Exception):
+            response.close()

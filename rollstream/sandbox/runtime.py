@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from rollstream.errors import RollstreamError
+from rollstream.errors import ConfigurationError, RollstreamError
 from rollstream.sandbox.harnesses.presets import HarnessLaunch
 from rollstream.sandbox.harnesses.runner import HarnessResult, run_harness
+from rollstream.sandbox.netns import Wall, wall_problem
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,8 @@ class Runtime(Protocol):
     """Creates sandboxes, runs processes in them, removes them."""
 
     name: str
+    #: Whether ``execute`` builds the walls it is asked for (else they run on the host network).
+    walls: bool
 
     async def start(self, session_id: str, image: str | None = None) -> Sandbox:
         """A new sandbox for ``session_id``, its directories created.
@@ -65,12 +68,18 @@ class Runtime(Protocol):
         ...
 
     async def execute(
-        self, sandbox: Sandbox, launch: HarnessLaunch, timeout_s: float, logs: Path
+        self,
+        sandbox: Sandbox,
+        launch: HarnessLaunch,
+        timeout_s: float,
+        logs: Path,
+        wall: Wall | None = None,
     ) -> HarnessResult:
         """Run ``launch`` in ``sandbox.work`` with ``sandbox.home``; output into ``logs``.
 
         The process and everything it starts are killed when ``timeout_s`` passes (the result
-        says ``timed_out``) or when the calling task is cancelled.
+        says ``timed_out``) or when the calling task is cancelled. ``wall``: policy-written code
+        runs behind it (its own network, reaching ``wall.reach`` alone) when ``walls`` is on.
         """
         ...
 
@@ -88,13 +97,34 @@ class Runtime(Protocol):
 
 
 class LocalRuntime:
-    """Sessions in temporary directories on this machine, each process in its own group."""
+    """Sessions in temporary directories on this machine, each process in its own group.
+
+    With ``walls``, processes asked to run behind a wall get network namespaces of their own
+    (``netns.py``); construction checks that this machine allows them and otherwise refuses
+    with a ConfigurationError naming ``chosen_by`` (the setting that turns walls off).
+    """
 
     name = "local"
 
-    def __init__(self, root: Path | None = None, keep: bool = False) -> None:
+    def __init__(
+        self,
+        root: Path | None = None,
+        keep: bool = False,
+        *,
+        walls: bool = False,
+        chosen_by: str = "the isolation setting",
+    ) -> None:
         self.root = root
         self.keep = keep
+        self.walls = walls
+        if walls:
+            problem = wall_problem()
+            if problem is not None:
+                raise ConfigurationError(
+                    f"network isolation of sessions is on, but {problem}. Grant it (Compose: "
+                    f"cap_add SYS_ADMIN) or set {chosen_by}=none to run policy code on the "
+                    "host's network (it can then reach the broker and every control plane)"
+                )
 
     async def start(self, session_id: str, image: str | None = None) -> Sandbox:
         """A fresh ``rollstream-<session>-*`` directory under ``root`` (default: temp dir).
@@ -113,10 +143,16 @@ class LocalRuntime:
         return sandbox
 
     async def execute(
-        self, sandbox: Sandbox, launch: HarnessLaunch, timeout_s: float, logs: Path
+        self,
+        sandbox: Sandbox,
+        launch: HarnessLaunch,
+        timeout_s: float,
+        logs: Path,
+        wall: Wall | None = None,
     ) -> HarnessResult:
-        """``run_harness``: isolated environment, HOME files, process group, timeout."""
-        return await run_harness(launch, sandbox.home, sandbox.work, logs, timeout_s)
+        """``run_harness``: isolated environment, HOME files, process group, timeout, wall."""
+        wall = wall if self.walls else None
+        return await run_harness(launch, sandbox.home, sandbox.work, logs, timeout_s, wall)
 
     async def stop(self, sandbox: Sandbox) -> None:
         """Delete the session's directory, or log where it was kept."""

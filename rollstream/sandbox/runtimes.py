@@ -27,6 +27,10 @@ class RuntimeSettings(Protocol):
         """Whether session directories outlive their session."""
 
     @property
+    def isolation(self) -> str:
+        """``namespace`` (policy code behind a network wall) or ``none``."""
+
+    @property
     def docker_image(self) -> str:
         """The image of a session's container."""
 
@@ -55,10 +59,20 @@ def make_runtime(settings: RuntimeSettings) -> Runtime:
             network=settings.docker_network,
             prewarm=settings.prewarm,
             mounts=settings.docker_mounts,
-            chosen_by=(
-                env_name(type(settings), "runtime")
-                if isinstance(settings, BaseSettings)
-                else "the runtime setting"
-            ),
+            chosen_by=_name(settings, "runtime"),
+            walls=settings.isolation == "namespace",
+            walls_chosen_by=_name(settings, "isolation"),
         )
-    return LocalRuntime(settings.work_root, settings.keep_workdirs)
+    return LocalRuntime(
+        settings.work_root,
+        settings.keep_workdirs,
+        walls=settings.isolation == "namespace",
+        chosen_by=_name(settings, "isolation"),
+    )
+
+
+def _name(settings: RuntimeSettings, field: str) -> str:
+    """The environment variable of ``field`` (or the field, for settings not read from it)."""
+    if isinstance(settings, BaseSettings):
+        return env_name(type(settings), field)
+    return f"the {field} setting"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import socket
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,26 @@ async def test_harness_run_registers_its_session_on_a_strict_interceptor(
         assert (tmp_path / "w" / "status.txt").read_text() == "200\n"
         assert "h-1" not in proxy.addon.sessions  # forgotten after the run
         assert proxy.addon.ledger.calls("h-1") == 1
+
+
+@pytest.mark.parametrize(("isolation", "expected"), [("namespace", "closed"), ("none", "open")])
+def test_harness_run_walls_the_harness_unless_told_not_to(
+    tmp_path: Path, isolation: str, expected: str
+) -> None:
+    with socket.socket() as broker:
+        broker.bind(("127.0.0.1", 0))
+        broker.listen(4)
+        port = broker.getsockname()[1]
+        script = (
+            f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo open > out.txt "
+            "|| echo closed > out.txt; echo $ROLLSTREAM_BASE_URL >> out.txt"
+        )
+        args = ["harness", "run", "command", "x", "--workdir", str(tmp_path)]
+        args += ["--base-url", "http://localhost:8123/p", "--isolation", isolation]
+        result = CliRunner().invoke(cli, [*args, "--option", f"command={script}"])
+    assert result.exit_code == 0, result.output
+    reached, url = (tmp_path / "out.txt").read_text().split()
+    assert reached == expected
+    # Walled, the harness calls its own loopback, where the relay to --base-url listens.
+    walled = isolation == "namespace"
+    assert url == ("http://127.0.0.1:8123/p" if walled else "http://localhost:8123/p")

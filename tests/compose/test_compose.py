@@ -20,6 +20,7 @@ from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.capture.node.settings import NodeSettings
 from rollstream.dev.backend.settings import BackendSettings
 from rollstream.dev.examples.settings import ExampleTrainerSettings
+from rollstream.processing.score.settings import ScoreSettings
 from tests.compose import checks
 from tests.compose.docker_build import (
     dockerfile_env,
@@ -160,6 +161,17 @@ def test_every_control_plane_takes_its_token_and_the_interceptor_is_strict() -> 
     # The consumers hold none: the scorer runs policy code.
     for name in ("reconstructor", "scorer"):
         assert not any("TOKEN" in k for k in stack.environment(name)), name
+
+
+def test_the_services_running_policy_code_wall_it_and_only_they_hold_the_capability() -> None:
+    """The node's harnesses and the scorer's checks get their own network namespaces."""
+    stack = Stack(base_doc())
+    assert stack.settings("node", NodeSettings).isolation == "namespace"
+    assert stack.settings("scorer", ScoreSettings).isolation == "namespace"
+    holders = {name for name, service in stack.doc["services"].items() if service.get("cap_add")}
+    assert holders == {"node", "scorer"}
+    for name in holders:
+        assert stack.doc["services"][name]["cap_add"] == ["SYS_ADMIN"]
 
 
 def test_changed_variables_reach_the_services() -> None:

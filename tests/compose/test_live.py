@@ -19,6 +19,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +28,7 @@ from rollstream.dev.broker.jars import ensure_jars
 from rollstream.dev.containers import DockerEngine, ImageResult
 from rollstream.dev.containers.compose_cli import ensure_compose
 from rollstream.errors import ConfigurationError
-from rollstream.schemas import TopicNames
+from rollstream.schemas import AvroRecord, SessionEnded, TopicNames
 from rollstream.schemas.trajectories import Scored
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.compose.live import ComposeProject, build_project_image, free_port
@@ -215,6 +216,74 @@ def test_a_task_submitted_from_the_host_is_scored(stack: ComposeProject) -> None
     assert len({s.trajectory.group_id for s in scored}) == 1
     assert {s.evaluator for s in scored} == {"regex"}
     assert all(s.reward in (0.0, 1.0) and s.error is None for s in scored)
+
+
+def test_a_harness_in_the_stack_reaches_the_interceptor_and_nothing_else(
+    stack: ComposeProject, tmp_path: Path
+) -> None:
+    """The node's container walls its harnesses: CAP_SYS_ADMIN makes the namespaces."""
+    v = stack.variables
+    ports = {
+        name: v[variable]
+        for name, variable in (
+            ("interceptor", "INTERCEPTOR_HOST_PORT"),
+            ("broker", "KAFKA_HOST_PORT"),
+            ("admin", "INTERCEPTOR_ADMIN_HOST_PORT"),
+            ("node", "NODE_HOST_PORT"),
+            ("backend", "INFERENCE_HOST_PORT"),
+        )
+    }
+    probe = "".join(
+        f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo {name}=open "
+        f"|| echo {name}=closed\n"
+        for name, port in ports.items()
+    )
+    task = tmp_path / "probe.yaml"
+    task.write_text(
+        json.dumps(
+            {
+                "task_id": "probe",
+                "instruction": "probe",
+                "harness": "command",
+                "metadata": {"harness.command": f"{{ {probe}}} > probe.txt"},
+                "agent_timeout_s": 60,
+            }
+        )
+    )
+    run = subprocess.run(
+        [
+            *(sys.executable, "-m", "rollstream", "run", "--task", str(task)),
+            *("--node", f"http://127.0.0.1:{v['NODE_HOST_PORT']}", "--timeout", "120"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        check=False,
+        env=os.environ | {"ROLLSTREAM_NODE_API_TOKEN": v["NODE_API_TOKEN"]},
+    )
+    assert run.returncode == 0, run.stdout + run.stderr + _logs(stack)
+    kafka = KafkaSettings(bootstrap_servers=f"127.0.0.1:{v['KAFKA_HOST_PORT']}")
+    [ended] = asyncio.run(
+        read_records(
+            kafka,
+            TopicNames("rollstream").events,
+            AvroRecord,
+            1,
+            where=lambda r: isinstance(r, SessionEnded) and r.task_id == "probe",
+            timeout=60,
+        )
+    )
+    assert isinstance(ended, SessionEnded)
+    [diff] = [a.content.decode() for a in ended.artifacts if a.name == "workspace.diff"]
+    added = [line[1:] for line in diff.splitlines() if line.startswith("+")]
+    reached = dict(line.split("=", 1) for line in added if line.split("=")[0] in ports)
+    assert reached == {
+        "interceptor": "open",
+        "broker": "closed",
+        "admin": "closed",
+        "node": "closed",
+        "backend": "closed",
+    }, diff
 
 
 def test_the_control_planes_take_only_their_tokens(stack: ComposeProject) -> None:

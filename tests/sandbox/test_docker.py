@@ -20,6 +20,8 @@ from rollstream.dev.containers import DockerEngine, ImageResult, busybox_image
 from rollstream.sandbox.docker import LABEL, DockerRuntime
 from rollstream.sandbox.docker_engine import ContainerError
 from rollstream.sandbox.harnesses.presets import HarnessLaunch
+from rollstream.sandbox.netns import Endpoint, Wall
+from tests.network_probe import REPO_ROOT
 from tests.waiting import until
 
 pytestmark = pytest.mark.integration
@@ -43,9 +45,13 @@ async def runtime_factory(
     """``runtime_factory(prewarm=1, image=...)``: runtimes on the daemon, closed after the test."""
     made: list[DockerRuntime] = []
 
-    def create(*, prewarm: int = 0, image: str | None = None) -> DockerRuntime:
+    def create(*, prewarm: int = 0, image: str | None = None, walls: bool = False) -> DockerRuntime:
         runtime = DockerRuntime(
-            image or docker_busybox.tag, tmp_path / "sessions", prewarm=prewarm, client=client
+            image or docker_busybox.tag,
+            tmp_path / "sessions",
+            prewarm=prewarm,
+            client=client,
+            walls=walls,
         )
         made.append(runtime)
         return runtime
@@ -185,3 +191,72 @@ async def test_an_engine_killed_mid_session_fails_the_run_with_a_retriable_error
     finally:
         await runtime.close()
         client.close()
+
+
+#: busybox's view of a port: ``open`` when a TCP connect there succeeds, else ``closed``.
+_NC = (
+    "nc -w 3 127.0.0.1 {port} </dev/null >/dev/null 2>&1 && echo {name}=open || echo {name}=closed"
+)
+
+
+@pytest.mark.parametrize("walls", [True, False])
+async def test_a_walled_container_reaches_only_its_endpoint(
+    runtime_factory: RuntimeFactory, client: Any, walls: bool
+) -> None:
+    async def interceptor(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\nthrough")
+        await writer.drain()
+        writer.close()
+
+    async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()  # nc ends when the other side does
+
+    server = await asyncio.start_server(interceptor, "127.0.0.1", 0)
+    kafka = await asyncio.start_server(broker, "127.0.0.1", 0)
+    async with server, kafka:
+        port = server.sockets[0].getsockname()[1]
+        runtime = runtime_factory(walls=walls)
+        sandbox = await runtime.start("walled")
+        container = runtime._containers[sandbox.root]
+        script = "; ".join(
+            [
+                f"wget -q -O - http://127.0.0.1:{port}/ ; echo",
+                _NC.format(port=kafka.sockets[0].getsockname()[1], name="broker"),
+            ]
+        )
+        launch = HarnessLaunch(["sh", "-c", script], {})
+        wall = Wall(Endpoint("127.0.0.1", port))
+        result = await runtime.execute(sandbox, launch, 60, sandbox.logs / "h", wall)
+        mode = client.api.inspect_container(container.id)["HostConfig"]["NetworkMode"]
+        await runtime.stop(sandbox)
+    assert result.exit_code == 0, result.stderr_tail
+    lines = result.stdout_tail.split()
+    assert lines[0] == "through"  # the endpoint, relayed into the container's namespace
+    assert lines[1] == ("broker=closed" if walls else "broker=open")
+    assert mode == ("none" if walls else "host")
+
+
+@pytest.mark.parametrize(("caps", "allowed"), [([], False), (["SYS_ADMIN"], True)])
+def test_walls_are_refused_in_a_container_without_the_capability(
+    client: Any, docker_base: ImageResult, caps: list[str], allowed: bool
+) -> None:
+    # Where a node runs in a container (Compose): the engine's default profile forbids new
+    # namespaces unless the container has CAP_SYS_ADMIN. The probe says so, in its own words.
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        "from rollstream.sandbox.netns import wall_problem; print(wall_problem())"
+    )
+    output = client.containers.run(
+        docker_base.tag,
+        ["python3", "-c", probe, str(REPO_ROOT)],
+        volumes={str(REPO_ROOT): {"bind": str(REPO_ROOT), "mode": "ro"}},
+        network_mode="host",
+        cap_add=caps,
+        remove=True,
+    ).decode()
+    if allowed:
+        assert output.strip() == "None"
+    else:
+        assert "cannot get user and network namespaces" in output
+        assert "CAP_SYS_ADMIN" in output

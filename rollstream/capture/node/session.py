@@ -35,6 +35,7 @@ from rollstream.sandbox.harnesses.presets import (
     resolve_executable,
 )
 from rollstream.sandbox.harnesses.runner import HarnessResult
+from rollstream.sandbox.netns import Endpoint, Wall, walled_url
 from rollstream.sandbox.runtime import Runtime, Sandbox, run_setup
 from rollstream.sandbox.workspace import baseline, diff, materialize
 from rollstream.schemas.sessions import Artifact, SessionEnded, SessionStarted, SessionStatus
@@ -100,6 +101,8 @@ class Session:
     started: SessionStarted | None = None
     #: Where its harness calls: the interceptor (pool worker) holding it; None: ``base_url``.
     base_url: str | None = None
+    #: With a walled runtime: that interceptor, the one address its harness may reach.
+    reach: Endpoint | None = None
     #: Registered on the interceptor and not yet forgotten.
     registered: bool = False
     ended: SessionEnded | None = None
@@ -160,8 +163,12 @@ class SessionRunner:
     def _launch(self, session: Session) -> HarnessLaunch:
         task = session.task
         options = harness_options(task)
+        base_url = session.base_url or self.settings.base_url
+        if self.runtime.walls:
+            # Behind the wall the interceptor is on loopback at its port, relayed from outside.
+            base_url, session.reach = walled_url(base_url)
         ctx = HarnessContext(
-            base_url=session.base_url or self.settings.base_url,
+            base_url=base_url,
             session=session.session_id,
             model=options.get("model", self.settings.model),
             instruction=task.instruction,
@@ -222,6 +229,7 @@ class SessionRunner:
                 session.launch,
                 session.task.agent_timeout_s,
                 session.sandbox.logs / "harness",
+                Wall(session.reach),
             )
         except (RollstreamError, OSError) as exc:
             # It could not even start (no executable, E2BIG), or its container's engine failed

@@ -50,6 +50,15 @@ class NodeSettings(BaseSettings):
     runtime: Literal["local", "docker"] = Field(
         default="local", description="Where sessions run: local directories or docker."
     )
+    isolation: Literal["namespace", "none"] = Field(
+        default="namespace",
+        description="Network of each session's harness (policy code): namespace gives it "
+        "network namespaces of its own whose only way out is the interceptor at base_url, "
+        "relayed to 127.0.0.1 at its port (no broker, no admin port, no node API); setup "
+        "commands keep the host's network (docker runtime: none, the container is walled). "
+        "Refused at start where namespaces are not allowed (a container needs CAP_SYS_ADMIN). "
+        "none: the host's network.",
+    )
     docker_image: str = Field(
         default="rollstream-base:trixie",
         description="Image of the docker runtime's containers (`rollstream docker images` builds "
@@ -57,8 +66,8 @@ class NodeSettings(BaseSettings):
     )
     docker_network: str = Field(
         default="host",
-        description="Network mode of the docker runtime's containers; 'host' lets the harness "
-        "reach the interceptor at base_url on this machine.",
+        description="Network mode of the docker runtime's containers when isolation is none; "
+        "'host' lets the harness reach the interceptor at base_url on this machine.",
     )
     docker_mounts: tuple[Path, ...] = Field(
         default=(),

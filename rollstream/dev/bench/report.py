@@ -17,6 +17,7 @@ from rollstream.dev.bench.scale_report import scale_section
 from rollstream.dev.bench.stream_section import stream_section
 from rollstream.dev.bench.suite import header_lines
 from rollstream.dev.bench.summary import update_readme
+from rollstream.dev.bench.wall_report import wall_section
 
 BACKEND_TARGETS = {"tokens_per_s": 2000, "concurrent_streams": 200}
 RECONSTRUCT_TARGETS = {"calls_per_s": 1000, "sessions_per_s": 100, "latency_p99_ms": 500}
@@ -339,6 +340,7 @@ SECTIONS = {
     "scale": scale_section,
     "stream": stream_section,
     "fidelity": fidelity_section,
+    "wall": wall_section,
 }
 
 

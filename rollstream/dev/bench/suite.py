@@ -16,6 +16,7 @@ ORDER = (
     "interceptor",
     "stream",
     "node",
+    "wall",
     "reconstruct",
     "publisher",
     "cluster",

@@ -32,7 +32,7 @@ from rollstream.kafka.processor_service import ProcessorService
 from rollstream.processing.oversized import encode_scored
 from rollstream.processing.score.evaluators import EVALUATORS, EvalResult, evaluate, spec_for
 from rollstream.processing.score.settings import ScoreSettings
-from rollstream.sandbox.runtime import Runtime
+from rollstream.sandbox.runtime import LocalRuntime, Runtime
 from rollstream.schemas import TopicNames, utcnow
 from rollstream.schemas.trajectories import Scored, Trajectory
 from rollstream.settings import KafkaSettings, env_name
@@ -60,14 +60,20 @@ class ScoreMetrics:
         return self.processor.dropped_batches
 
 
-def _command_runtime(settings: ScoreSettings) -> Runtime | None:
-    """The docker runtime of the command evaluators when the settings ask for one, else None.
+def _command_runtime(settings: ScoreSettings) -> Runtime:
+    """The runtime of the command evaluators: local processes or docker, walled as configured.
 
-    Made at start, so that a missing SDK or engine is said once, before any trajectory is read.
-    Each evaluation gets a fresh container with no network and the configured CPU and memory.
+    Made at start, so that a missing SDK or engine, or namespaces this machine refuses, are said
+    once, before any trajectory is read. With docker each evaluation gets a fresh container with
+    no network and the configured CPU and memory.
     """
     if settings.runtime != "docker":
-        return None
+        return LocalRuntime(
+            settings.work_root,
+            settings.keep_workdirs,
+            walls=settings.isolation == "namespace",
+            chosen_by=env_name(ScoreSettings, "isolation"),
+        )
     from rollstream.sandbox.docker import DockerRuntime  # the SDK only when asked
 
     return DockerRuntime(
@@ -125,8 +131,7 @@ class Scorer(ProcessorService):
         try:
             await super().stop()
         finally:
-            if self.runtime is not None:
-                await self.runtime.close()
+            await self.runtime.close()
 
     # The transformation (rollstream.kafka.batches.Transformation).
 

@@ -61,6 +61,13 @@ class ScoreSettings(BaseSettings):
         description="Where command evaluators run the task's setup, the session's diff and the "
         "command: local processes, or a fresh container per evaluation (no network).",
     )
+    isolation: Literal["namespace", "none"] = Field(
+        default="namespace",
+        description="Network of the commands run on the policy's work (the session's diff, the "
+        "check) with the local runtime: namespace gives each its own network namespace with "
+        "loopback alone (no broker, no control plane; refused at start where namespaces are "
+        "not allowed); none: the host's network. The docker runtime's containers have none.",
+    )
     docker_image: str = Field(
         default="rollstream-base:trixie",
         description="Image of the command evaluators' containers (docker runtime); it must be "

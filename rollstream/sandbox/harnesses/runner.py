@@ -11,12 +11,22 @@ import contextlib
 import functools
 import os
 import signal
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from rollstream.lifecycle import die_with_parent
 from rollstream.sandbox.harnesses.presets import HarnessLaunch
+from rollstream.sandbox.netns import (
+    Wall,
+    WallError,
+    channel_pair,
+    enter_wall,
+    preexec,
+    received_listener,
+)
+from rollstream.sandbox.relay import PortRelay
 
 #: Variables of the caller's environment a harness may see; everything else (credentials,
 #: rollstream settings, proxies) stays out, so runs are isolated and reproducible.
@@ -59,36 +69,60 @@ def write_home(launch: HarnessLaunch, home: Path) -> None:
 
 
 async def run_harness(
-    launch: HarnessLaunch, home: Path, workdir: Path, logs: Path, timeout_s: float
+    launch: HarnessLaunch,
+    home: Path,
+    workdir: Path,
+    logs: Path,
+    timeout_s: float,
+    wall: Wall | None = None,
 ) -> HarnessResult:
     """Run ``launch`` in ``workdir`` until it exits or ``timeout_s`` passes.
 
     Output goes to ``logs/stdout`` and ``logs/stderr`` (files, not pipes: a chatty harness can
-    never block on a full pipe); the result carries their tails.
+    never block on a full pipe); the result carries their tails. With a ``wall`` the process
+    runs in network namespaces of its own (``netns.py``), reaching ``wall.reach`` alone.
     """
     _prepare(launch, home, workdir, logs)
-    started = time.monotonic()
-    with (logs / "stdout").open("wb") as out, (logs / "stderr").open("wb") as err:
-        proc = await asyncio.create_subprocess_exec(
-            *launch.argv,
-            cwd=workdir,
-            env=harness_env(launch, home),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-            # Its own session (killed as a group on timeout), yet gone with the node: a node
-            # SIGKILLed must not leave harnesses calling for sessions nobody will end.
-            preexec_fn=functools.partial(die_with_parent, signal.SIGKILL),
-        )
-        timed_out = False
-        try:
-            await asyncio.wait_for(proc.wait(), timeout_s)
-        except TimeoutError:
-            timed_out = True
-        finally:
-            # Also after a normal exit: tool calls may have left background processes behind.
-            await kill_group(proc, grace_s=0 if proc.returncode is not None else 5.0)
+    with channel_pair() as (parent_end, child_end):
+        steps = []
+        port = wall.reach.port if wall is not None and wall.reach is not None else None
+        if wall is not None:
+            steps.append(functools.partial(enter_wall, child_end.fileno(), port))
+        # Its own session (killed as a group on timeout), yet gone with the node: a node
+        # SIGKILLed must not leave harnesses calling for sessions nobody will end. After the
+        # wall: changing namespaces may reset the parent-death signal.
+        steps.append(functools.partial(die_with_parent, signal.SIGKILL))
+        started = time.monotonic()
+        with (logs / "stdout").open("wb") as out, (logs / "stderr").open("wb") as err:
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *launch.argv,
+                    cwd=workdir,
+                    env=harness_env(launch, home),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                    preexec_fn=preexec(*steps),
+                    pass_fds=(child_end.fileno(),) if port is not None else (),
+                )
+            except subprocess.SubprocessError as exc:
+                # Only our preexec steps raise this: the namespaces were refused.
+                raise WallError(f"could not wall off {launch.argv[0]}: {exc}") from exc
+            relay = None
+            timed_out = False
+            try:
+                if wall is not None and wall.reach is not None:
+                    relay = PortRelay(received_listener(parent_end), wall.reach)
+                    await relay.start()
+                await asyncio.wait_for(proc.wait(), timeout_s)
+            except TimeoutError:
+                timed_out = True
+            finally:
+                # Also after a normal exit: tool calls may have left background processes.
+                await kill_group(proc, grace_s=0 if proc.returncode is not None else 5.0)
+                if relay is not None:
+                    await relay.stop()
     return HarnessResult(
         exit_code=None if timed_out else proc.returncode,
         timed_out=timed_out,

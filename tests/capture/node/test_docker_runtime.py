@@ -204,16 +204,24 @@ async def test_without_prewarm_no_container_waits(tmp_path: Path) -> None:
     assert len(fake.containers.made) == 1 and runtime.idle == 0
 
 
+@pytest.mark.parametrize(("isolation", "network"), [("namespace", "none"), ("none", "bridge")])
 async def test_make_runtime_passes_image_network_and_prewarm(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolation: str, network: str
 ) -> None:
     fake = FakeDocker()
     monkeypatch.setattr(docker_module, "docker_client", lambda chosen_by: fake)
     settings = NodeSettings(
-        runtime="docker", docker_image="i:2", docker_network="bridge", prewarm=3, work_root=tmp_path
+        runtime="docker",
+        docker_image="i:2",
+        docker_network="bridge",
+        prewarm=3,
+        work_root=tmp_path,
+        isolation=isolation,
     )
     runtime = make_runtime(settings)
     assert isinstance(runtime, DockerRuntime)
-    assert (runtime.image, runtime.network, runtime.prewarm) == ("i:2", "bridge", 3)
+    # Walled, a container has no network but the relayed interceptor; else the configured one.
+    assert (runtime.image, runtime.network, runtime.prewarm) == ("i:2", network, 3)
+    assert runtime.walls == (isolation == "namespace")
     assert runtime.client is fake and runtime.root == tmp_path
     assert runtime.mounts == ()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 import sys
 import time
 from pathlib import Path
@@ -10,6 +12,9 @@ from pathlib import Path
 import pytest
 
 from rollstream.processing.score.evaluators import EvalResult, evaluate
+from rollstream.processing.score.service import _command_runtime
+from rollstream.processing.score.settings import ScoreSettings
+from rollstream.sandbox.runtime import LocalRuntime
 from rollstream.sandbox.workspace import DIFF_ARTIFACT, baseline, diff, materialize
 from rollstream.schemas import (
     Artifact,
@@ -19,6 +24,7 @@ from rollstream.schemas import (
     Workspace,
     WorkspaceKind,
 )
+from tests.network_probe import probe_command
 from tests.schemas.samples import TASK, TRAJECTORY
 
 BROKEN = "def add(a, b):\n    return a - b\n"
@@ -195,3 +201,38 @@ async def test_the_task_env_reaches_the_command_and_workdirs_can_be_kept(tmp_pat
 async def test_config_errors(tmp_path: Path, task: Task | None, error: str) -> None:
     result = await _score(_trajectory(task, []), tmp_path / "scratch")
     assert result.reward is None and result.error is not None and error in result.error
+
+
+@pytest.mark.parametrize("walls", [True, False])
+async def test_the_policys_code_runs_behind_the_wall_and_the_setup_does_not(
+    tmp_path: Path, walls: bool
+) -> None:
+    with socket.socket() as broker:
+        broker.bind(("127.0.0.1", 0))
+        broker.listen(8)
+        targets = {"broker": ("127.0.0.1", broker.getsockname()[1])}
+        # The task's own setup (trusted) keeps the network; the check runs the policy's work.
+        task = _task(probe_command(targets, out=None)).model_copy(
+            update={"setup": [*SETUP, probe_command(targets, out="setup-probe.json")]}
+        )
+        trajectory = _trajectory(task, [await _session_diff(tmp_path, task, FIXED)])
+        assert task.evaluator is not None
+        result = await evaluate(
+            trajectory,
+            task.evaluator,
+            timeout_s=60,
+            work_root=tmp_path / "score",
+            keep_workdirs=True,
+            runtime=LocalRuntime(tmp_path / "score", keep=True, walls=walls),
+        )
+    assert result.error is None, result
+    [work] = (tmp_path / "score").glob("*/work")
+    assert json.loads((work / "setup-probe.json").read_text()) == {"broker": "open"}
+    expected = "ConnectionRefusedError" if walls else "open"
+    assert json.loads(result.details["output"]) == {"broker": expected}
+
+
+def test_the_scorer_walls_its_commands_by_default() -> None:
+    runtime = _command_runtime(ScoreSettings())
+    assert isinstance(runtime, LocalRuntime) and runtime.walls
+    assert not _command_runtime(ScoreSettings(isolation="none")).walls

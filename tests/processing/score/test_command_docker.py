@@ -20,6 +20,7 @@ from rollstream.processing.score.evaluators import EvalResult, evaluate
 from rollstream.processing.score.service import Scorer
 from rollstream.processing.score.settings import ScoreSettings
 from rollstream.sandbox.docker import LABEL, DockerRuntime
+from rollstream.sandbox.runtime import LocalRuntime
 from rollstream.settings import KafkaSettings
 from tests.processing.score.test_command import BROKEN, FIXED, _session_diff, _task, _trajectory
 
@@ -179,7 +180,8 @@ def test_the_scorer_makes_its_runtime_from_its_settings(
         "1g",
     )
     asyncio.run(runtime.close())
-    assert Scorer(ScoreSettings(), KafkaSettings()).runtime is None
+    local = Scorer(ScoreSettings(), KafkaSettings()).runtime
+    assert isinstance(local, LocalRuntime) and local.walls  # the policy's checks walled
 
 
 def test_a_scorer_without_an_engine_names_its_own_setting(

@@ -37,6 +37,7 @@ from rollstream.processing.score.evaluators.base import (
 )
 from rollstream.sandbox.harnesses.presets import HarnessLaunch
 from rollstream.sandbox.harnesses.runner import HarnessResult
+from rollstream.sandbox.netns import Wall
 from rollstream.sandbox.runtime import LocalRuntime, Runtime, Sandbox, SetupError, run_setup
 from rollstream.sandbox.workspace import (
     DIFF_ARTIFACT,
@@ -57,6 +58,9 @@ _ERROR_TAIL = 1000
 #: run_harness gives a timed-out process group 5 s between SIGTERM and SIGKILL.
 _KILL_GRACE_S = 6.0
 _DIFF_NAMES = (DIFF_ARTIFACT, "diff")
+#: Where the policy's work runs in a scorer: its own network with loopback alone (the runtime's
+#: ``walls`` decide whether it is built).
+POLICY_WALL = Wall()
 #: What judges the rebuilt work (``in_workspace``): its runtime, sandbox and task in, a result out.
 Check = Callable[[Runtime, Sandbox, Task], Awaitable[EvalResult]]
 
@@ -94,7 +98,9 @@ async def apply_diff(
         [*_SHELL, _MERGE_STDERR + f"cd {shlex.quote(str(sandbox.work))}\n" + script],
         dict(GIT_ISOLATION),
     )
-    result = await runtime.execute(sandbox, launch, timeout, sandbox.logs / f"apply-{patch.stem}")
+    logs = sandbox.logs / f"apply-{patch.stem}"
+    # The patch is the policy's: git apply runs behind the wall too.
+    result = await runtime.execute(sandbox, launch, timeout, logs, POLICY_WALL)
     if result.exit_code == 0:
         return None
     if result.timed_out:
@@ -138,7 +144,8 @@ async def run_script(
     ``sandbox.logs / "command" / "stdout"``.
     """
     launch = HarnessLaunch([*_SHELL, _MERGE_STDERR + script], dict(task.env))
-    result = await runtime.execute(sandbox, launch, timeout, sandbox.logs / "command")
+    # The command runs the policy's work (its tests call its code): behind the wall.
+    result = await runtime.execute(sandbox, launch, timeout, sandbox.logs / "command", POLICY_WALL)
     details |= {
         "exit_code": "" if result.exit_code is None else str(result.exit_code),
         "output": result.stdout_tail[-_OUTPUT_TAIL:],
