@@ -152,6 +152,16 @@ def _fidelity(result: Result) -> str:
     )
 
 
+def _wall(result: Result) -> str:
+    walled, direct = result["modes"]["walled"], result["modes"]["direct"]
+    ratio = result["walled_over_direct"]
+    return (
+        f"harness start {ratio['start_ms']}x ({walled['start_ms']} ms), round trip "
+        f"{walled['round_trip_p50_us']:.0f} µs vs {direct['round_trip_p50_us']:.0f} µs direct, "
+        f"{walled['bulk_mb_per_s']:.0f} MB/s relayed"
+    )
+
+
 #: In README order: (benchmark, what its row is called, how its result reads).
 ROWS: tuple[tuple[str, str, Callable[[Result], str]], ...] = (
     ("backend", "reference backend, one core", _backend),
@@ -159,6 +169,7 @@ ROWS: tuple[tuple[str, str, Callable[[Result], str]], ...] = (
     ("stream", "streamed tokens, mitmproxy vs rollstream 1 and 2 workers", _stream),
     ("scale", "one interceptor, many sessions", _scale),
     ("node", "rollout node (sleep-based sessions)", _node),
+    ("wall", "a session's network wall vs none", _wall),
     ("publisher", "capture publisher", _publisher),
     ("cluster", "publisher into a 3-node cluster vs one broker", _cluster),
     ("reconstruct", "reconstruction, one process", _reconstruct),
