@@ -63,6 +63,16 @@ def start(broker: BrokerSettings, paths: StatePaths) -> None:
             f"{info.bootstrap_servers}, data in {info.data_dir}"
         )
     click.echo(f"export ROLLSTREAM_BOOTSTRAP_SERVERS={info.bootstrap_servers}")
+    if isinstance(local, LocalBroker) and local.secure is not None:
+        files = local.secure
+        click.echo(
+            "export ROLLSTREAM_SECURITY_PROTOCOL=SASL_SSL ROLLSTREAM_SASL_MECHANISM=SCRAM-SHA-512 "
+            f"ROLLSTREAM_SSL_CAFILE={files.ca_cert}"
+        )
+        click.echo(
+            "# and per service ROLLSTREAM_SASL_USERNAME=<principal>, ROLLSTREAM_SASL_PASSWORD="
+            f"$(cat {files.password_file('<principal>')})"
+        )
 
 
 @kafka.command()

@@ -24,7 +24,8 @@ from types import TracebackType
 from typing import Self
 
 from rollstream.dev.broker.config import BrokerLayout, NodeIdentity, new_cluster_id, pick_port
-from rollstream.dev.broker.process import LocalBroker, _run_sync
+from rollstream.dev.broker.probe import _run_sync
+from rollstream.dev.broker.process import LocalBroker
 from rollstream.dev.broker.records import BrokerInfo, forget_stale, read_record
 from rollstream.dev.broker.settings import BrokerSettings
 from rollstream.errors import BrokerError
@@ -367,6 +368,8 @@ def local_kafka(
     """
     existing = cluster_size(paths, settings)
     nodes = existing or settings.nodes
+    if settings.secure and nodes > 1:
+        raise BrokerError("--secure runs one broker; a secure cluster is not made locally yet")
     if existing is not None:
         return LocalCluster(
             settings, paths, nodes, record_state=record_state, outlive_parent=outlive_parent

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import shutil
 import subprocess
@@ -23,6 +24,16 @@ def jar_dir(cache_dir: Path, version: str) -> Path:
     return cache_dir / "kafka" / version / "lib"
 
 
+def jar_stamp(version: str) -> str:
+    """What a complete fetch's marker holds: the version and a digest of the pom it used.
+
+    A pom that gained a jar (kafka-tools) then fetches again, rather than run on a classpath
+    that lacks it.
+    """
+    pom = resources.files("rollstream.dev.broker").joinpath("pom.xml")
+    return f"{version} {hashlib.sha256(pom.read_bytes()).hexdigest()[:16]}"
+
+
 def ensure_jars(cache_dir: Path, version: str, mvn: str = "mvn") -> Path:
     """Return the directory holding Kafka ``version``'s jars, fetching them with Maven if missing.
 
@@ -30,11 +41,13 @@ def ensure_jars(cache_dir: Path, version: str, mvn: str = "mvn") -> Path:
     fetch never leaves a half-filled classpath that would be taken for complete.
     """
     target = jar_dir(cache_dir, version)
-    if (target / _COMPLETE_MARKER).exists():
+    pom = resources.files("rollstream.dev.broker").joinpath("pom.xml")
+    stamp = jar_stamp(version)
+    marker = target / _COMPLETE_MARKER
+    if marker.exists() and marker.read_text().strip() == stamp:
         return target
     mvn_path = require_tool(mvn, "Maven (e.g. `apt-get install maven`) to fetch the Kafka jars")
     target.parent.mkdir(parents=True, exist_ok=True)
-    pom = resources.files("rollstream.dev.broker").joinpath("pom.xml")
     with (
         tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp,
         resources.as_file(pom) as pom_path,
@@ -57,7 +70,7 @@ def ensure_jars(cache_dir: Path, version: str, mvn: str = "mvn") -> Path:
         if proc.returncode != 0 or not any(staging.glob("kafka_2.13-*.jar")):
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:])
             raise BrokerError(f"fetching Kafka {version} jars with Maven failed:\n{tail}")
-        (staging / _COMPLETE_MARKER).write_text(version)
+        (staging / _COMPLETE_MARKER).write_text(stamp)
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import json
 import logging
@@ -11,13 +9,11 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Coroutine
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from aiokafka.client import AIOKafkaClient
-
+from rollstream.dev.broker import acls
 from rollstream.dev.broker.config import (
     READY_LINE,
     BrokerLayout,
@@ -30,7 +26,16 @@ from rollstream.dev.broker.config import (
     render_server_properties,
 )
 from rollstream.dev.broker.jars import ensure_jars
+from rollstream.dev.broker.probe import _run_sync, _scan_for, probe_metadata
 from rollstream.dev.broker.records import BrokerInfo, forget_stale, is_kafka_process, read_record
+from rollstream.dev.broker.secure import (
+    ADMIN,
+    SecureFiles,
+    ensure_material,
+    scram_arguments,
+    secure_client,
+    secure_overrides,
+)
 from rollstream.dev.broker.settings import BrokerSettings
 from rollstream.errors import BrokerError
 from rollstream.host import require_tool
@@ -41,50 +46,8 @@ log = logging.getLogger(__name__)
 
 _IDENTITY_FILE = "rollstream-broker.json"
 
-# BrokerInfo lived here before its module took the state files: still importable from here.
+# BrokerInfo and the probes lived here before their modules took them: still importable here.
 __all__ = ["BrokerInfo", "LocalBroker", "probe_metadata"]
-
-
-def _run_sync[T](coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` to completion from synchronous code, even inside a running event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
-
-
-async def probe_metadata(bootstrap_servers: str, timeout: float = 5.0) -> bool:
-    """Whether a metadata request to ``bootstrap_servers`` succeeds and names a broker."""
-    client = AIOKafkaClient(
-        bootstrap_servers=bootstrap_servers,
-        request_timeout_ms=int(timeout * 1000),
-        connections_max_idle_ms=int(timeout * 1000) + 1000,
-    )
-    try:
-        await asyncio.wait_for(client.bootstrap(), timeout)
-        return bool(client.cluster.brokers())
-    except Exception:  # any failure means "not ready (yet)"
-        return False
-    finally:
-        await client.close()
-
-
-def _scan_for(path: Path, needle: str, offset: int) -> tuple[bool, int]:
-    """Look for ``needle`` in what was appended to ``path`` since ``offset``.
-
-    Returns whether it was found and the offset to resume from; the resume point overlaps by the
-    needle's length so a line split across two reads is still seen.
-    """
-    try:
-        with path.open("rb") as fh:
-            fh.seek(offset)
-            chunk = fh.read()
-    except OSError:
-        return False, offset
-    found = needle.encode() in chunk
-    return found, max(offset, offset + len(chunk) - len(needle))
 
 
 class LocalBroker:
@@ -106,6 +69,7 @@ class LocalBroker:
         outlive_parent: bool = True,
         identity: NodeIdentity | None = None,
         data_dir: Path | None = None,
+        topic_prefix: str = "rollstream",
     ) -> None:
         self.settings = settings
         self.paths = paths
@@ -117,6 +81,10 @@ class LocalBroker:
         self.outlive_parent = outlive_parent
         self.info: BrokerInfo | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        #: A secure broker's CA, certificate and passwords; its ACLs name ``topic_prefix``.
+        self.secure = SecureFiles(self.data_dir / "secure") if settings.secure else None
+        self.topic_prefix = topic_prefix
+        self._tools: tuple[str, str] | None = None  # java and classpath, for the ACL tool
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -146,6 +114,7 @@ class LocalBroker:
         lib = ensure_jars(self.paths.cache_dir, self.settings.version, self.settings.mvn)
         layout, cluster_id = self._prepare_layout()
         classpath = f"{lib}/*"
+        self._tools = (java, classpath)
         if not (layout.log_dirs / "meta.properties").exists():
             self._format(java, classpath, layout, cluster_id)
         layout.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -180,6 +149,14 @@ class LocalBroker:
         """Wait until the launched broker is ready; record and return it."""
         assert self._proc is not None, "launch first"
         self._wait_ready(layout, began)
+        if self.secure is not None and self._tools is not None:
+            rules = acls.plan(self.topic_prefix)
+            try:
+                if acls.apply(*self._tools, self.secure, layout.bootstrap_servers, rules):
+                    log.info("ACLs of %d principals made", len(acls.principals(rules)))
+            except BrokerError:
+                self.kill_launched()  # a secure broker without its ACLs serves no one
+                raise
         self.info = BrokerInfo(
             pid=self._proc.pid,
             bootstrap_servers=layout.bootstrap_servers,
@@ -272,7 +249,17 @@ class LocalBroker:
     def healthy(self, timeout: float = 5.0) -> bool:
         """Whether the running broker answers a metadata request."""
         info = self.running()
-        return info is not None and _run_sync(probe_metadata(info.bootstrap_servers, timeout))
+        return info is not None and _run_sync(
+            probe_metadata(info.bootstrap_servers, timeout, self.admin_security())
+        )
+
+    def admin_security(self) -> dict[str, Any] | None:
+        """The admin's client arguments for a secure broker (None: PLAINTEXT)."""
+        if self.secure is None:
+            return None
+        kwargs = secure_client(self.secure, ADMIN).client_kwargs()
+        del kwargs["bootstrap_servers"], kwargs["client_id"]
+        return kwargs
 
     def __enter__(self) -> Self:
         self.start()
@@ -306,7 +293,11 @@ class LocalBroker:
             cluster_id = self.identity.cluster_id
         else:
             layout, cluster_id = self._single_layout()
-        layout.server_properties.write_text(render_server_properties(layout, self.overrides))
+        overrides = self.overrides
+        if self.secure is not None:
+            ensure_material(self.secure)
+            overrides = secure_overrides(layout, self.secure) | overrides
+        layout.server_properties.write_text(render_server_properties(layout, overrides))
         layout.log4j2_properties.write_text(render_log4j2_properties(layout))
         return layout, cluster_id
 
@@ -349,6 +340,9 @@ class LocalBroker:
             "--config",
             str(layout.server_properties),
         ]
+        if self.secure is not None:
+            # SCRAM users live in the metadata: written at format time, before any client.
+            cmd += scram_arguments(self.secure, acls.principals(acls.plan(self.topic_prefix)))
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             output = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:])
@@ -368,7 +362,8 @@ class LocalBroker:
                 )
             if not logged_ready:
                 logged_ready, scanned = _scan_for(layout.server_log, READY_LINE, scanned)
-            if logged_ready and _run_sync(probe_metadata(layout.bootstrap_servers, 2.0)):
+            security = self.admin_security()
+            if logged_ready and _run_sync(probe_metadata(layout.bootstrap_servers, 2.0, security)):
                 return
             time.sleep(0.2)
         self._proc.kill()

@@ -33,6 +33,12 @@ class BrokerSettings(BaseSettings):
     data_dir: Path | None = Field(
         default=None, description="Broker data and logs. Default: STATE_DIR/kafka."
     )
+    secure: bool = Field(
+        default=False,
+        description="Clients only over SASL_SSL with SCRAM-SHA-512, a principal per service "
+        "and least-privilege ACLs (a CA, certificates and passwords under DATA_DIR/secure). "
+        "Decided when the data directory is first formatted.",
+    )
     heap: str = Field(default="1g", description="JVM maximum heap (-Xmx).")
     start_timeout: float = Field(default=90.0, gt=0, description="Seconds to wait for ready.")
     java: str = Field(default="java", description="The java executable.")

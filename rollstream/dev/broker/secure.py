@@ -1,0 +1,220 @@
+"""The local broker as real clusters run it: TLS, SCRAM-SHA-512 users and ACLs.
+
+``rollstream kafka start --secure`` keeps under ``<data dir>/secure/``:
+
+- ``ca.pem`` (the CA clients verify the broker with; its key ``ca.key`` stays beside it),
+  ``broker.pem`` (the broker's key and certificate for ``127.0.0.1`` and ``localhost``);
+- ``users/<principal>``: one password per principal (mode 0600), made once.
+
+The client listener is SASL_SSL with SCRAM-SHA-512 only; the controller listener is TLS with
+client certificates (KRaft controllers take no SCRAM), so the broker authenticates to its own
+controller as ``User:CN=broker``. Users are written into the metadata when the data directory is
+formatted (``--add-scram``), so a secure data directory is made secure from its first start.
+ACLs: ``acls.py``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from pydantic import SecretStr
+
+from rollstream.dev.broker.config import BrokerLayout
+from rollstream.host import HOST
+from rollstream.http_auth import token_file
+from rollstream.settings import KafkaSettings
+
+#: The user every other principal's ACLs are made with (``super.users``), and the broker's own.
+ADMIN = "admin"
+BROKER_PRINCIPAL = "User:CN=broker"
+MECHANISM = "SCRAM-SHA-512"
+_VALID_DAYS = 3650
+
+
+@dataclass(frozen=True)
+class SecureFiles:
+    """Where one secure broker keeps its CA, its certificate and its users' passwords."""
+
+    root: Path
+
+    @property
+    def ca_cert(self) -> Path:
+        """The CA certificate clients verify the broker with (``ROLLSTREAM_SSL_CAFILE``)."""
+        return self.root / "ca.pem"
+
+    @property
+    def ca_key(self) -> Path:
+        """The CA's private key (mode 0600)."""
+        return self.root / "ca.key"
+
+    @property
+    def broker_pem(self) -> Path:
+        """The broker's private key and certificate chain, one PEM file (mode 0600)."""
+        return self.root / "broker.pem"
+
+    def password_file(self, principal: str) -> Path:
+        """Where ``principal``'s password is kept (mode 0600)."""
+        return self.root / "users" / principal
+
+    def password(self, principal: str) -> SecretStr:
+        """``principal``'s password, made on first use."""
+        return token_file(self.password_file(principal))
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_bytes(data)
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def ensure_material(files: SecureFiles) -> None:
+    """Make the CA and the broker's certificate if missing (kept across restarts)."""
+    if files.ca_cert.exists() and files.broker_pem.exists():
+        return
+    now = datetime.datetime.now(datetime.UTC)
+    valid = {"not_valid_before": now - datetime.timedelta(minutes=5)}
+    valid["not_valid_after"] = now + datetime.timedelta(days=_VALID_DAYS)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = _name("rollstream local CA")
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(valid["not_valid_before"])
+        .not_valid_after(valid["not_valid_after"])
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    broker = (
+        x509.CertificateBuilder()
+        .subject_name(_name("broker"))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(valid["not_valid_before"])
+        .not_valid_after(valid["not_valid_after"])
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address(HOST))]
+            ),
+            critical=False,
+        )
+        # Server to its clients, and client to its own controller (mTLS).
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    _write_private(files.ca_key, _pem_key(ca_key))
+    chain = broker.public_bytes(pem) + ca.public_bytes(pem)
+    _write_private(files.broker_pem, _pem_key(key) + chain)
+    files.ca_cert.write_bytes(ca.public_bytes(pem))
+
+
+def _jaas(user: str, password: SecretStr) -> str:
+    secret = password.get_secret_value()
+    return (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{user}" password="{secret}";'
+    )
+
+
+def secure_overrides(layout: BrokerLayout, files: SecureFiles) -> dict[str, str]:
+    """server.properties entries that make ``layout``'s broker SASL_SSL-only with ACLs."""
+    client = f"SASL_SSL://{HOST}:{layout.port}"
+    controller = f"CONTROLLER://{HOST}:{layout.controller_port}"
+    return {
+        "listeners": f"{client},{controller}",
+        "advertised.listeners": f"{client},{controller}",
+        "listener.security.protocol.map": "CONTROLLER:SSL,SASL_SSL:SASL_SSL",
+        "inter.broker.listener.name": "SASL_SSL",
+        "sasl.enabled.mechanisms": MECHANISM,
+        "sasl.mechanism.inter.broker.protocol": MECHANISM,
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": _jaas(
+            ADMIN, files.password(ADMIN)
+        ),
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(files.broker_pem),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(files.ca_cert),
+        "listener.name.controller.ssl.client.auth": "required",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": f"User:{ADMIN};{BROKER_PRINCIPAL}",
+        "allow.everyone.if.no.acl.found": "false",
+    }
+
+
+def scram_arguments(files: SecureFiles, principals: list[str]) -> list[str]:
+    """The storage tool's ``--add-scram`` arguments: every principal's SCRAM credential."""
+    arguments = []
+    for principal in [ADMIN, *principals]:
+        secret = files.password(principal).get_secret_value()
+        arguments += ["--add-scram", f"{MECHANISM}=[name={principal},password={secret}]"]
+    return arguments
+
+
+def client_properties(files: SecureFiles, principal: str) -> str:
+    """A Java client's properties for ``principal`` (Kafka's own tools, e.g. AclCommand)."""
+    return "\n".join(
+        [
+            "security.protocol=SASL_SSL",
+            f"sasl.mechanism={MECHANISM}",
+            f"sasl.jaas.config={_jaas(principal, files.password(principal))}",
+            "ssl.truststore.type=PEM",
+            f"ssl.truststore.location={files.ca_cert}",
+            "",
+        ]
+    )
+
+
+def secure_client(files: SecureFiles, principal: str, bootstrap: str = "") -> KafkaSettings:
+    """Rollstream's client settings as ``principal`` of the secure broker at ``bootstrap``."""
+    return KafkaSettings(
+        bootstrap_servers=bootstrap or f"{HOST}:0",
+        security_protocol="SASL_SSL",
+        sasl_mechanism=MECHANISM,
+        sasl_username=principal,
+        sasl_password=files.password(principal),
+        ssl_cafile=files.ca_cert,
+    )

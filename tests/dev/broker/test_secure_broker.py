@@ -1,0 +1,175 @@
+"""``rollstream kafka start --secure``: TLS, SCRAM users and least-privilege ACLs, for real.
+
+One secure broker for the module (its own data directory and port). Clients connect as the
+principals of the ACL table; each is served what its service does and refused what it must not
+do (the interceptor reading scored, a trainer writing events); a PLAINTEXT client, a client that
+does not trust the CA, and a wrong password get nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import ssl
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiokafka.errors import (
+    KafkaError,
+    TopicAuthorizationFailedError,
+)
+from pydantic import SecretStr
+
+from rollstream.dev.broker import BrokerSettings, LocalBroker
+from rollstream.dev.broker.acls import plan, principals
+from rollstream.dev.broker.secure import SecureFiles, secure_client
+from rollstream.kafka.admin import TopicAdmin
+from rollstream.kafka.clients import make_consumer, make_producer
+from rollstream.schemas import TopicNames, topic_specs
+from rollstream.settings import KafkaSettings, StatePaths
+from tests.conftest import JAR_CACHE
+
+pytestmark = pytest.mark.integration
+
+PREFIX = f"sec{uuid.uuid4().hex[:6]}"
+TOPICS = TopicNames(PREFIX)
+
+
+@pytest.fixture(scope="module")
+def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    """A secure broker whose ACLs name this module's topic prefix, its topics made."""
+    root = tmp_path_factory.mktemp("secure-kafka")
+    broker = LocalBroker(
+        BrokerSettings(secure=True, port=0, data_dir=root / "kafka"),
+        StatePaths(state_dir=root, cache_dir=JAR_CACHE),
+        record_state=False,
+        outlive_parent=False,
+        topic_prefix=PREFIX,
+    )
+    info = broker.start()
+    assert broker.secure is not None
+    topics = secure_client(broker.secure, "topics", info.bootstrap_servers)
+
+    async def create() -> None:
+        async with TopicAdmin(topics) as admin:
+            await admin.create(topic_specs(TOPICS))
+
+    asyncio.run(create())
+    yield broker
+    broker.stop()
+
+
+def _as(broker: LocalBroker, principal: str) -> KafkaSettings:
+    assert broker.secure is not None and broker.info is not None
+    return secure_client(broker.secure, principal, broker.info.bootstrap_servers)
+
+
+async def _write(kafka: KafkaSettings, topic: str) -> None:
+    producer = make_producer(kafka, request_timeout_ms=10_000)
+    try:
+        await producer.start()
+        await producer.send_and_wait(topic, b"v", key=b"k")
+    finally:
+        await producer.stop()
+
+
+async def _read(kafka: KafkaSettings, topic: str, group: str) -> None:
+    """Join ``group`` on ``topic`` and fetch once (an empty fetch is a success)."""
+    consumer = make_consumer(kafka, topic, group_id=group, auto_offset_reset="earliest")
+    try:
+        await consumer.start()
+        await consumer.getmany(timeout_ms=3000)
+    finally:
+        await consumer.stop()
+
+
+def test_each_principal_has_a_password_file_only_its_owner_reads(
+    secure_broker: LocalBroker,
+) -> None:
+    files = secure_broker.secure
+    assert isinstance(files, SecureFiles)
+    for principal in ["admin", *principals(plan(PREFIX))]:
+        assert files.password_file(principal).stat().st_mode & 0o077 == 0
+    assert files.broker_pem.stat().st_mode & 0o077 == 0
+    assert "SASL_SSL://" in (files.root.parent / "server.properties").read_text()
+
+
+#: aiokafka leaves a refused TLS connection's transport to the garbage collector: collected
+#: within the test that was refused (``gc.collect()``), and its warning ignored there only.
+LEAKS_REFUSED_TRANSPORTS = pytest.mark.filterwarnings(
+    "ignore::pytest.PytestUnraisableExceptionWarning"
+)
+
+
+@LEAKS_REFUSED_TRANSPORTS
+async def test_the_interceptor_writes_events_and_nothing_else(
+    secure_broker: LocalBroker,
+) -> None:
+    interceptor = _as(secure_broker, "interceptor")
+    await _write(interceptor, TOPICS.events)
+    with pytest.raises(TopicAuthorizationFailedError):
+        await _write(interceptor, TOPICS.scored)
+    with pytest.raises(KafkaError):
+        await _read(interceptor, TOPICS.scored, "trainer-x")
+    gc.collect()
+
+
+@LEAKS_REFUSED_TRANSPORTS
+async def test_a_trainer_reads_scored_and_cannot_write_events(
+    secure_broker: LocalBroker,
+) -> None:
+    trainer = _as(secure_broker, "trainer")
+    await _read(trainer, TOPICS.scored, "trainer-1")
+    with pytest.raises(TopicAuthorizationFailedError):
+        await _write(trainer, TOPICS.events)
+    gc.collect()
+
+
+@LEAKS_REFUSED_TRANSPORTS
+async def test_clients_without_the_right_credentials_get_nothing(
+    secure_broker: LocalBroker,
+) -> None:
+    info = secure_broker.info
+    assert info is not None
+    good = _as(secure_broker, "interceptor")
+    wrong_password = good.model_copy(update={"sasl_password": SecretStr("x" * 20)})
+    plaintext = KafkaSettings(bootstrap_servers=info.bootstrap_servers)
+    untrusted = good.model_copy(update={"ssl_cafile": None})
+    for kafka in (wrong_password, plaintext, untrusted):
+        with pytest.raises((KafkaError, ssl.SSLError, OSError)):
+            async with asyncio.timeout(30):
+                await _write(kafka, TOPICS.events)
+    gc.collect()
+
+
+def test_the_acl_table_gives_each_service_only_its_own_topics() -> None:
+    rules = plan("p")
+    writes = {
+        (r.principal, name)
+        for r in rules
+        if "Write" in r.operations
+        for kind, name, _ in r.resources
+        if kind == "topic"
+    }
+    assert {t for p, t in writes if p == "interceptor"} == {"p.events", "p.schemas"}
+    assert ("trainer", "p.events") not in writes and ("trainer", "p.scored") not in writes
+    assert {p for p, t in writes if t == "p.scored"} == {"scorer"}
+    assert {p for p, t in writes if t == "p.trajectories"} == {"reconstructor"}
+
+
+def test_the_docs_table_names_every_principal_and_what_it_writes() -> None:
+    text = (Path(__file__).resolve().parents[3] / "docs" / "security.md").read_text()
+    rows = {
+        line.split("|")[1].strip(" `"): line.split("|")[3]
+        for line in text.splitlines()
+        if line.startswith("| `") and line.count("|") == 6
+    }
+    rules = plan("rollstream")
+    assert set(rows) == set(principals(rules))
+    for rule in rules:
+        if "Write" in rule.operations:
+            for kind, name, _ in rule.resources:
+                if kind == "topic":
+                    assert name.removeprefix("rollstream.") in rows[rule.principal], rule
