@@ -359,6 +359,7 @@ def local_kafka(
     *,
     record_state: bool = True,
     outlive_parent: bool = True,
+    topic_prefix: str = "rollstream",
 ) -> LocalBroker | LocalCluster:
     """The local Kafka of this data directory: a single broker or a cluster.
 
@@ -384,4 +385,10 @@ def local_kafka(
         return LocalCluster(
             settings, paths, nodes, record_state=record_state, outlive_parent=outlive_parent
         )
-    return LocalBroker(settings, paths, record_state=record_state, outlive_parent=outlive_parent)
+    return LocalBroker(
+        settings,
+        paths,
+        record_state=record_state,
+        outlive_parent=outlive_parent,
+        topic_prefix=topic_prefix,
+    )

@@ -218,3 +218,17 @@ def secure_client(files: SecureFiles, principal: str, bootstrap: str = "") -> Ka
         sasl_password=files.password(principal),
         ssl_cafile=files.ca_cert,
     )
+
+
+def client_env(settings: KafkaSettings) -> dict[str, str]:
+    """``settings``' security as the ``ROLLSTREAM_*`` variables a service reads them from."""
+    env: dict[str, str] = {
+        "ROLLSTREAM_SECURITY_PROTOCOL": settings.security_protocol,
+        "ROLLSTREAM_SASL_MECHANISM": settings.sasl_mechanism,
+    }
+    if settings.sasl_username and settings.sasl_password:
+        env["ROLLSTREAM_SASL_USERNAME"] = settings.sasl_username
+        env["ROLLSTREAM_SASL_PASSWORD"] = settings.sasl_password.get_secret_value()
+    if settings.ssl_cafile:
+        env["ROLLSTREAM_SSL_CAFILE"] = str(settings.ssl_cafile)
+    return env

@@ -11,7 +11,8 @@ from pathlib import Path
 import aiohttp
 
 from rollstream.dev.broker.cluster import ClusterInfo, local_kafka
-from rollstream.dev.broker.process import BrokerInfo
+from rollstream.dev.broker.process import BrokerInfo, LocalBroker
+from rollstream.dev.broker.secure import SecureFiles, client_env
 from rollstream.dev.broker.settings import BrokerSettings
 from rollstream.dev.stack.components import plan
 from rollstream.dev.stack.processes import (
@@ -32,6 +33,13 @@ from rollstream.schemas import TopicNames, topic_specs
 from rollstream.settings import KafkaSettings, StatePaths
 
 Progress = Callable[[str], None]
+#: Each service's principal on a secure broker (``rollstream/dev/broker/acls.py``).
+PRINCIPALS = {
+    "interceptor": "interceptor",
+    "reconstructor": "reconstructor",
+    "scorer": "scorer",
+    "node": "node",
+}
 
 
 class LocalStack:
@@ -67,19 +75,22 @@ class LocalStack:
                 f"a stack is already up in {self.paths.state_dir}; `rollstream down` first"
             )
         started_broker = False
+        secure: SecureFiles | None = None
         if "ROLLSTREAM_BOOTSTRAP_SERVERS" not in os.environ:
-            local = local_kafka(self.broker, self.paths)
+            local = local_kafka(self.broker, self.paths, topic_prefix=kafka.topic_prefix)
             started_broker = local.running() is None
             start: Callable[[], BrokerInfo | ClusterInfo] = local.start
             info = await asyncio.to_thread(start)
             kafka = KafkaSettings(
                 **(kafka.model_dump() | {"bootstrap_servers": info.bootstrap_servers})
             )
-            progress(f"kafka        {info.bootstrap_servers}")
+            secure = local.secure if isinstance(local, LocalBroker) else None
+            progress(f"kafka        {info.bootstrap_servers}" + (" (secure)" if secure else ""))
         state = StackState(kafka.bootstrap_servers, kafka.topic_prefix, started_broker)
+        state.kafka_secure = str(secure.root) if secure else None
         state.save(self.state_file)
         names = TopicNames(kafka.topic_prefix)
-        async with TopicAdmin(kafka) as admin:
+        async with TopicAdmin(state.kafka("topics") if secure else kafka) as admin:
             specs = topic_specs(names, self.topics.partitions, self.topics.retention_days)
             await admin.create(
                 specs, self.topics.replication_factor, self.topics.min_insync_replicas
@@ -93,7 +104,8 @@ class LocalStack:
         tokens = StackTokens.kept(self.paths.state_dir)
         try:
             for component in plan(self.settings):
-                running = spawn(component, self.dir / "logs", env | tokens.env(component.name))
+                own = env | tokens.env(component.name) | self._principal(state, component.name)
+                running = spawn(component, self.dir / "logs", own)
                 state.components.append(running)
                 state.save(self.state_file)
                 began = time.monotonic()
@@ -106,6 +118,13 @@ class LocalStack:
             self.down()
             raise
         return state
+
+    @staticmethod
+    def _principal(state: StackState, component: str) -> dict[str, str]:
+        """On a secure broker, ``component``'s own principal (the backend has no Kafka)."""
+        if state.kafka_secure is None or component not in PRINCIPALS:
+            return {}
+        return client_env(state.kafka(PRINCIPALS[component]))
 
     async def _wait_healthy(self, running: Running) -> None:
         deadline = time.monotonic() + self.settings.start_timeout_s

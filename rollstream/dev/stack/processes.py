@@ -13,8 +13,10 @@ from pathlib import Path
 
 import aiohttp
 
+from rollstream.dev.broker.secure import SecureFiles, secure_client
 from rollstream.dev.stack.components import Component
 from rollstream.errors import ConfigurationError
+from rollstream.settings import KafkaSettings
 
 
 @dataclass
@@ -53,6 +55,18 @@ class StackState:
     topic_prefix: str
     started_broker: bool
     components: list[Running] = field(default_factory=list)
+    #: A secure broker's folder of CA and passwords (``kafka start --secure``); None: PLAINTEXT.
+    kafka_secure: str | None = None
+
+    def kafka(self, principal: str = "admin") -> KafkaSettings:
+        """Client settings for the stack's broker, as ``principal`` when it is secure."""
+        if self.kafka_secure is None:
+            return KafkaSettings(
+                bootstrap_servers=self.bootstrap_servers, topic_prefix=self.topic_prefix
+            )
+        files = SecureFiles(Path(self.kafka_secure))
+        client = secure_client(files, principal, self.bootstrap_servers)
+        return client.model_copy(update={"topic_prefix": self.topic_prefix})
 
     def url(self, name: str) -> str | None:
         """The base URL of component ``name`` (``interceptor``, ``node``, ...), if it runs."""

@@ -150,9 +150,7 @@ async def stack_status(state: StackState) -> StackStatus:
                     running.endpoint,
                 )
             )
-    kafka = KafkaSettings(
-        bootstrap_servers=state.bootstrap_servers, topic_prefix=state.topic_prefix
-    )
+    kafka = state.kafka()
     names = TopicNames(state.topic_prefix)
     ours = [names[t] for t in Topic if t not in (Topic.SCHEMAS, Topic.STATE)]
     try:

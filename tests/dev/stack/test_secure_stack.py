@@ -1,0 +1,102 @@
+"""The local stack on a secure broker: each service as its own principal, end to end.
+
+``rollstream up`` with ``ROLLSTREAM_KAFKA_SECURE=true`` starts its own broker over SASL_SSL with
+the ACL table, creates the topics as ``topics`` and gives each service its own principal and
+nothing else; a task then runs through node, interceptor, reconstructor and scorer, and a
+trainer's principal reads its scored records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rollstream.dev.stack.processes import StackState, state_path
+from rollstream.schemas import Scored, TopicNames
+from tests.conftest import JAR_CACHE
+from tests.kafka_reading import read_records
+
+pytestmark = pytest.mark.integration
+
+
+def _rollstream(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rollstream", *args],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=env,
+        check=False,
+    )
+
+
+def _environment(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def test_a_task_runs_through_a_stack_whose_services_each_have_their_principal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ROLLSTREAM_BOOTSTRAP_SERVERS", raising=False)
+    env = os.environ | {
+        "ROLLSTREAM_KAFKA_SECURE": "true",
+        "ROLLSTREAM_KAFKA_PORT": "0",
+        "ROLLSTREAM_KAFKA_DATA_DIR": str(tmp_path / "kafka"),
+        "ROLLSTREAM_STATE_DIR": str(tmp_path / "state"),
+        "ROLLSTREAM_CACHE_DIR": str(JAR_CACHE),
+    }
+    env.pop("ROLLSTREAM_BOOTSTRAP_SERVERS", None)
+    ports = ["--backend-port", "0", "--interceptor-port", "0", "--admin-port", "0"]
+    up = _rollstream("up", "--detach", *ports, "--node-port", "0", env=env)
+    state = StackState.load(state_path(tmp_path / "state"))
+    try:
+        assert up.returncode == 0, up.stderr
+        assert state is not None and state.kafka_secure is not None
+        assert "(secure)" in up.stderr
+        held = {
+            c.name: _environment(c.pid).get("ROLLSTREAM_SASL_USERNAME") for c in state.components
+        }
+        assert held == {
+            "backend": None,
+            "interceptor": "interceptor",
+            "reconstructor": "reconstructor",
+            "scorer": "scorer",
+            "node": "node",
+        }
+        task = tmp_path / "task.yaml"
+        task.write_text(
+            yaml.safe_dump(
+                {
+                    "task_id": "secure-t",
+                    "instruction": "Create hello.txt containing polar.",
+                    "samples": 2,
+                    "harness": "python",
+                    "metadata": {"harness.function": "rollstream.dev.demo.agent:run"},
+                    "evaluator": {"kind": "command", "config": {"command": "test -f hello.txt"}},
+                    "agent_timeout_s": 120,
+                }
+            )
+        )
+        run = _rollstream("run", "--task", str(task), env=env)
+        assert run.returncode == 0, run.stderr + run.stdout
+        assert "sessions 2 completed" in run.stdout
+        trainer = state.kafka("trainer")
+        records = asyncio.run(
+            read_records(trainer, TopicNames(state.topic_prefix).scored, Scored, 2)
+        )
+        assert sorted(r.trajectory.sample_index for r in records) == [0, 1]
+        assert all(r.reward is not None for r in records)
+        status = _rollstream("status", env=env)
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert f"{state.topic_prefix}.scored" in status.stdout
+    finally:
+        down = _rollstream("down", env=env)
+    assert down.returncode == 0, down.stderr
+    assert state is not None and not any(c.alive() for c in state.components)
