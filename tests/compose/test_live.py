@@ -242,7 +242,7 @@ def test_a_harness_in_the_stack_reaches_the_interceptor_and_nothing_else(
     task.write_text(
         json.dumps(
             {
-                "task_id": "probe",
+                "task_id": "wall-probe",
                 "instruction": "probe",
                 "harness": "command",
                 "metadata": {"harness.command": f"{{ {probe}}} > probe.txt"},
@@ -269,7 +269,7 @@ def test_a_harness_in_the_stack_reaches_the_interceptor_and_nothing_else(
             TopicNames("rollstream").events,
             AvroRecord,
             1,
-            where=lambda r: isinstance(r, SessionEnded) and r.task_id == "probe",
+            where=lambda r: isinstance(r, SessionEnded) and r.task_id == "wall-probe",
             timeout=60,
         )
     )

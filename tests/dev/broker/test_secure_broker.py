@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
     KafkaError,
     TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
 )
 from pydantic import SecretStr
 
@@ -27,11 +29,17 @@ from rollstream.dev.broker.acls import plan, principals
 from rollstream.dev.broker.secure import SecureFiles, secure_client
 from rollstream.kafka.admin import TopicAdmin
 from rollstream.kafka.clients import make_consumer, make_producer
-from rollstream.schemas import TopicNames, topic_specs
+from rollstream.schemas import Topic, TopicNames, topic_specs
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.conftest import JAR_CACHE
 
-pytestmark = pytest.mark.integration
+#: aiokafka leaves a refused TLS connection's transport to the garbage collector (the tests
+#: refuse on purpose, and so does the broker's start-up probe before SCRAM users are loaded):
+#: its ResourceWarning is ignored in this module, and each refusing test collects it at once.
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
 
 PREFIX = f"sec{uuid.uuid4().hex[:6]}"
 TOPICS = TopicNames(PREFIX)
@@ -96,14 +104,6 @@ def test_each_principal_has_a_password_file_only_its_owner_reads(
     assert "SASL_SSL://" in (files.root.parent / "server.properties").read_text()
 
 
-#: aiokafka leaves a refused TLS connection's transport to the garbage collector: collected
-#: within the test that was refused (``gc.collect()``), and its warning ignored there only.
-LEAKS_REFUSED_TRANSPORTS = pytest.mark.filterwarnings(
-    "ignore::pytest.PytestUnraisableExceptionWarning"
-)
-
-
-@LEAKS_REFUSED_TRANSPORTS
 async def test_the_interceptor_writes_events_and_nothing_else(
     secure_broker: LocalBroker,
 ) -> None:
@@ -116,7 +116,6 @@ async def test_the_interceptor_writes_events_and_nothing_else(
     gc.collect()
 
 
-@LEAKS_REFUSED_TRANSPORTS
 async def test_a_trainer_reads_scored_and_cannot_write_events(
     secure_broker: LocalBroker,
 ) -> None:
@@ -127,7 +126,6 @@ async def test_a_trainer_reads_scored_and_cannot_write_events(
     gc.collect()
 
 
-@LEAKS_REFUSED_TRANSPORTS
 async def test_clients_without_the_right_credentials_get_nothing(
     secure_broker: LocalBroker,
 ) -> None:
@@ -173,3 +171,44 @@ def test_the_docs_table_names_every_principal_and_what_it_writes() -> None:
             for kind, name, _ in rule.resources:
                 if kind == "topic":
                     assert name.removeprefix("rollstream.") in rows[rule.principal], rule
+
+
+@pytest.mark.parametrize(
+    ("principal", "topic"),
+    [
+        ("node", "scored"),
+        ("reconstructor", "scored"),
+        ("scorer", "events"),
+        ("scorer", "trajectories"),
+        ("topics", "events"),
+    ],
+)
+async def test_no_principal_writes_another_services_topic(
+    secure_broker: LocalBroker, principal: str, topic: str
+) -> None:
+    # A principal that writes nowhere is refused even a producer id (a cluster-level refusal).
+    with pytest.raises((TopicAuthorizationFailedError, ClusterAuthorizationFailedError)):
+        await _write(_as(secure_broker, principal), TOPICS[Topic(topic)])
+    gc.collect()
+
+
+async def test_a_service_cannot_take_another_services_transactional_ids(
+    secure_broker: LocalBroker,
+) -> None:
+    # The scorer posing as the reconstructor's producer of a partition (fencing it off).
+    producer = make_producer(
+        _as(secure_broker, "scorer"),
+        transactional_id=f"rollstream-reconstruct-x-{TOPICS.events}-0",
+        request_timeout_ms=10_000,
+    )
+    try:
+        with pytest.raises(TransactionalIdAuthorizationFailed):
+            await producer.start()
+    finally:
+        await producer.stop()
+    own = make_producer(
+        _as(secure_broker, "scorer"), transactional_id=f"scorer-{TOPICS.trajectories}-0"
+    )
+    await own.start()  # its own prefix is served
+    await own.stop()
+    gc.collect()
