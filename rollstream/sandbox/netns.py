@@ -103,12 +103,9 @@ def enter_wall(channel_fd: int | None = None, port: int | None = None) -> None:
         f.write(f"{gid} {gid} 1")
     loopback_up()
     if port is not None and channel_fd is not None:
-        channel = socket.socket(fileno=channel_fd)
-        try:
-            with listen_loopback(port) as listener:
-                socket.send_fds(channel, [b"L"], [listener.fileno()])
-        finally:
-            channel.detach()  # the fd is the parent's pass_fds entry: exec closes it
+        # Closed here, not kept: a pass_fds entry would otherwise stay open in the harness.
+        with socket.socket(fileno=channel_fd) as channel, listen_loopback(port) as listener:
+            socket.send_fds(channel, [b"L"], [listener.fileno()])
 
 
 def received_listener(channel: socket.socket) -> socket.socket:

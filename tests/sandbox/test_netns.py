@@ -83,6 +83,24 @@ async def test_a_walled_process_reaches_its_endpoint_and_nothing_else(tmp_path: 
     assert unwalled["broker"] == unwalled["admin"] == unwalled["interceptor"] == "open"
 
 
+async def test_the_walled_process_inherits_no_socket_of_the_wall(
+    tmp_path: Path,
+) -> None:
+    # The hand-over socket and the listener stay with the node: the harness has its stdio only.
+    async with _echo() as port:
+        launch = _shell("ls /proc/$$/fd; true")  # bash lists its own fds (no exec of ls)
+        result = await run_harness(
+            launch,
+            tmp_path / "h",
+            tmp_path / "w",
+            tmp_path / "l",
+            30,
+            Wall(Endpoint("127.0.0.1", port)),
+        )
+    assert result.exit_code == 0, result.stderr_tail
+    assert sorted(int(fd) for fd in result.stdout_tail.split()) == [0, 1, 2]
+
+
 async def test_bytes_cross_the_wall_both_ways_through_the_relay(tmp_path: Path) -> None:
     script = (
         f"{sys.executable} -c '"
