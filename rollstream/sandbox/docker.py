@@ -147,10 +147,9 @@ class DockerRuntime(LocalRuntime):
         logs: Path,
         wall: Wall | None = None,
     ) -> HarnessResult:
-        """``launch`` with ``exec`` in the session's container; the timeout kills the container.
+        """``launch`` by ``exec`` in the session's container (walled: ``wall.reach`` relayed in).
 
-        The container is walled already when ``walls`` is on; ``wall.reach`` is relayed into it
-        for this run.
+        The timeout kills the container.
         """
         container = self._containers[sandbox.root]
         if not self.walls or wall is None or wall.reach is None:
@@ -162,7 +161,10 @@ class DockerRuntime(LocalRuntime):
 
     def _listener(self, container: Any, port: int) -> Any:
         """A listener at ``port`` on loopback inside ``container``'s network (blocking)."""
-        container.reload()
+        try:
+            container.reload()
+        except Exception as exc:  # as _pump: the SDK's errors when the engine goes away
+            raise engine_failed("the harness started", exc) from exc
         return listener_in_namespace(int(container.attrs["State"]["Pid"]), port)
 
     async def _execute(

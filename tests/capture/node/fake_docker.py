@@ -20,6 +20,12 @@ class FakeContainer:
     kwargs: dict[str, Any]
     killed: threading.Event = field(default_factory=threading.Event)
     removed: bool = False
+    #: What ``reload`` raises (the engine gone), if anything.
+    broken: Exception | None = None
+
+    def reload(self) -> None:
+        if self.broken is not None:
+            raise self.broken
 
     def kill(self) -> None:
         self.killed.set()

@@ -14,6 +14,7 @@ from rollstream.sandbox import docker as docker_module
 from rollstream.sandbox.docker import DockerRuntime
 from rollstream.sandbox.docker_engine import ContainerError
 from rollstream.sandbox.harnesses.presets import HarnessLaunch
+from rollstream.sandbox.netns import Endpoint, Wall
 from rollstream.sandbox.runtime import SetupError, run_setup
 from rollstream.sandbox.runtimes import make_runtime
 from tests.capture.node.fake_docker import FakeContainer, FakeDocker
@@ -104,6 +105,22 @@ async def test_an_engine_gone_mid_run_is_a_retriable_container_error(tmp_path: P
         await runtime.execute(sandbox, HarnessLaunch(["agent"], {}), 10, sandbox.logs / "h")
     assert failed.value.retriable
     assert (sandbox.logs / "h" / "stdout").read_text() == "working\n"  # kept up to the break
+
+
+async def test_an_engine_gone_before_a_walled_run_is_a_retriable_container_error(
+    tmp_path: Path,
+) -> None:
+    fake = FakeDocker()
+    runtime = DockerRuntime("img:1", tmp_path, client=fake, walls=True)
+    sandbox = await runtime.start("s")
+    [container] = fake.containers.made
+    assert container.kwargs["network_mode"] == "none"
+    container.broken = ConnectionResetError("Connection broken: the engine went away")
+    wall = Wall(Endpoint("127.0.0.1", 8100))
+    with pytest.raises(ContainerError, match="engine failed while the harness started") as failed:
+        await runtime.execute(sandbox, HarnessLaunch(["agent"], {}), 10, sandbox.logs / "h", wall)
+    assert failed.value.retriable
+    assert fake.api.runs == []  # nothing ran without its relay
 
 
 async def test_a_preset_may_set_path_itself(tmp_path: Path) -> None:
