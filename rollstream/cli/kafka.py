@@ -20,7 +20,7 @@ from rollstream.dev.broker import (
     local_kafka,
 )
 from rollstream.dev.broker.jars import ensure_jars, jar_dir
-from rollstream.settings import StatePaths
+from rollstream.settings import KafkaSettings, StatePaths
 
 
 @click.group(cls=Group, short_help="A local Kafka broker or cluster (KRaft) from Maven jars.")
@@ -45,8 +45,11 @@ def fetch(broker: BrokerSettings, paths: StatePaths) -> None:
 @kafka.command()
 @_broker_command
 def start(broker: BrokerSettings, paths: StatePaths) -> None:
-    """Start the broker (or --nodes N of them as one cluster) and wait until it is ready."""
-    local = local_kafka(broker, paths)
+    """Start the broker (or --nodes N of them as one cluster) and wait until it is ready.
+
+    With --secure, its ACLs name the topics under ROLLSTREAM_TOPIC_PREFIX.
+    """
+    local = local_kafka(broker, paths, topic_prefix=KafkaSettings().topic_prefix)
     already = local.running()
     info = local.start()
     if isinstance(info, ClusterInfo):

@@ -117,7 +117,9 @@ def received_listener(channel: socket.socket) -> socket.socket:
         fds = []
     if not fds:
         raise WallError("the walled process handed over no listener")
-    return socket.socket(fileno=fds[0])
+    listener = socket.socket(fileno=fds[0])
+    listener.set_inheritable(False)  # SCM_RIGHTS hands it over inheritable: no child gets it
+    return listener
 
 
 def listener_in_namespace(pid: int, port: int) -> socket.socket:
@@ -138,7 +140,13 @@ def listener_in_namespace(pid: int, port: int) -> socket.socket:
                 try:
                     made.append(listen_loopback(port))
                 finally:
-                    os.setns(own, os.CLONE_NEWNET)
+                    try:
+                        os.setns(own, os.CLONE_NEWNET)
+                    except OSError:
+                        for listener in made:
+                            listener.close()
+                        made.clear()
+                        raise
             finally:
                 os.close(target)
         except BaseException as exc:

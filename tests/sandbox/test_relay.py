@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rollstream.sandbox.netns import Endpoint, listen_loopback
+from rollstream.sandbox.netns import Endpoint, listen_loopback, received_listener
 from rollstream.sandbox.relay import PortRelay
 
 
@@ -78,7 +78,7 @@ async def test_a_target_that_is_down_closes_the_connection_and_says_so(
                 assert await reader.read() == b""  # closed at once, nothing sent
                 writer.close()
     assert relay.refused == 1 and relay.connections == 0
-    assert f"relay to 127.0.0.1:{down} refused" in caplog.text
+    assert f"relay to 127.0.0.1:{down} closed a walled connection" in caplog.text
 
 
 async def test_stopping_the_relay_cuts_open_connections() -> None:
@@ -96,3 +96,34 @@ async def test_stopping_the_relay_cuts_open_connections() -> None:
         writer.close()
         with pytest.raises(ConnectionRefusedError):
             await asyncio.open_connection(*address)
+
+
+async def test_connections_past_the_cap_are_closed_and_counted_with_one_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with _echo_server() as target:
+        listener = listen_loopback(0)
+        address = listener.getsockname()
+        with caplog.at_level(logging.WARNING):
+            async with PortRelay(listener, Endpoint("127.0.0.1", target), 2) as relay:
+                held = [await asyncio.open_connection(*address) for _ in range(2)]
+                for reader, writer in held:  # both served
+                    writer.write(b"x")
+                    assert await reader.readexactly(1) == b"x"
+                for _ in range(3):
+                    reader, writer = await asyncio.open_connection(*address)
+                    assert await reader.read() == b""  # closed at once
+                    writer.close()
+                for _, writer in held:
+                    writer.close()
+    assert relay.connections == 2 and relay.refused == 3
+    assert caplog.text.count("closed a walled connection") == 1
+    assert "2 connections already open" in caplog.text
+
+
+def test_a_received_listener_is_not_inherited_by_children() -> None:
+    parent, child = socket.socketpair()
+    with parent, child, listen_loopback(0) as listener:
+        socket.send_fds(child, [b"L"], [listener.fileno()])
+        with received_listener(parent) as got:
+            assert not got.get_inheritable()

@@ -56,8 +56,8 @@ class NodeSettings(BaseSettings):
         "network namespaces of its own whose only way out is the interceptor at base_url, "
         "relayed to 127.0.0.1 at its port (no broker, no admin port, no node API); setup "
         "commands keep the host's network (docker runtime: none, the container is walled). "
-        "Refused at start where namespaces are not allowed (a container needs CAP_SYS_ADMIN). "
-        "none: the host's network.",
+        "Refused at start where namespaces are not allowed (a container needs CAP_SYS_ADMIN; "
+        "the docker runtime needs a root node). none: the host's network.",
     )
     docker_image: str = Field(
         default="rollstream-base:trixie",

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rollstream.dev.bench.common import percentile
 from rollstream.sandbox.harnesses.presets import HarnessLaunch
 from rollstream.sandbox.harnesses.runner import run_harness
 from rollstream.sandbox.netns import Endpoint, Wall, listen_loopback
@@ -100,7 +101,8 @@ async def _bulk(port: int, megabytes: int) -> float:
     while chunk := await reader.read(1 << 20):
         received += len(chunk)
     writer.close()
-    assert received == megabytes << 20
+    if received != megabytes << 20:
+        raise RuntimeError(f"bulk transfer got {received} of {megabytes << 20} bytes")
     return megabytes / (time.perf_counter() - began)
 
 
@@ -108,12 +110,12 @@ async def _traffic(config: WallBenchConfig, target: int, walled: bool) -> dict[s
     """One round of the three traffic shapes, straight to ``target`` or through a relay."""
     relay = None
     port = target
-    if walled:
-        listener = listen_loopback(0)
-        port = listener.getsockname()[1]
-        relay = PortRelay(listener, Endpoint("127.0.0.1", target))
-        await relay.start()
     try:
+        if walled:
+            listener = listen_loopback(0)
+            port = listener.getsockname()[1]
+            relay = PortRelay(listener, Endpoint("127.0.0.1", target))
+            await relay.start()
         took = await _round_trips(port, config.exchanges, config.message_bytes)
         connect = await _connects(port, config.connections)
         bulk = await _bulk(port, config.bulk_mb)
@@ -122,7 +124,7 @@ async def _traffic(config: WallBenchConfig, target: int, walled: bool) -> dict[s
             await relay.stop()
     return {
         "round_trip_p50_us": statistics.median(took) * 1e6,
-        "round_trip_p99_us": sorted(took)[int(len(took) * 0.99) - 1] * 1e6,
+        "round_trip_p99_us": percentile(took, 99) * 1e6,
         "connect_us": connect * 1e6,
         "bulk_mb_per_s": bulk,
     }

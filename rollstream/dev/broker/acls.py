@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rollstream.dev.broker.secure import SecureFiles, client_properties
+from rollstream.dev.broker.secure import SecureFiles, client_properties, write_private
 from rollstream.errors import BrokerError
 from rollstream.schemas.topics import TopicNames
 
@@ -109,9 +109,7 @@ def apply(java: str, classpath: str, files: SecureFiles, bootstrap: str, rules: 
     if marker.exists() and marker.read_text().strip() == digest:
         return False
     config = files.root / "admin.properties"
-    config.touch(mode=0o600)
-    config.chmod(0o600)
-    config.write_text(client_properties(files, "admin"))
+    write_private(config, client_properties(files, "admin").encode())
 
     def run(rule: Rule) -> subprocess.CompletedProcess[str]:
         # A short-lived JVM: the client compiler alone starts it faster.

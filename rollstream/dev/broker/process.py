@@ -32,11 +32,12 @@ from rollstream.dev.broker.secure import (
     ADMIN,
     SecureFiles,
     ensure_material,
-    scram_arguments,
     secure_client,
     secure_overrides,
+    write_private,
 )
 from rollstream.dev.broker.settings import BrokerSettings
+from rollstream.dev.broker.storage import format_storage
 from rollstream.errors import BrokerError
 from rollstream.host import require_tool
 from rollstream.lifecycle import die_with_parent
@@ -93,6 +94,8 @@ class LocalBroker:
         existing = self.running()
         if existing is not None:
             self.info = existing
+            if self.secure is not None:
+                self._ensure_acls(existing.bootstrap_servers)  # maybe for another topic prefix
             return existing
         layout, cluster_id, began = self.launch()
         return self.wait_ready(layout, cluster_id, began)
@@ -149,12 +152,10 @@ class LocalBroker:
         """Wait until the launched broker is ready; record and return it."""
         assert self._proc is not None, "launch first"
         self._wait_ready(layout, began)
-        if self.secure is not None and self._tools is not None:
-            rules = acls.plan(self.topic_prefix)
+        if self.secure is not None:
             try:
-                if acls.apply(*self._tools, self.secure, layout.bootstrap_servers, rules):
-                    log.info("ACLs of %d principals made", len(acls.principals(rules)))
-            except BrokerError:
+                self._ensure_acls(layout.bootstrap_servers)
+            except BaseException:
                 self.kill_launched()  # a secure broker without its ACLs serves no one
                 raise
         self.info = BrokerInfo(
@@ -179,6 +180,17 @@ class LocalBroker:
             self._node_file.write_text(self.info.to_json())
         log.info("Kafka %s ready at %s", self.settings.version, layout.bootstrap_servers)
         return self.info
+
+    def _ensure_acls(self, bootstrap: str) -> None:
+        """The ACL table of ``topic_prefix`` on the secure broker (made once per table)."""
+        assert self.secure is not None
+        if self._tools is None:
+            java = require_tool(self.settings.java, "a Java 17+ runtime")
+            lib = ensure_jars(self.paths.cache_dir, self.settings.version, self.settings.mvn)
+            self._tools = (java, f"{lib}/*")
+        rules = acls.plan(self.topic_prefix)
+        if acls.apply(*self._tools, self.secure, bootstrap, rules):
+            log.info("ACLs of %d principals made", len(acls.principals(rules)))
 
     def kill_launched(self) -> None:
         """SIGKILL the process :meth:`launch` started, if it still runs (a failed start)."""
@@ -297,7 +309,10 @@ class LocalBroker:
         if self.secure is not None:
             ensure_material(self.secure)
             overrides = secure_overrides(layout, self.secure) | overrides
-        layout.server_properties.write_text(render_server_properties(layout, overrides))
+        # Private: a secure broker's file holds the admin's password.
+        write_private(
+            layout.server_properties, render_server_properties(layout, overrides).encode()
+        )
         layout.log4j2_properties.write_text(render_log4j2_properties(layout))
         return layout, cluster_id
 
@@ -306,6 +321,13 @@ class LocalBroker:
         identity: dict[str, Any] = {}
         if identity_file.exists():
             identity = json.loads(identity_file.read_text())
+        if identity and bool(identity.get("secure", False)) != self.settings.secure:
+            was = "secure" if identity.get("secure") else "PLAINTEXT"
+            raise BrokerError(
+                f"the broker in {self.data_dir} was formatted {was}: start it with "
+                f"ROLLSTREAM_KAFKA_SECURE={str(bool(identity.get('secure'))).lower()}, or use "
+                "another ROLLSTREAM_KAFKA_DATA_DIR"
+            )
         controller_port = int(identity.get("controller_port", 0))
         if controller_port:
             # The KRaft voter set recorded at format time names this endpoint.
@@ -321,32 +343,22 @@ class LocalBroker:
             log.warning("port %d is in use; the broker listens on %d", self.settings.port, port)
         cluster_id = str(identity.get("cluster_id") or new_cluster_id())
         identity_file.write_text(
-            json.dumps({"cluster_id": cluster_id, "controller_port": controller_port})
+            json.dumps(
+                {
+                    "cluster_id": cluster_id,
+                    "controller_port": controller_port,
+                    "secure": self.settings.secure,
+                }
+            )
         )
         return BrokerLayout(self.data_dir, port, controller_port), cluster_id
 
     def _format(self, java: str, classpath: str, layout: BrokerLayout, cluster_id: str) -> None:
-        cmd = [
-            java,
-            "-cp",
-            classpath,
-            f"-Dlog4j2.configurationFile=file:{layout.log4j2_properties}",
-            f"-Dkafka.logs.dir={layout.logs_dir}",
-            "kafka.tools.StorageTool",
-            "format",
-            # A single node bootstraps its own dynamic quorum; a cluster names its voters.
-            *(["--standalone"] if self.identity is None else []),
-            f"--cluster-id={cluster_id}",
-            "--config",
-            str(layout.server_properties),
-        ]
+        # A single node bootstraps its own dynamic quorum; a cluster names its voters.
+        users = None
         if self.secure is not None:
-            # SCRAM users live in the metadata: written at format time, before any client.
-            cmd += scram_arguments(self.secure, acls.principals(acls.plan(self.topic_prefix)))
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            output = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:])
-            raise BrokerError(f"formatting the Kafka data directory failed:\n{output}")
+            users = (self.secure, acls.principals(acls.plan(self.topic_prefix)))
+        format_storage(java, classpath, layout, cluster_id, self.identity is None, users)
 
     def _wait_ready(self, layout: BrokerLayout, began: float) -> None:
         assert self._proc is not None

@@ -68,7 +68,8 @@ class SecureFiles:
         return token_file(self.password_file(principal))
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` readable by its owner alone (mode 0600 before any byte)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.touch(mode=0o600)
     path.chmod(0o600)
@@ -146,9 +147,9 @@ def ensure_material(files: SecureFiles) -> None:
         .sign(ca_key, hashes.SHA256())
     )
     pem = serialization.Encoding.PEM
-    _write_private(files.ca_key, _pem_key(ca_key))
+    write_private(files.ca_key, _pem_key(ca_key))
     chain = broker.public_bytes(pem) + ca.public_bytes(pem)
-    _write_private(files.broker_pem, _pem_key(key) + chain)
+    write_private(files.broker_pem, _pem_key(key) + chain)
     files.ca_cert.write_bytes(ca.public_bytes(pem))
 
 
@@ -185,13 +186,19 @@ def secure_overrides(layout: BrokerLayout, files: SecureFiles) -> dict[str, str]
     }
 
 
-def scram_arguments(files: SecureFiles, principals: list[str]) -> list[str]:
-    """The storage tool's ``--add-scram`` arguments: every principal's SCRAM credential."""
-    arguments = []
+def scram_argfile(files: SecureFiles, principals: list[str]) -> Path:
+    """The storage tool's ``--add-scram`` arguments in a file of mode 0600, for ``java @file``.
+
+    Every principal's SCRAM credential; in a file, not on the command line, where any local
+    user could read the passwords from ``/proc/<pid>/cmdline``.
+    """
+    lines = []
     for principal in [ADMIN, *principals]:
         secret = files.password(principal).get_secret_value()
-        arguments += ["--add-scram", f"{MECHANISM}=[name={principal},password={secret}]"]
-    return arguments
+        lines += ["--add-scram", f"{MECHANISM}=[name={principal},password={secret}]"]
+    path = files.root / "format.args"
+    write_private(path, ("\n".join(lines) + "\n").encode())
+    return path
 
 
 def client_properties(files: SecureFiles, principal: str) -> str:

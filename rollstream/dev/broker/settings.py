@@ -37,7 +37,8 @@ class BrokerSettings(BaseSettings):
         default=False,
         description="Clients only over SASL_SSL with SCRAM-SHA-512, a principal per service "
         "and least-privilege ACLs (a CA, certificates and passwords under DATA_DIR/secure). "
-        "Decided when the data directory is first formatted.",
+        "A data directory keeps the choice it was formatted with: starting it otherwise is "
+        "refused.",
     )
     heap: str = Field(default="1g", description="JVM maximum heap (-Xmx).")
     start_timeout: float = Field(default=90.0, gt=0, description="Seconds to wait for ready.")

@@ -27,6 +27,7 @@ from pydantic import SecretStr
 from rollstream.dev.broker import BrokerSettings, LocalBroker
 from rollstream.dev.broker.acls import plan, principals
 from rollstream.dev.broker.secure import SecureFiles, secure_client
+from rollstream.errors import BrokerError
 from rollstream.kafka.admin import TopicAdmin
 from rollstream.kafka.clients import make_consumer, make_producer
 from rollstream.schemas import Topic, TopicNames, topic_specs
@@ -101,7 +102,23 @@ def test_each_principal_has_a_password_file_only_its_owner_reads(
     for principal in ["admin", *principals(plan(PREFIX))]:
         assert files.password_file(principal).stat().st_mode & 0o077 == 0
     assert files.broker_pem.stat().st_mode & 0o077 == 0
-    assert "SASL_SSL://" in (files.root.parent / "server.properties").read_text()
+    properties = files.root.parent / "server.properties"
+    assert "SASL_SSL://" in properties.read_text()
+    assert properties.stat().st_mode & 0o077 == 0  # it holds the admin's password
+    assert not (files.root / "format.args").exists()  # the users' passwords, gone once used
+
+
+def test_a_secure_data_directory_is_not_started_plaintext(secure_broker: LocalBroker) -> None:
+    plain = LocalBroker(
+        BrokerSettings(secure=False, port=0, data_dir=secure_broker.data_dir),
+        secure_broker.paths,
+        record_state=False,
+        outlive_parent=False,
+    )
+    with pytest.raises(
+        BrokerError, match="formatted secure: start it with ROLLSTREAM_KAFKA_SECURE"
+    ):
+        plain.start()
 
 
 async def test_the_interceptor_writes_events_and_nothing_else(
