@@ -56,7 +56,9 @@ def _shell(script: str) -> HarnessLaunch:
     return HarnessLaunch(["bash", "--noprofile", "--norc", "-c", script], {})
 
 
-async def _probe(tmp_path: Path, targets: dict[str, tuple[str, int]], wall: Wall | None) -> dict:
+async def _probe(
+    tmp_path: Path, targets: dict[str, tuple[str, int]], wall: Wall | None
+) -> dict[str, str]:
     launch = _shell(probe_command(targets))
     work = tmp_path / "work"
     result = await run_harness(launch, tmp_path / "home", work, tmp_path / "logs", 60, wall)

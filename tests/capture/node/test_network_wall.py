@@ -47,7 +47,8 @@ async def _run(http: aiohttp.ClientSession, token: str, task: dict[str, Any]) ->
                 state: dict[str, Any] = await reply.json()
                 if reply.status == 200 and state["done"]:
                     [session] = state["sessions"]
-                    return session
+                    found: dict[str, Any] = session
+                    return found
             await asyncio.sleep(0.2)
 
 
