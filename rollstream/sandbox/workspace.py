@@ -5,6 +5,10 @@ own output, e.g. installed dependencies, is not the harness's work). After the r
 -A`` stages everything, untracked files included, and ``git diff --cached`` against the
 baseline commit is the harness's work, even if it committed or switched branches itself.
 
+That diff runs in the session's runtime behind a wall, never on the host's network: the
+repository's ``.git/config`` is the policy's by then, and its filter drivers, ``core.fsmonitor``
+or ``include.path`` name commands git would run.
+
 Every git and copy step is a subprocess, so an init timeout or a cancellation kills it.
 """
 
@@ -12,9 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
+import stat
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from rollstream.errors import RollstreamError
+from rollstream.sandbox.harnesses.presets import HarnessLaunch
+from rollstream.sandbox.netns import Wall
+from rollstream.sandbox.runtime import Runtime, Sandbox
 from rollstream.schemas.sessions import Artifact
 from rollstream.schemas.tasks import Workspace, WorkspaceKind
 
@@ -170,29 +180,57 @@ async def baseline(dest: Path) -> str:
     return (await _git(dest, "rev-parse", "HEAD", what="git rev-parse")).decode().strip()
 
 
-async def diff(dest: Path, base: str, out: Path, max_bytes: int) -> Artifact:
-    """The diff of ``dest`` against commit ``base``, untracked files included, bounded.
+async def diff(
+    runtime: Runtime, sandbox: Sandbox, base: str, max_bytes: int, timeout_s: float
+) -> Artifact:
+    """The diff of the sandbox's workspace against commit ``base``, untracked files included.
 
-    The whole diff is written to ``out`` (kept with the session's logs); the artifact holds
-    its first ``max_bytes``, cut at a line end where possible.
+    Git runs in ``runtime`` behind a wall that reaches nothing (see the module's docstring),
+    killed after ``timeout_s``. The whole diff is written to ``logs/workspace.diff`` (kept with
+    the session's logs); the artifact holds its first ``max_bytes``, cut at a line end where
+    possible.
     """
-    await _git(dest, "add", "-A", what="git add (diff)")
-    await _git(
-        dest,
-        "diff",
-        "--cached",
-        "--binary",
-        "--no-ext-diff",
-        f"--output={out}",
-        base,
-        what="git diff",
+    out = sandbox.logs / DIFF_ARTIFACT
+    out.unlink(missing_ok=True)
+    git = shlex.join(["git", *_GIT_CONFIG])
+    script = (
+        f"{git} add -A && {git} diff --cached --binary --no-ext-diff "
+        f"--output={shlex.quote(str(out))} {shlex.quote(base)}"
     )
+    launch = HarnessLaunch(["bash", "--noprofile", "--norc", "-c", script], dict(GIT_ISOLATION))
+    result = await runtime.execute(sandbox, launch, timeout_s, sandbox.logs / "diff", Wall())
+    if result.timed_out:
+        raise WorkspaceError(f"git diff ran longer than {timeout_s:g}s")
+    if result.exit_code != 0:
+        detail = result.stderr_tail.strip()[-_ERROR_TAIL:]
+        raise WorkspaceError(f"git diff failed (exit {result.exit_code}): {detail}")
     return _bounded_artifact(out, max_bytes)
 
 
+def open_output(path: Path) -> BinaryIO:
+    """``path`` opened for reading, if it is a regular file of its own (else a WorkspaceError).
+
+    A missing file raises FileNotFoundError, as ``open`` does.
+
+    The session's files are the policy's to replace: a symbolic or hard link in place of its
+    output would put another file of this user's (a token, a key) into a record.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise WorkspaceError(f"{path.name} cannot be read: {exc.strerror}") from exc
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        raise WorkspaceError(f"{path.name} is not a file of its own (a link or a special file)")
+    return os.fdopen(fd, "rb")
+
+
 def _bounded_artifact(path: Path, max_bytes: int) -> Artifact:
-    size = path.stat().st_size
-    with path.open("rb") as f:
+    with open_output(path) as f:
+        size = os.fstat(f.fileno()).st_size
         content = f.read(max_bytes)
     truncated = size > len(content)
     if truncated and b"\n" in content:

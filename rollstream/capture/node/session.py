@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from rollstream.sandbox.harnesses.presets import (
 from rollstream.sandbox.harnesses.runner import HarnessResult
 from rollstream.sandbox.netns import Endpoint, Wall, walled_url
 from rollstream.sandbox.runtime import Runtime, Sandbox, run_setup
-from rollstream.sandbox.workspace import baseline, diff, materialize
+from rollstream.sandbox.workspace import baseline, diff, materialize, open_output
 from rollstream.schemas.sessions import Artifact, SessionEnded, SessionStarted, SessionStatus
 from rollstream.schemas.tasks import Task
 from rollstream.settings import StatePaths
@@ -254,10 +255,11 @@ class SessionRunner:
             try:
                 artifacts.append(
                     await diff(
-                        sandbox.work,
+                        self.runtime,
+                        sandbox,
                         session.baseline,
-                        sandbox.logs / "workspace.diff",
                         self.settings.diff_max_bytes,
+                        session.task.init_timeout_s,
                     )
                 )
             except (RollstreamError, OSError) as exc:
@@ -265,8 +267,12 @@ class SessionRunner:
         if sandbox is not None:
             for stream in ("stdout", "stderr"):
                 path = sandbox.logs / "harness" / stream
-                if path.exists():
+                try:
                     artifacts.append(_tail_artifact(stream, path, self.settings.log_tail_bytes))
+                except FileNotFoundError:
+                    pass  # the harness never started
+                except (RollstreamError, OSError) as exc:
+                    notes.append(f"harness {stream} unavailable: {exc}")
         try:
             call_count = await self._calls_of(session.session_id) if launched else 0
         except Exception as exc:
@@ -353,8 +359,8 @@ class SessionRunner:
 
 def _tail_artifact(name: str, path: Path, max_bytes: int) -> Artifact:
     """The last ``max_bytes`` of a log file, starting at a line where possible."""
-    size = path.stat().st_size
-    with path.open("rb") as f:
+    with open_output(path) as f:
+        size = os.fstat(f.fileno()).st_size
         f.seek(max(size - max_bytes, 0))
         content = f.read()
     truncated = size > len(content)

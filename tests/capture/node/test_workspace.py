@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from rollstream.sandbox.runtime import LocalRuntime, Sandbox
 from rollstream.sandbox.workspace import (
     DIFF_ARTIFACT,
     WorkspaceError,
@@ -14,8 +20,11 @@ from rollstream.sandbox.workspace import (
     check_workspace,
     diff,
     materialize,
+    open_output,
 )
+from rollstream.schemas.sessions import Artifact
 from rollstream.schemas.tasks import Workspace, WorkspaceKind
+from tests.network_probe import REPO_ROOT
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -37,6 +46,14 @@ def _dest(tmp_path: Path) -> Path:
     dest = tmp_path / "work"
     dest.mkdir()
     return dest
+
+
+async def _diff(dest: Path, base: str, max_bytes: int) -> Artifact:
+    """The node's diff of ``dest`` (a sandbox's ``work``), run by a local runtime."""
+    sandbox = Sandbox("s", dest.parent)
+    sandbox.logs.mkdir(exist_ok=True)
+    sandbox.home.mkdir(exist_ok=True)
+    return await diff(LocalRuntime(), sandbox, base, max_bytes, 60)
 
 
 async def test_empty_workspace_stays_empty(tmp_path: Path) -> None:
@@ -149,7 +166,7 @@ async def test_diff_against_the_baseline_has_new_changed_and_deleted_files(
     (dest / "sub").mkdir()
     (dest / "sub/new.txt").write_text("created\n")
     (dest / "blob.bin").write_bytes(bytes(range(256)))
-    artifact = await diff(dest, base, tmp_path / "out.diff", 100_000)
+    artifact = await _diff(dest, base, 100_000)
     text = artifact.content.decode()
     assert artifact.name == DIFF_ARTIFACT and not artifact.truncated
     assert "+new" in text and "-old" in text
@@ -166,7 +183,7 @@ async def test_diff_includes_what_the_harness_committed_itself(tmp_path: Path) -
     (dest / "committed.txt").write_text("c\n")
     _git(dest, "add", "-A")
     _git(dest, "commit", "--quiet", "-m", "harness commit")
-    artifact = await diff(dest, base, tmp_path / "out.diff", 100_000)
+    artifact = await _diff(dest, base, 100_000)
     assert b"+c" in artifact.content
 
 
@@ -189,7 +206,7 @@ async def test_baseline_on_a_clone_commits_on_top_of_the_checkout(
     (dest / "setup-output.txt").write_text("from setup\n")
     base = await baseline(dest)
     assert _git(dest, "rev-parse", "HEAD~1") == first
-    artifact = await diff(dest, base, tmp_path / "out.diff", 100_000)
+    artifact = await _diff(dest, base, 100_000)
     assert artifact.content == b""  # the setup's output is in the baseline, not the diff
 
 
@@ -197,7 +214,51 @@ async def test_a_large_diff_is_truncated_at_a_line_end(tmp_path: Path) -> None:
     dest = _dest(tmp_path)
     base = await baseline(dest)
     (dest / "big.txt").write_text("".join(f"line {i}\n" for i in range(5000)))
-    artifact = await diff(dest, base, tmp_path / "out.diff", 1000)
+    artifact = await _diff(dest, base, 1000)
     assert artifact.truncated
     assert len(artifact.content) <= 1000 and artifact.content.endswith(b"\n")
-    assert artifact.original_size == (tmp_path / "out.diff").stat().st_size > 30_000
+    assert artifact.original_size == (tmp_path / "logs" / DIFF_ARTIFACT).stat().st_size > 30_000
+
+
+@pytest.mark.parametrize("walls", [True, False])
+async def test_a_filter_the_policy_wrote_into_git_config_runs_behind_the_wall(
+    tmp_path: Path, walls: bool
+) -> None:
+    # A stand-in for the broker, the admin port, the node API: a listener on the host.
+    server = await asyncio.start_server(lambda _r, w: w.close(), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    dest = _dest(tmp_path)
+    (dest / "f.txt").write_text("x\n")
+    base = await baseline(dest)
+    # What a harness can do in its own workspace: a clean filter for every file, whose command
+    # git runs when it stages them.
+    probe = tmp_path / "probe.json"
+    argv = shlex.join([sys.executable, "-m", "tests.network_probe", f"broker=127.0.0.1:{port}"])
+    command = f"(cd {shlex.quote(str(REPO_ROOT))} && {argv} > {shlex.quote(str(probe))}); cat"
+    with (dest / ".git" / "config").open("a") as config:
+        config.write(f'[filter "x"]\n\tclean = "{command}"\n')
+    (dest / ".gitattributes").write_text("* filter=x\n")
+    (dest / "f.txt").write_text("y\n")
+    sandbox = Sandbox("s", tmp_path)
+    sandbox.logs.mkdir()
+    sandbox.home.mkdir()
+    async with server:
+        artifact = await diff(LocalRuntime(walls=walls), sandbox, base, 100_000, 60)
+    assert b"+y" in artifact.content  # the filter passed the content through
+    reached = json.loads(probe.read_text())
+    # Behind the wall the filter's command reaches nothing; without it (the control), the host.
+    assert reached == {"broker": "ConnectionRefusedError" if walls else "open"}
+
+
+def test_a_link_in_place_of_an_output_file_is_refused(tmp_path: Path) -> None:
+    secret = tmp_path / "token"
+    secret.write_text("s3cret")
+    (tmp_path / "own").write_text("output")
+    with open_output(tmp_path / "own") as f:
+        assert f.read() == b"output"
+    (tmp_path / "symlink").symlink_to(secret)
+    (tmp_path / "hardlink").hardlink_to(secret)
+    os.mkfifo(tmp_path / "fifo")
+    for name in ("symlink", "hardlink", "fifo"):
+        with pytest.raises(WorkspaceError, match=r"cannot be read|not a file of its own"):
+            open_output(tmp_path / name)

@@ -56,14 +56,14 @@ def _task(command: str = TEST_COMMAND, **config: str) -> Task:
 
 async def _session_diff(tmp_path: Path, task: Task, fixed_calc: str) -> Artifact:
     """The diff artifact a node produces when the harness rewrites calc.py."""
-    work = tmp_path / "session"
-    work.mkdir()
+    sandbox = await LocalRuntime(tmp_path).start("session")
+    work = sandbox.work
     await materialize(task.workspace, work)
     (work / "setup.txt").write_text("prepared\n")  # what the setup left
     base = await baseline(work)
     (work / "calc.py").write_text(fixed_calc)
     (work / "NOTES.md").write_text("fixed the sign\n")  # untracked files travel too
-    return await diff(work, base, tmp_path / "session.diff", max_bytes=1 << 20)
+    return await diff(LocalRuntime(), sandbox, base, 1 << 20, 60)
 
 
 def _trajectory(task: Task | None, artifacts: list[Artifact]) -> Trajectory:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rollstream.processing.score.evaluators import EvalResult, evaluate
-from rollstream.sandbox.runtime import Runtime
+from rollstream.sandbox.runtime import LocalRuntime, Runtime
 from rollstream.sandbox.workspace import baseline, diff, materialize
 from rollstream.schemas import Artifact, Task
 from rollstream.schemas.swe import SweInstance, to_task
@@ -67,12 +67,12 @@ def game_the_test(work: Path) -> None:
 
 async def session_diff(tmp_path: Path, task: Task, edit: Edit) -> Artifact:
     """The diff artifact a node produces for a session whose harness made ``edit``."""
-    work = tmp_path / f"session-{edit.__name__}"
-    work.mkdir()
+    sandbox = await LocalRuntime(tmp_path).start(edit.__name__)
+    work = sandbox.work
     await materialize(task.workspace, work)
     base = await baseline(work)
     edit(work)
-    return await diff(work, base, tmp_path / f"{edit.__name__}.diff", max_bytes=1 << 20)
+    return await diff(LocalRuntime(), sandbox, base, 1 << 20, 60)
 
 
 async def score_session(
