@@ -9,16 +9,15 @@ connection come from this process on loopback, as it would from an unwalled harn
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 from types import TracebackType
 
 from rollstream.sandbox.netns import Endpoint
+from rollstream.streams import close_quietly, splice
 
 log = logging.getLogger(__name__)
 
-_CHUNK = 64 * 1024
 #: Connections one walled process may hold open through its relay (a harness needs a few): the
 #: node's file descriptors are shared by every session.
 MAX_CONNECTIONS = 256
@@ -98,11 +97,11 @@ class PortRelay:
             if self._stopping:
                 up_writer.transport.abort()  # connected while the relay was being stopped
             try:
-                await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
+                await splice(reader, writer, up_reader, up_writer)
             finally:
-                await _close(up_writer)
+                await close_quietly(up_writer)
         finally:
-            await _close(writer)
+            await close_quietly(writer)
             self._pipes.pop(task, None)
 
     def _refuse(self, why: str) -> None:
@@ -114,22 +113,3 @@ class PortRelay:
                 self.target.port,
                 why,
             )
-
-
-async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Bytes from ``reader`` to ``writer`` until EOF, then half-close ``writer``."""
-    try:
-        while chunk := await reader.read(_CHUNK):
-            writer.write(chunk)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-    except (ConnectionError, OSError):
-        # One side went away: the other's copy ends at its EOF or when the relay is stopped.
-        writer.transport.abort()
-
-
-async def _close(writer: asyncio.StreamWriter) -> None:
-    writer.close()
-    with contextlib.suppress(ConnectionError, OSError):
-        await writer.wait_closed()

@@ -22,12 +22,12 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from rollstream.capture.interceptor.sessions import session_of
+from rollstream.streams import splice
 
 log = logging.getLogger(__name__)
 
 #: Bytes read looking for the end of the first request's head; beyond, what was read is used.
 MAX_HEAD_BYTES = 64 * 1024
-_CHUNK = 64 * 1024
 _END = b"\r\n\r\n"
 
 #: The worker for a session (None: the first request named none): index, host, port.
@@ -141,7 +141,7 @@ class ConnectionRouter:
                 return
             self.routed[worker] += 1
             upstream.write(head)
-            await asyncio.gather(_pipe(reader, upstream), _pipe(up_reader, writer))
+            await splice(reader, writer, up_reader, upstream)
         except OSError:
             pass  # the client went away while we answered it
         finally:
@@ -149,19 +149,6 @@ class ConnectionRouter:
             for end in (upstream, writer):
                 if end is not None:
                     end.close()
-
-
-async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-    """Copy until EOF, then half-close ``dst``; a broken side aborts the other."""
-    try:
-        while chunk := await src.read(_CHUNK):
-            dst.write(chunk)
-            await dst.drain()
-        if dst.can_write_eof() and not dst.is_closing():
-            dst.write_eof()
-    except OSError:
-        # A reset on one side must reach the other, as it would without us in between.
-        dst.transport.abort()
 
 
 def _bad_gateway(message: str) -> bytes:
