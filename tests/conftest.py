@@ -166,6 +166,10 @@ async def consumer_factory(
         await consumer.stop()
 
 
+# tryfirst: pytest-xdist reads the groups in its own hook of this name, which a worker registers
+# after this file (so, without it, runs first): groups added later would be ignored and a group's
+# tests spread over the workers (two Docker daemons, two clusters, faults at once).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the tests that use a broker or the Docker daemon, group them; the cluster's go last.
 
@@ -189,3 +193,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         elif item.get_closest_marker("chaos") is not None:
             item.add_marker(pytest.mark.xdist_group("chaos"))
     items.sort(key=lambda item: "kafka_cluster" in getattr(item, "fixturenames", ()))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Fail a grouped test that ``--dist loadgroup`` would not keep on its group's worker.
+
+    pytest-xdist carries a test's group in its node id; a pytest or xdist release that stops
+    that (pytest-dev/pytest-xdist#1386) spreads the groups silently: two Docker daemons, two
+    clusters and faults at once, slower and flaky, and nothing would say why.
+    """
+    grouped = item.get_closest_marker("xdist_group") is not None
+    if grouped and getattr(item.config.option, "loadgroup", False) and "@" not in item.nodeid:
+        pytest.fail(
+            "pytest-xdist did not apply this test's xdist_group: this pytest and pytest-xdist "
+            "do not group together (see the pin in pyproject.toml)",
+            pytrace=False,
+        )

@@ -39,6 +39,8 @@ from tests.conftest import JAR_CACHE
 #: its ResourceWarning is ignored in this module, and each refusing test collects it at once.
 pytestmark = [
     pytest.mark.integration,
+    # One worker runs the module: its broker (and its ACLs, ~30 s) is started once, not per worker.
+    pytest.mark.xdist_group("secure-kafka"),
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
 
