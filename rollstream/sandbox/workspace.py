@@ -27,6 +27,7 @@ from rollstream.sandbox.netns import Wall
 from rollstream.sandbox.runtime import Runtime, Sandbox
 from rollstream.schemas.sessions import Artifact
 from rollstream.schemas.tasks import Workspace, WorkspaceKind
+from rollstream.subprocesses import spawn
 
 #: A fixed identity and date: the same files give the same baseline commit on every node.
 _IDENTITY = {
@@ -73,7 +74,7 @@ def _git_env() -> dict[str, str]:
 
 async def _run(*argv: str, what: str) -> bytes:
     """Run ``argv``; its stdout, or a WorkspaceError saying ``what`` failed and why."""
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         *argv,
         env=_git_env(),
         stdin=asyncio.subprocess.DEVNULL,

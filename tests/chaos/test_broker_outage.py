@@ -31,6 +31,7 @@ import pytest
 from rollstream.capture.interceptor.proxy import Interceptor
 from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.capture.publisher.client import CapturePublisher, PublisherSettings
+from rollstream.dev.bench.instances_gate import GroupWatch
 from rollstream.dev.broker import BrokerInfo, BrokerSettings, LocalBroker
 from rollstream.dev.demo import agent
 from rollstream.host import free_port
@@ -58,6 +59,7 @@ from tests.chaos.pipeline import (
     topic_readers,
 )
 from tests.conftest import JAR_CACHE
+from tests.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -165,6 +167,15 @@ async def test_broker_sigkilled_for_30s_loses_no_call_and_duplicates_no_trajecto
     seen = Harnesses()
     reconstructor.start()
     try:
+        # The fault is mid-run, not mid-start: the reconstructor holds its partitions first (a
+        # slow start under load once overlapped the kill, and its bootstrap failed).
+        async with GroupWatch(kafka, "rollstream-reconstruct-prefix_merge") as group:
+            await until(
+                lambda: group.stable_with(1) or not reconstructor.alive(),
+                120,
+                "the reconstructor in its group",
+            )
+        assert reconstructor.alive(), reconstructor.tail()
         async with (
             counting_backend(state, ttft_ms=150, tpot_ms=8) as backend,
             Interceptor(

@@ -25,6 +25,7 @@ from pydantic_settings import BaseSettings
 from rollstream.capture.interceptor.admin import HEALTH_PATH, server_url
 from rollstream.errors import ConfigurationError
 from rollstream.lifecycle import die_with_parent
+from rollstream.subprocesses import spawn
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ class WorkerProcess:
         """Start ``python -m rollstream interceptor`` configured by ``env``."""
         self.up = False
         self.started_at = time.monotonic()
-        self.process = await asyncio.create_subprocess_exec(
+        self.process = await spawn(
             sys.executable,
             "-m",
             "rollstream",

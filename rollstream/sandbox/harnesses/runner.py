@@ -27,6 +27,7 @@ from rollstream.sandbox.netns import (
     received_listener,
 )
 from rollstream.sandbox.relay import PortRelay
+from rollstream.subprocesses import spawn
 
 #: Variables of the caller's environment a harness may see; everything else (credentials,
 #: rollstream settings, proxies) stays out, so runs are isolated and reproducible.
@@ -95,7 +96,7 @@ async def run_harness(
         started = time.monotonic()
         with (logs / "stdout").open("wb") as out, (logs / "stderr").open("wb") as err:
             try:
-                proc = await asyncio.create_subprocess_exec(
+                proc = await spawn(
                     *launch.argv,
                     cwd=workdir,
                     env=harness_env(launch, home),
