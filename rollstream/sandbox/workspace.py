@@ -17,13 +17,12 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
-import stat
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
 
 from rollstream.errors import RollstreamError
 from rollstream.sandbox.harnesses.presets import HarnessLaunch
 from rollstream.sandbox.netns import Wall
+from rollstream.sandbox.outputs import open_output
 from rollstream.sandbox.runtime import Runtime, Sandbox
 from rollstream.schemas.sessions import Artifact
 from rollstream.schemas.tasks import Workspace, WorkspaceKind
@@ -206,27 +205,6 @@ async def diff(
         detail = result.stderr_tail.strip()[-_ERROR_TAIL:]
         raise WorkspaceError(f"git diff failed (exit {result.exit_code}): {detail}")
     return _bounded_artifact(out, max_bytes)
-
-
-def open_output(path: Path) -> BinaryIO:
-    """``path`` opened for reading, if it is a regular file of its own (else a WorkspaceError).
-
-    A missing file raises FileNotFoundError, as ``open`` does.
-
-    The session's files are the policy's to replace: a symbolic or hard link in place of its
-    output would put another file of this user's (a token, a key) into a record.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise WorkspaceError(f"{path.name} cannot be read: {exc.strerror}") from exc
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-        os.close(fd)
-        raise WorkspaceError(f"{path.name} is not a file of its own (a link or a special file)")
-    return os.fdopen(fd, "rb")
 
 
 def _bounded_artifact(path: Path, max_bytes: int) -> Artifact:

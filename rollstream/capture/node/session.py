@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -37,8 +36,9 @@ from rollstream.sandbox.harnesses.presets import (
 )
 from rollstream.sandbox.harnesses.runner import HarnessResult
 from rollstream.sandbox.netns import Endpoint, Wall, walled_url
+from rollstream.sandbox.outputs import read_tail
 from rollstream.sandbox.runtime import Runtime, Sandbox, run_setup
-from rollstream.sandbox.workspace import baseline, diff, materialize, open_output
+from rollstream.sandbox.workspace import baseline, diff, materialize
 from rollstream.schemas.sessions import Artifact, SessionEnded, SessionStarted, SessionStatus
 from rollstream.schemas.tasks import Task
 from rollstream.settings import StatePaths
@@ -359,10 +359,7 @@ class SessionRunner:
 
 def _tail_artifact(name: str, path: Path, max_bytes: int) -> Artifact:
     """The last ``max_bytes`` of a log file, starting at a line where possible."""
-    with open_output(path) as f:
-        size = os.fstat(f.fileno()).st_size
-        f.seek(max(size - max_bytes, 0))
-        content = f.read()
+    content, size = read_tail(path, max_bytes)
     truncated = size > len(content)
     if truncated and b"\n" in content:
         content = content[content.index(b"\n") + 1 :]

@@ -26,6 +26,7 @@ from rollstream.sandbox.netns import (
     preexec,
     received_listener,
 )
+from rollstream.sandbox.outputs import OutputError, read_tail
 from rollstream.sandbox.relay import PortRelay
 from rollstream.subprocesses import spawn
 
@@ -145,9 +146,15 @@ async def kill_group(proc: asyncio.subprocess.Process, grace_s: float = 5.0) -> 
 
 
 def tail(path: Path) -> str:
-    """The last few kilobytes of a log file, decoded leniently (empty if there is none)."""
-    if not path.exists():
+    """The last few kilobytes of a log file, decoded leniently (empty if there is none).
+
+    A link the process put in its log's place is not followed (``outputs.py``): the tail
+    reaches errors and the scorer's records.
+    """
+    try:
+        content, _ = read_tail(path, _TAIL_BYTES)
+    except FileNotFoundError:
         return ""
-    with path.open("rb") as f:
-        f.seek(max(path.stat().st_size - _TAIL_BYTES, 0))
-        return f.read().decode(errors="replace")
+    except (OutputError, OSError) as exc:
+        return f"[output not read: {exc}]"
+    return content.decode(errors="replace")

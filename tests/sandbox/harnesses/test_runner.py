@@ -35,6 +35,22 @@ async def test_home_files_workdir_exit_code_and_output(tmp_path: Path) -> None:
     assert (tmp_path / "w/out.txt").read_text() == "x"
 
 
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+async def test_a_link_the_process_puts_in_place_of_its_output_is_not_followed(
+    tmp_path: Path, link: str
+) -> None:
+    # What policy code can do: its output file replaced by a link to a secret of the same user.
+    secret = tmp_path / "token"
+    secret.write_text("s3cret-token")
+    stdout = tmp_path / "logs" / "stdout"
+    command = "ln -s" if link == "symlink" else "ln"
+    launch = HarnessLaunch(["bash", "-c", f"rm {stdout}; {command} {secret} {stdout}"], {})
+    result = await run_harness(launch, tmp_path / "home", tmp_path / "w", tmp_path / "logs", 30)
+    assert result.exit_code == 0
+    assert "s3cret" not in result.stdout_tail
+    assert result.stdout_tail.startswith("[output not read: stdout ")
+
+
 def _alive(pid: int) -> bool:
     """Running (a zombie waiting for init to reap it counts as dead)."""
     try:
