@@ -31,7 +31,9 @@ def _xdg(var: str, fallback: str) -> Path:
 class StatePaths(BaseSettings):
     """Where rollstream keeps its state (broker data, logs) and its download cache."""
 
-    model_config = SettingsConfigDict(env_prefix="ROLLSTREAM_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="ROLLSTREAM_", frozen=True, extra="ignore", hide_input_in_errors=True
+    )
 
     state_dir: Path = Field(
         default_factory=lambda: _xdg("XDG_STATE_HOME", ".local/state") / "rollstream",
@@ -68,7 +70,9 @@ SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 class KafkaSettings(BaseSettings):
     """How every rollstream client reaches Kafka, and the names of its topics."""
 
-    model_config = SettingsConfigDict(env_prefix="ROLLSTREAM_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="ROLLSTREAM_", frozen=True, extra="ignore", hide_input_in_errors=True
+    )
 
     bootstrap_servers: str = Field(
         default_factory=discover_bootstrap,
@@ -87,9 +91,38 @@ class KafkaSettings(BaseSettings):
     )
     sasl_username: str | None = Field(default=None, description="SASL user name.")
     sasl_password: SecretStr | None = Field(default=None, description="SASL password.")
+    sasl_password_file: Path | None = Field(
+        default=None,
+        description="A file holding the SASL password, instead of SASL_PASSWORD (a Docker or "
+        "Compose secret: /run/secrets/...). Read at start; one trailing newline is dropped.",
+    )
     ssl_cafile: Path | None = Field(default=None, description="CA bundle to verify the broker.")
     ssl_certfile: Path | None = Field(default=None, description="Client certificate (mTLS).")
     ssl_keyfile: Path | None = Field(default=None, description="Client private key (mTLS).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _password_from_file(cls, data: Any) -> Any:
+        # Before validation, so that the password is a field like any other once read: one
+        # value, whichever of the two variables gave it.
+        if not isinstance(data, dict) or not data.get("sasl_password_file"):
+            return data
+        if data.get("sasl_password"):
+            raise ValueError(
+                "set ROLLSTREAM_SASL_PASSWORD or ROLLSTREAM_SASL_PASSWORD_FILE, not both"
+            )
+        path = Path(data["sasl_password_file"])
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(
+                f"ROLLSTREAM_SASL_PASSWORD_FILE={path}: cannot read it ({exc.__class__.__name__}: "
+                f"{exc.strerror if isinstance(exc, OSError) else exc.reason})"
+            ) from None
+        password = text[:-1] if text.endswith("\n") else text
+        if not password:
+            raise ValueError(f"ROLLSTREAM_SASL_PASSWORD_FILE={path} is empty")
+        return {**data, "sasl_password": password}
 
     @model_validator(mode="after")
     def _sasl_needs_credentials(self) -> KafkaSettings:

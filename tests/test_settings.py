@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from rollstream.cli.docs_config import settings_classes
 from rollstream.settings import DEFAULT_BOOTSTRAP, KafkaSettings, StatePaths, discover_bootstrap
 
 
@@ -41,6 +42,67 @@ def test_sasl_password_is_secret_and_reaches_the_client(monkeypatch: pytest.Monk
     assert kwargs["sasl_plain_password"] == "hunter2"
     assert kwargs["sasl_mechanism"] == "SCRAM-SHA-512"
     assert kwargs["ssl_context"] is not None
+
+
+def test_sasl_password_file_gives_the_password(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Compose secret: the file's content, its one trailing newline dropped, never echoed."""
+    secret = tmp_path / "kafka-password"
+    secret.write_text("hunter2\n")
+    monkeypatch.setenv("ROLLSTREAM_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("ROLLSTREAM_SASL_USERNAME", "scorer")
+    monkeypatch.setenv("ROLLSTREAM_SASL_PASSWORD_FILE", str(secret))
+    settings = KafkaSettings()
+    assert settings.sasl_password is not None
+    assert settings.sasl_password.get_secret_value() == "hunter2"
+    assert settings.client_kwargs()["sasl_plain_password"] == "hunter2"
+    assert "hunter2" not in repr(settings)
+
+
+@pytest.mark.parametrize(
+    ("content", "also_password", "error"),
+    [
+        (None, False, "cannot read it"),
+        ("", False, "is empty"),
+        ("\n", False, "is empty"),
+        ("hunter2", True, "not both"),
+    ],
+)
+def test_a_sasl_password_file_that_gives_no_one_password_is_refused(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    content: str | None,
+    also_password: bool,
+    error: str,
+) -> None:
+    secret = tmp_path / "kafka-password"
+    if content is not None:
+        secret.write_text(content)
+    monkeypatch.setenv("ROLLSTREAM_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("ROLLSTREAM_SASL_USERNAME", "scorer")
+    monkeypatch.setenv("ROLLSTREAM_SASL_PASSWORD_FILE", str(secret))
+    if also_password:
+        monkeypatch.setenv("ROLLSTREAM_SASL_PASSWORD", "other")
+    with pytest.raises(ValidationError, match=error) as raised:
+        KafkaSettings()
+    assert "hunter2" not in str(raised.value)
+
+
+def test_a_settings_error_never_shows_the_values_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pydantic quotes a model's input in its errors: with it, a password reached the log."""
+    monkeypatch.setenv("ROLLSTREAM_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("ROLLSTREAM_SASL_PASSWORD", "hunter2")
+    with pytest.raises(ValidationError, match="ROLLSTREAM_SASL_USERNAME") as raised:
+        KafkaSettings()
+    assert "hunter2" not in str(raised.value)
+
+
+def test_every_settings_class_hides_its_input_in_errors() -> None:
+    classes = settings_classes()
+    assert KafkaSettings in classes
+    hiding = {cls.__name__: cls.model_config.get("hide_input_in_errors") for cls in classes}
+    assert hiding == dict.fromkeys(hiding, True)
 
 
 def test_plaintext_has_no_tls_or_sasl() -> None:

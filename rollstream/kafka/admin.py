@@ -38,7 +38,9 @@ _TOPIC_ALREADY_EXISTS = 36
 class TopicsSettings(BaseSettings):
     """How ``rollstream topics create`` sizes the topics (``ROLLSTREAM_TOPICS_*``)."""
 
-    model_config = SettingsConfigDict(env_prefix="ROLLSTREAM_TOPICS_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="ROLLSTREAM_TOPICS_", frozen=True, extra="ignore", hide_input_in_errors=True
+    )
 
     partitions: int = Field(
         default=6, ge=1, description="Partitions of events, trajectories, scored and tasks."

@@ -20,7 +20,9 @@ StartPosition = Literal["earliest", "latest"] | AwareDatetime
 class TrainerSettings(BaseSettings):
     """What a trainer reads, how records are grouped, and when a group is given up on."""
 
-    model_config = SettingsConfigDict(env_prefix="ROLLSTREAM_TRAINER_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="ROLLSTREAM_TRAINER_", frozen=True, extra="ignore", hide_input_in_errors=True
+    )
 
     topic: str = Field(
         default="scored",

@@ -13,7 +13,7 @@ class InterceptorSettings(BaseSettings):
     """Where the interceptor listens, what it forwards to, and what it captures."""
 
     model_config = SettingsConfigDict(
-        env_prefix="ROLLSTREAM_INTERCEPTOR_", frozen=True, extra="ignore"
+        env_prefix="ROLLSTREAM_INTERCEPTOR_", frozen=True, extra="ignore", hide_input_in_errors=True
     )
 
     upstream: str = Field(

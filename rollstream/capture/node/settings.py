@@ -13,7 +13,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class NodeSettings(BaseSettings):
     """How many sessions run in each stage, how far init runs ahead, what is kept."""
 
-    model_config = SettingsConfigDict(env_prefix="ROLLSTREAM_NODE_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="ROLLSTREAM_NODE_", frozen=True, extra="ignore", hide_input_in_errors=True
+    )
 
     max_init: int = Field(
         default=4, ge=1, description="Sessions initializing at once (runtime, workspace, setup)."

@@ -43,7 +43,7 @@ class PublisherSettings(BaseSettings):
     """How the capture publisher batches, bounds memory and spools (``ROLLSTREAM_PUBLISHER_*``)."""
 
     model_config = SettingsConfigDict(
-        env_prefix="ROLLSTREAM_PUBLISHER_", frozen=True, extra="ignore"
+        env_prefix="ROLLSTREAM_PUBLISHER_", frozen=True, extra="ignore", hide_input_in_errors=True
     )
 
     spool_dir: Path | None = Field(

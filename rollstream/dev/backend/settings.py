@@ -12,7 +12,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class BackendSettings(BaseSettings):
     """How ``rollstream backend`` serves: address, model family, tokenizer, policy, latency."""
 
-    model_config = SettingsConfigDict(env_prefix="ROLLSTREAM_BACKEND_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="ROLLSTREAM_BACKEND_", frozen=True, extra="ignore", hide_input_in_errors=True
+    )
 
     host: str = Field(default="127.0.0.1", description="Address to listen on.")
     port: int = Field(default=8000, ge=0, le=65535, description="Port (0: any free port).")

@@ -11,7 +11,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class BrokerSettings(BaseSettings):
     """How ``rollstream kafka start`` and the test fixture run the local broker."""
 
-    model_config = SettingsConfigDict(env_prefix="ROLLSTREAM_KAFKA_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="ROLLSTREAM_KAFKA_", frozen=True, extra="ignore", hide_input_in_errors=True
+    )
 
     version: str = Field(default="4.1.2", description="Apache Kafka version (Maven Central).")
     port: int = Field(

@@ -19,7 +19,9 @@ DEFAULT_BASE_PACKAGES = (
 class DockerSettings(BaseSettings):
     """How ``rollstream docker`` and the test fixture run a private Docker daemon."""
 
-    model_config = SettingsConfigDict(env_prefix="ROLLSTREAM_DOCKER_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="ROLLSTREAM_DOCKER_", frozen=True, extra="ignore", hide_input_in_errors=True
+    )
 
     dir: Path | None = Field(
         default=None,

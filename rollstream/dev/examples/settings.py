@@ -9,7 +9,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class ExampleTrainerSettings(BaseSettings):
     """Where the backend and the interceptor are, and the optimisation's few knobs."""
 
-    model_config = SettingsConfigDict(env_prefix="ROLLSTREAM_EXAMPLE_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="ROLLSTREAM_EXAMPLE_", frozen=True, extra="ignore", hide_input_in_errors=True
+    )
 
     backend_url: str = Field(
         default="http://127.0.0.1:8000",

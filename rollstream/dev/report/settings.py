@@ -11,7 +11,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class ReportSettings(BaseSettings):
     """Which tokenizer decodes the tokens, and how much of a run one page shows."""
 
-    model_config = SettingsConfigDict(env_prefix="ROLLSTREAM_REPORT_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="ROLLSTREAM_REPORT_", frozen=True, extra="ignore", hide_input_in_errors=True
+    )
 
     tokenizer: Path | None = Field(
         default=None,

@@ -11,7 +11,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class StackSettings(BaseSettings):
     """What ``rollstream up`` starts and where."""
 
-    model_config = SettingsConfigDict(env_prefix="ROLLSTREAM_STACK_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="ROLLSTREAM_STACK_", frozen=True, extra="ignore", hide_input_in_errors=True
+    )
 
     host: str = Field(default="127.0.0.1", description="Address every service listens on.")
     upstream: str | None = Field(

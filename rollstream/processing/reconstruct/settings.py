@@ -12,7 +12,7 @@ class ReconstructSettings(BaseSettings):
     """Which strategy, which consumer group, and how long to wait for a session's calls."""
 
     model_config = SettingsConfigDict(
-        env_prefix="ROLLSTREAM_RECONSTRUCT_", frozen=True, extra="ignore"
+        env_prefix="ROLLSTREAM_RECONSTRUCT_", frozen=True, extra="ignore", hide_input_in_errors=True
     )
 
     strategy: str = Field(

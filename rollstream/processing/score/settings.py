@@ -16,7 +16,9 @@ _POLL_SLACK_S = 60.0
 class ScoreSettings(BaseSettings):
     """Which topics, which consumer group, how many evaluations at once and for how long."""
 
-    model_config = SettingsConfigDict(env_prefix="ROLLSTREAM_SCORE_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="ROLLSTREAM_SCORE_", frozen=True, extra="ignore", hide_input_in_errors=True
+    )
 
     group_id: str = Field(
         default="scorer", description="Consumer group (and the prefix of the transactional id)."
