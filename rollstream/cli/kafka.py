@@ -1,4 +1,4 @@
-"""``rollstream kafka fetch|start|run|stop|status``: the local broker or cluster."""
+"""``rollstream kafka fetch|start|run|secrets|stop|status``: the local broker or cluster."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import click
@@ -17,9 +18,11 @@ from rollstream.dev.broker import (
     ClusterInfo,
     LocalBroker,
     LocalCluster,
+    acls,
     local_kafka,
 )
 from rollstream.dev.broker.jars import ensure_jars, jar_dir
+from rollstream.dev.broker.secure import SecureFiles, make_material
 from rollstream.settings import KafkaSettings, StatePaths
 
 
@@ -92,7 +95,8 @@ def run(broker: BrokerSettings, paths: StatePaths) -> None:
     stopping = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.set())
-    local = LocalBroker(broker, paths, outlive_parent=False)
+    prefix = KafkaSettings().topic_prefix  # a secure broker's ACLs name its topics
+    local = LocalBroker(broker, paths, outlive_parent=False, topic_prefix=prefix)
     if local.running() is not None:
         raise click.ClickException(f"a broker already runs on {local.data_dir}")
     info = local.start()
@@ -107,6 +111,39 @@ def run(broker: BrokerSettings, paths: StatePaths) -> None:
             raise click.ClickException(f"the broker exited; its log is in {info.data_dir}/logs")
     local.stop()
     click.echo("stopped")
+
+
+@kafka.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--owner",
+    metavar="UID:GID",
+    help="Give the files (not the CA's key) to this user, e.g. 10001:10001, the user of "
+    "rollstream's image: a container reads a Compose secret with the host file's owner and "
+    "mode. Needs root.",
+)
+def secrets(directory: Path, owner: str | None) -> None:
+    """Make a secure broker's CA, certificate and each principal's password in DIRECTORY.
+
+    For a broker and services that run apart: Compose's secure-kafka.yml mounts DIRECTORY into
+    the broker (ROLLSTREAM_KAFKA_SECURE_DIR) and each service's own password, users/PRINCIPAL,
+    into that service alone. What exists is kept, so it is safe to repeat.
+    """
+    ids = None
+    if owner is not None:
+        uid, sep, gid = owner.partition(":")
+        if not (uid.isdigit() and (not sep or gid.isdigit())):
+            raise click.BadParameter(f"{owner!r} is not UID[:GID]", param_hint="--owner")
+        ids = (int(uid), int(gid or uid))
+    files = SecureFiles(directory.resolve())
+    try:
+        made = make_material(files, acls.service_principals(), ids)
+    except PermissionError as exc:
+        raise click.ClickException(
+            f"{exc.filename}: {exc.strerror} (--owner needs root: run it with sudo)"
+        ) from None
+    for path in made:
+        click.echo(path)
 
 
 @kafka.command()

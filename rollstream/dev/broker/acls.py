@@ -86,6 +86,11 @@ def principals(rules: list[Rule]) -> list[str]:
     return list(dict.fromkeys(rule.principal for rule in rules))
 
 
+def service_principals() -> list[str]:
+    """Every service's principal (the same whatever the topic prefix)."""
+    return principals(plan("rollstream"))
+
+
 def _arguments(rule: Rule) -> list[str]:
     # The tool takes one pattern type per run: a rule's resources share theirs.
     patterns = {pattern for _, _, pattern in rule.resources}
@@ -105,10 +110,10 @@ def apply(java: str, classpath: str, files: SecureFiles, bootstrap: str, rules: 
     Returns whether it ran. A failing run raises a BrokerError with the tool's words.
     """
     digest = hashlib.sha256(json.dumps([asdict(r) for r in rules]).encode()).hexdigest()
-    marker = files.root / _MARKER
+    marker = marker_path(files)
     if marker.exists() and marker.read_text().strip() == digest:
         return False
-    config = files.root / "admin.properties"
+    config = files.work_dir / "admin.properties"
     write_private(config, client_properties(files, "admin").encode())
 
     def run(rule: Rule) -> subprocess.CompletedProcess[str]:
@@ -130,4 +135,4 @@ def apply(java: str, classpath: str, files: SecureFiles, bootstrap: str, rules: 
 
 def marker_path(files: SecureFiles) -> Path:
     """Where the digest of the applied table is kept."""
-    return files.root / _MARKER
+    return files.work_dir / _MARKER

@@ -30,8 +30,8 @@ from rollstream.dev.broker.probe import _run_sync, _scan_for, probe_metadata
 from rollstream.dev.broker.records import BrokerInfo, forget_stale, is_kafka_process, read_record
 from rollstream.dev.broker.secure import (
     ADMIN,
-    SecureFiles,
-    ensure_material,
+    broker_files,
+    ready_material,
     secure_client,
     secure_overrides,
     write_private,
@@ -46,9 +46,6 @@ from rollstream.settings import StatePaths
 log = logging.getLogger(__name__)
 
 _IDENTITY_FILE = "rollstream-broker.json"
-
-# BrokerInfo and the probes lived here before their modules took them: still importable here.
-__all__ = ["BrokerInfo", "LocalBroker", "probe_metadata"]
 
 
 class LocalBroker:
@@ -83,7 +80,7 @@ class LocalBroker:
         self.info: BrokerInfo | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         #: A secure broker's CA, certificate and passwords; its ACLs name ``topic_prefix``.
-        self.secure = SecureFiles(self.data_dir / "secure") if settings.secure else None
+        self.secure = broker_files(settings.secure_dir, self.data_dir) if settings.secure else None
         self.topic_prefix = topic_prefix
         self._tools: tuple[str, str] | None = None  # java and classpath, for the ACL tool
 
@@ -291,6 +288,10 @@ class LocalBroker:
     def _node_file(self) -> Path:
         return self.data_dir / "node.json"
 
+    @property
+    def _principals(self) -> list[str]:
+        return acls.principals(acls.plan(self.topic_prefix))
+
     def _props_path(self) -> Path:
         return self.data_dir / "server.properties"
 
@@ -307,7 +308,8 @@ class LocalBroker:
             layout, cluster_id = self._single_layout()
         overrides = self.overrides
         if self.secure is not None:
-            ensure_material(self.secure)
+            provided = self.settings.secure_dir is not None
+            ready_material(self.secure, self._principals, provided=provided)
             overrides = secure_overrides(layout, self.secure) | overrides
         # Private: a secure broker's file holds the admin's password.
         write_private(
@@ -355,9 +357,7 @@ class LocalBroker:
 
     def _format(self, java: str, classpath: str, layout: BrokerLayout, cluster_id: str) -> None:
         # A single node bootstraps its own dynamic quorum; a cluster names its voters.
-        users = None
-        if self.secure is not None:
-            users = (self.secure, acls.principals(acls.plan(self.topic_prefix)))
+        users = (self.secure, self._principals) if self.secure is not None else None
         format_storage(java, classpath, layout, cluster_id, self.identity is None, users)
 
     def _wait_ready(self, layout: BrokerLayout, began: float) -> None:

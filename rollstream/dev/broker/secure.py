@@ -6,6 +6,12 @@
   ``broker.pem`` (the broker's key and certificate for ``127.0.0.1`` and ``localhost``);
 - ``users/<principal>``: one password per principal (mode 0600), made once.
 
+``rollstream kafka secrets DIR`` makes the same files in a directory of their own, for a broker
+that reads them from a read-only mount (Compose's secure-kafka.yml, ``ROLLSTREAM_KAFKA_SECURE_DIR``)
+while each service mounts its own password alone. What the broker writes itself (the storage
+tool's arguments, the admin's client properties, the applied ACL table's digest) goes to its
+data directory, never into the material's.
+
 The client listener is SASL_SSL with SCRAM-SHA-512 only; the controller listener is TLS with
 client certificates (KRaft controllers take no SCRAM), so the broker authenticates to its own
 controller as ``User:CN=broker``. Users are written into the metadata when the data directory is
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +34,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from pydantic import SecretStr
 
 from rollstream.dev.broker.config import BrokerLayout
+from rollstream.errors import BrokerError
 from rollstream.host import HOST
 from rollstream.http_auth import token_file
 from rollstream.settings import KafkaSettings
@@ -40,9 +48,19 @@ _VALID_DAYS = 3650
 
 @dataclass(frozen=True)
 class SecureFiles:
-    """Where one secure broker keeps its CA, its certificate and its users' passwords."""
+    """Where one secure broker keeps its CA, its certificate and its users' passwords.
+
+    ``work`` is where the broker writes files of its own (default: ``root``), so that ``root``
+    may be read-only.
+    """
 
     root: Path
+    work: Path | None = None
+
+    @property
+    def work_dir(self) -> Path:
+        """Where the broker writes its own files (format arguments, the ACL step's)."""
+        return self.work or self.root
 
     @property
     def ca_cert(self) -> Path:
@@ -66,6 +84,14 @@ class SecureFiles:
     def password(self, principal: str) -> SecretStr:
         """``principal``'s password, made on first use."""
         return token_file(self.password_file(principal))
+
+
+def broker_files(secure_dir: Path | None, data_dir: Path) -> SecureFiles:
+    """A broker's material: in ``secure_dir`` if given, else its data directory's ``secure``.
+
+    The broker's own files go to its data directory either way.
+    """
+    return SecureFiles(secure_dir or data_dir / "secure", work=data_dir)
 
 
 def write_private(path: Path, data: bytes) -> None:
@@ -106,6 +132,9 @@ def ensure_material(files: SecureFiles) -> None:
         .not_valid_before(valid["not_valid_before"])
         .not_valid_after(valid["not_valid_after"])
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        # Key identifiers: verifiers in strict mode (Python 3.13's default context) refuse a
+        # chain without them ("Missing Authority Key Identifier").
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
         .add_extension(
             x509.KeyUsage(
                 digital_signature=True,
@@ -137,6 +166,10 @@ def ensure_material(files: SecureFiles) -> None:
             ),
             critical=False,
         )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+        )
         # Server to its clients, and client to its own controller (mTLS).
         .add_extension(
             x509.ExtendedKeyUsage(
@@ -151,6 +184,53 @@ def ensure_material(files: SecureFiles) -> None:
     chain = broker.public_bytes(pem) + ca.public_bytes(pem)
     write_private(files.broker_pem, _pem_key(key) + chain)
     files.ca_cert.write_bytes(ca.public_bytes(pem))
+
+
+def missing_material(files: SecureFiles, principals: list[str]) -> list[Path]:
+    """What a broker needs of ``files`` that is not there (its certificates, each password)."""
+    needed = [files.ca_cert, files.broker_pem]
+    needed += [files.password_file(p) for p in [ADMIN, *principals]]
+    return [path for path in needed if not path.is_file()]
+
+
+def ready_material(files: SecureFiles, principals: list[str], *, provided: bool) -> None:
+    """Make what the broker needs, or with ``provided`` (made apart) refuse what lacks any."""
+    if not provided:
+        ensure_material(files)
+        return
+    missing = missing_material(files, principals)
+    if missing:
+        names = ", ".join(str(path.relative_to(files.root)) for path in missing)
+        raise BrokerError(
+            f"ROLLSTREAM_KAFKA_SECURE_DIR={files.root} lacks {names}: make them with "
+            f"`rollstream kafka secrets {files.root}`"
+        )
+
+
+def make_material(
+    files: SecureFiles, principals: list[str], owner: tuple[int, int] | None = None
+) -> list[Path]:
+    """The CA, the broker's certificate and every principal's password in ``files.root``.
+
+    What exists is kept. The directories are the owner's alone (0700); with ``owner``
+    (uid, gid) every file but the CA's key is given to that user, e.g. the user a container
+    runs as, which reads its bind-mounted secret with the host file's owner and mode. Returns
+    the files made or kept.
+    """
+    ensure_material(files)
+    for principal in [ADMIN, *principals]:
+        files.password(principal)
+    made = [files.ca_cert, files.broker_pem, files.ca_key]
+    made += [files.password_file(p) for p in [ADMIN, *principals]]
+    for directory in (files.root, files.root / "users"):
+        directory.chmod(0o700)
+        if owner is not None:
+            os.chown(directory, *owner)
+    if owner is not None:
+        for path in made:
+            if path != files.ca_key:  # signs certificates: no service needs it
+                os.chown(path, *owner)
+    return made
 
 
 def _jaas(user: str, password: SecretStr) -> str:
@@ -196,7 +276,7 @@ def scram_argfile(files: SecureFiles, principals: list[str]) -> Path:
     for principal in [ADMIN, *principals]:
         secret = files.password(principal).get_secret_value()
         lines += ["--add-scram", f"{MECHANISM}=[name={principal},password={secret}]"]
-    path = files.root / "format.args"
+    path = files.work_dir / "format.args"
     write_private(path, ("\n".join(lines) + "\n").encode())
     return path
 

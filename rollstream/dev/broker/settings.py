@@ -42,6 +42,12 @@ class BrokerSettings(BaseSettings):
         "A data directory keeps the choice it was formatted with: starting it otherwise is "
         "refused.",
     )
+    secure_dir: Path | None = Field(
+        default=None,
+        description="With SECURE, where the CA, the broker's certificate and the passwords are. "
+        "Default: DATA_DIR/secure, made on first start. Set, it must hold them already "
+        "(`rollstream kafka secrets DIR` makes them) and may be read-only.",
+    )
     heap: str = Field(default="1g", description="JVM maximum heap (-Xmx).")
     start_timeout: float = Field(default=90.0, gt=0, description="Seconds to wait for ready.")
     java: str = Field(default="java", description="The java executable.")

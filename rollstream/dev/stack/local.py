@@ -11,7 +11,8 @@ from pathlib import Path
 import aiohttp
 
 from rollstream.dev.broker.cluster import ClusterInfo, local_kafka
-from rollstream.dev.broker.process import BrokerInfo, LocalBroker
+from rollstream.dev.broker.process import LocalBroker
+from rollstream.dev.broker.records import BrokerInfo
 from rollstream.dev.broker.secure import SecureFiles, client_env
 from rollstream.dev.broker.settings import BrokerSettings
 from rollstream.dev.stack.components import plan

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rollstream.dev.broker import BrokerInfo, BrokerSettings, LocalBroker
-from rollstream.dev.broker.process import probe_metadata
+from rollstream.dev.broker.probe import probe_metadata
 from rollstream.errors import BrokerError
 from rollstream.settings import KafkaSettings, StatePaths, discover_bootstrap
 from tests.conftest import JAR_CACHE

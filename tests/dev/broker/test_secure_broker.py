@@ -26,13 +26,14 @@ from pydantic import SecretStr
 
 from rollstream.dev.broker import BrokerSettings, LocalBroker
 from rollstream.dev.broker.acls import plan, principals
-from rollstream.dev.broker.secure import SecureFiles, secure_client
+from rollstream.dev.broker.secure import SecureFiles, make_material, secure_client
 from rollstream.errors import BrokerError
 from rollstream.kafka.admin import TopicAdmin
-from rollstream.kafka.clients import make_consumer, make_producer
+from rollstream.kafka.clients import make_producer
 from rollstream.schemas import Topic, TopicNames, topic_specs
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.conftest import JAR_CACHE
+from tests.kafka_access import read_in_group, write_one
 
 #: aiokafka leaves a refused TLS connection's transport to the garbage collector (the tests
 #: refuse on purpose, and so does the broker's start-up probe before SCRAM users are loaded):
@@ -52,8 +53,12 @@ TOPICS = TopicNames(PREFIX)
 def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
     """A secure broker whose ACLs name this module's topic prefix, its topics made."""
     root = tmp_path_factory.mktemp("secure-kafka")
+    # Made apart, as `rollstream kafka secrets` makes it for Compose: the broker only reads it.
+    material = SecureFiles(root / "material")
+    make_material(material, principals(plan(PREFIX)))
+    before = _snapshot(material.root)
     broker = LocalBroker(
-        BrokerSettings(secure=True, port=0, data_dir=root / "kafka"),
+        BrokerSettings(secure=True, port=0, data_dir=root / "kafka", secure_dir=material.root),
         StatePaths(state_dir=root, cache_dir=JAR_CACHE),
         record_state=False,
         outlive_parent=False,
@@ -68,32 +73,18 @@ def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBro
             await admin.create(topic_specs(TOPICS))
 
     asyncio.run(create())
+    assert _snapshot(material.root) == before, "the broker wrote into its material"
     yield broker
     broker.stop()
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
 def _as(broker: LocalBroker, principal: str) -> KafkaSettings:
     assert broker.secure is not None and broker.info is not None
     return secure_client(broker.secure, principal, broker.info.bootstrap_servers)
-
-
-async def _write(kafka: KafkaSettings, topic: str) -> None:
-    producer = make_producer(kafka, request_timeout_ms=10_000)
-    try:
-        await producer.start()
-        await producer.send_and_wait(topic, b"v", key=b"k")
-    finally:
-        await producer.stop()
-
-
-async def _read(kafka: KafkaSettings, topic: str, group: str) -> None:
-    """Join ``group`` on ``topic`` and fetch once (an empty fetch is a success)."""
-    consumer = make_consumer(kafka, topic, group_id=group, auto_offset_reset="earliest")
-    try:
-        await consumer.start()
-        await consumer.getmany(timeout_ms=3000)
-    finally:
-        await consumer.stop()
 
 
 def test_each_principal_has_a_password_file_only_its_owner_reads(
@@ -104,10 +95,13 @@ def test_each_principal_has_a_password_file_only_its_owner_reads(
     for principal in ["admin", *principals(plan(PREFIX))]:
         assert files.password_file(principal).stat().st_mode & 0o077 == 0
     assert files.broker_pem.stat().st_mode & 0o077 == 0
-    properties = files.root.parent / "server.properties"
+    properties = secure_broker.data_dir / "server.properties"
     assert "SASL_SSL://" in properties.read_text()
     assert properties.stat().st_mode & 0o077 == 0  # it holds the admin's password
-    assert not (files.root / "format.args").exists()  # the users' passwords, gone once used
+    # The users' passwords, gone once used; the broker's own files in its data directory.
+    assert not (secure_broker.data_dir / "format.args").exists()
+    assert files.work_dir == secure_broker.data_dir
+    assert (secure_broker.data_dir / "admin.properties").stat().st_mode & 0o077 == 0
 
 
 def test_a_secure_data_directory_is_not_started_plaintext(secure_broker: LocalBroker) -> None:
@@ -127,11 +121,11 @@ async def test_the_interceptor_writes_events_and_nothing_else(
     secure_broker: LocalBroker,
 ) -> None:
     interceptor = _as(secure_broker, "interceptor")
-    await _write(interceptor, TOPICS.events)
+    await write_one(interceptor, TOPICS.events)
     with pytest.raises(TopicAuthorizationFailedError):
-        await _write(interceptor, TOPICS.scored)
+        await write_one(interceptor, TOPICS.scored)
     with pytest.raises(KafkaError):
-        await _read(interceptor, TOPICS.scored, "trainer-x")
+        await read_in_group(interceptor, TOPICS.scored, "trainer-x")
     gc.collect()
 
 
@@ -139,9 +133,9 @@ async def test_a_trainer_reads_scored_and_cannot_write_events(
     secure_broker: LocalBroker,
 ) -> None:
     trainer = _as(secure_broker, "trainer")
-    await _read(trainer, TOPICS.scored, "trainer-1")
+    await read_in_group(trainer, TOPICS.scored, "trainer-1")
     with pytest.raises(TopicAuthorizationFailedError):
-        await _write(trainer, TOPICS.events)
+        await write_one(trainer, TOPICS.events)
     gc.collect()
 
 
@@ -157,7 +151,7 @@ async def test_clients_without_the_right_credentials_get_nothing(
     for kafka in (wrong_password, plaintext, untrusted):
         with pytest.raises((KafkaError, ssl.SSLError, OSError)):
             async with asyncio.timeout(30):
-                await _write(kafka, TOPICS.events)
+                await write_one(kafka, TOPICS.events)
     gc.collect()
 
 
@@ -207,7 +201,7 @@ async def test_no_principal_writes_another_services_topic(
 ) -> None:
     # A principal that writes nowhere is refused even a producer id (a cluster-level refusal).
     with pytest.raises((TopicAuthorizationFailedError, ClusterAuthorizationFailedError)):
-        await _write(_as(secure_broker, principal), TOPICS[Topic(topic)])
+        await write_one(_as(secure_broker, principal), TOPICS[Topic(topic)])
     gc.collect()
 
 
