@@ -43,3 +43,9 @@ def read_tail(path: Path, max_bytes: int) -> tuple[bytes, int]:
         size = os.fstat(f.fileno()).st_size
         f.seek(max(size - max_bytes, 0))
         return f.read(), size
+
+
+def read_head(path: Path, max_bytes: int) -> tuple[bytes, int]:
+    """The first ``max_bytes`` of the output at ``path`` and its whole size (see open_output)."""
+    with open_output(path) as f:
+        return f.read(max_bytes), os.fstat(f.fileno()).st_size

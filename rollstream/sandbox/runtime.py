@@ -25,8 +25,11 @@ from rollstream.sandbox.netns import Wall, wall_problem
 
 log = logging.getLogger(__name__)
 
-#: Like a CI step: no profile (on Debian it resets PATH), stop at the first failing command.
-_SETUP_SHELL = ("bash", "--noprofile", "--norc", "-eo", "pipefail", "-c")
+#: The shell every script of ours runs in (a session's setup, the diff, a scorer's check): no
+#: profile or rc file, which on Debian resets PATH and could run the session's own code first.
+SHELL = ("bash", "--noprofile", "--norc")
+#: Like a CI step: stop at the first failing command.
+_SETUP_SHELL = (*SHELL, "-eo", "pipefail", "-c")
 _ERROR_TAIL = 1000
 
 

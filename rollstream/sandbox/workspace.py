@@ -22,8 +22,8 @@ from pathlib import Path, PurePosixPath
 from rollstream.errors import RollstreamError
 from rollstream.sandbox.harnesses.presets import HarnessLaunch
 from rollstream.sandbox.netns import Wall
-from rollstream.sandbox.outputs import open_output
-from rollstream.sandbox.runtime import Runtime, Sandbox
+from rollstream.sandbox.outputs import read_head
+from rollstream.sandbox.runtime import SHELL, Runtime, Sandbox
 from rollstream.schemas.sessions import Artifact
 from rollstream.schemas.tasks import Workspace, WorkspaceKind
 from rollstream.subprocesses import spawn
@@ -197,7 +197,7 @@ async def diff(
         f"{git} add -A && {git} diff --cached --binary --no-ext-diff "
         f"--output={shlex.quote(str(out))} {shlex.quote(base)}"
     )
-    launch = HarnessLaunch(["bash", "--noprofile", "--norc", "-c", script], dict(GIT_ISOLATION))
+    launch = HarnessLaunch([*SHELL, "-c", script], dict(GIT_ISOLATION))
     result = await runtime.execute(sandbox, launch, timeout_s, sandbox.logs / "diff", Wall())
     if result.timed_out:
         raise WorkspaceError(f"git diff ran longer than {timeout_s:g}s")
@@ -208,9 +208,7 @@ async def diff(
 
 
 def _bounded_artifact(path: Path, max_bytes: int) -> Artifact:
-    with open_output(path) as f:
-        size = os.fstat(f.fileno()).st_size
-        content = f.read(max_bytes)
+    content, size = read_head(path, max_bytes)
     truncated = size > len(content)
     if truncated and b"\n" in content:
         content = content[: content.rindex(b"\n") + 1]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rollstream.sandbox.outputs import OutputError, open_output, read_tail
+from rollstream.sandbox.outputs import OutputError, open_output, read_head, read_tail
 
 
 def test_an_own_file_is_read_and_its_tail_taken(tmp_path: Path) -> None:
@@ -15,6 +15,8 @@ def test_an_own_file_is_read_and_its_tail_taken(tmp_path: Path) -> None:
     with open_output(tmp_path / "own") as f:
         assert f.read() == b"0123456789"
     assert read_tail(tmp_path / "own", 4) == (b"6789", 10)
+    assert read_head(tmp_path / "own", 4) == (b"0123", 10)
+    assert read_head(tmp_path / "own", 40) == (b"0123456789", 10)
     with pytest.raises(FileNotFoundError):
         open_output(tmp_path / "missing")
 

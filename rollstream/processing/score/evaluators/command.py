@@ -38,7 +38,14 @@ from rollstream.processing.score.evaluators.base import (
 from rollstream.sandbox.harnesses.presets import HarnessLaunch
 from rollstream.sandbox.harnesses.runner import HarnessResult
 from rollstream.sandbox.netns import Wall
-from rollstream.sandbox.runtime import LocalRuntime, Runtime, Sandbox, SetupError, run_setup
+from rollstream.sandbox.runtime import (
+    SHELL,
+    LocalRuntime,
+    Runtime,
+    Sandbox,
+    SetupError,
+    run_setup,
+)
 from rollstream.sandbox.workspace import (
     DIFF_ARTIFACT,
     GIT_ISOLATION,
@@ -50,7 +57,7 @@ from rollstream.schemas.sessions import Artifact
 from rollstream.schemas.tasks import Task
 from rollstream.schemas.trajectories import Trajectory
 
-_SHELL = ("bash", "--noprofile", "--norc", "-c")
+_SHELL = (*SHELL, "-c")
 #: Output of the command and its children as one stream, in the order it was written.
 _MERGE_STDERR = "exec 2>&1\n"
 _OUTPUT_TAIL = 2000
