@@ -39,6 +39,7 @@ BASE_FILE = COMPOSE_DIR / "docker-compose.yml"
 CLUSTER_FILE = COMPOSE_DIR / "kafka-cluster.yml"
 HOST_FILE = COMPOSE_DIR / "host-network.yml"
 LOCAL_KAFKA_FILE = COMPOSE_DIR / "local-kafka.yml"
+SECURE_KAFKA_FILE = COMPOSE_DIR / "secure-kafka.yml"
 ENV_EXAMPLE = COMPOSE_DIR / ".env.example"
 SCHEMA_FILE = Path(__file__).with_name("compose-spec.json")
 

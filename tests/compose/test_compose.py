@@ -35,6 +35,7 @@ from tests.compose.stack import (
     LOCAL_KAFKA_FILE,
     REQUIRED,
     SCHEMA_FILE,
+    SECURE_KAFKA_FILE,
     CommandError,
     Doc,
     Stack,
@@ -117,7 +118,7 @@ def test_interpolation_follows_compose() -> None:
 def test_every_compose_variable_has_a_default_listed_in_env_example() -> None:
     refs = [
         ref
-        for path in (BASE_FILE, CLUSTER_FILE, HOST_FILE, LOCAL_KAFKA_FILE)
+        for path in (BASE_FILE, CLUSTER_FILE, HOST_FILE, LOCAL_KAFKA_FILE, SECURE_KAFKA_FILE)
         for text in walk_strings(load_yaml(path))
         for ref in variable_refs(text)
     ]

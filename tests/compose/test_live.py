@@ -1,7 +1,8 @@
 """The Compose stack up for real: ``docker compose up`` -> a task -> its Scored records -> down.
 
-What runs: docker-compose.yml with host-network.yml (no bridge networks here) and
-local-kafka.yml (the broker from the rollstream image: apache/kafka cannot be pulled), the cpu
+What runs: docker-compose.yml with host-network.yml (no bridge networks here), local-kafka.yml
+(the broker from the rollstream image: apache/kafka cannot be pulled) and secure-kafka.yml (TLS,
+SCRAM users and ACLs, each service its own principal: as real clusters run), the cpu
 profile (the reference backend and the example trainer), the images built from compose/Dockerfile
 on the local Debian base. What does not: the node's own image (target ``node``, the npm
 harnesses; the test's file gives the node the ``rollstream`` image and the task uses the python
@@ -22,9 +23,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiokafka.errors import KafkaError, TopicAuthorizationFailedError
 
 from rollstream.dev.broker import BrokerSettings
 from rollstream.dev.broker.jars import ensure_jars
+from rollstream.dev.broker.secure import SecureFiles, secure_client
 from rollstream.dev.containers import DockerEngine, ImageResult
 from rollstream.dev.containers.compose_cli import ensure_compose
 from rollstream.errors import ConfigurationError
@@ -32,10 +35,18 @@ from rollstream.schemas import AvroRecord, SessionEnded, TopicNames
 from rollstream.schemas.trajectories import Scored
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.compose.live import ComposeProject, build_project_image, free_port
-from tests.compose.stack import BASE_FILE, COMPOSE_DIR, HOST_FILE, LOCAL_KAFKA_FILE, REQUIRED
+from tests.compose.stack import (
+    BASE_FILE,
+    COMPOSE_DIR,
+    HOST_FILE,
+    LOCAL_KAFKA_FILE,
+    REQUIRED,
+    SECURE_KAFKA_FILE,
+)
 from tests.conftest import JAR_CACHE
 from tests.docker_fixtures import IMAGE_CACHE
 from tests.http_probe import status_of
+from tests.kafka_access import read_in_group, write_one
 from tests.kafka_reading import read_records
 
 pytestmark = pytest.mark.integration
@@ -43,6 +54,17 @@ pytestmark = pytest.mark.integration
 #: Services that keep running, each with a healthcheck (the others have none, or exit).
 HEALTHY = {"kafka", "backend", "interceptor", "node"}
 RUNNING = {"reconstructor", "scorer", "example-trainer"}
+#: The user of the rollstream image (compose/Dockerfile's useradd).
+IMAGE_UID = 10001
+#: Each Kafka client service's principal (secure-kafka.yml).
+PRINCIPALS = {
+    "topics": "topics",
+    "interceptor": "interceptor",
+    "reconstructor": "reconstructor",
+    "scorer": "scorer",
+    "node": "node",
+    "example-trainer": "trainer",
+}
 #: Who waits for whom (docker-compose.yml's depends_on) and for what.
 ORDER = [
     ("topics", "kafka", "healthy"),
@@ -78,6 +100,19 @@ def stack(
     ensure_jars(JAR_CACHE, version)
     own = scratch / "test-overrides.yml"
     own.write_text(OVERRIDES)
+    # As compose/README.md says to: the material made on the host, given to the image's user.
+    secrets_dir = scratch / "secrets"
+    made = subprocess.run(
+        [
+            *(sys.executable, "-m", "rollstream", "kafka", "secrets", str(secrets_dir)),
+            *("--owner", f"{IMAGE_UID}:{IMAGE_UID}"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
     ports = {
         name: str(free_port())
         for name in (
@@ -93,9 +128,10 @@ def stack(
         binary,
         docker_engine,
         f"rollstream-test-{uuid.uuid4().hex[:8]}",
-        [BASE_FILE, HOST_FILE, LOCAL_KAFKA_FILE, own],
+        [BASE_FILE, HOST_FILE, LOCAL_KAFKA_FILE, SECURE_KAFKA_FILE, own],
         {
             "IMAGE_TAG": tag,
+            "KAFKA_SECRETS": str(secrets_dir),
             "BIND_ADDRESS": "127.0.0.1",
             "KAFKA_JARS": str(JAR_CACHE / "kafka"),
             **ports,
@@ -113,6 +149,13 @@ def stack(
     finally:
         down = project("down", "--volumes", "--timeout", "30")
         assert down.returncode == 0, down.stderr
+
+
+def _as(project: ComposeProject, principal: str) -> KafkaSettings:
+    """A client of the stack's broker as ``principal``, from the material on the host."""
+    files = SecureFiles(Path(project.variables["KAFKA_SECRETS"]))
+    bootstrap = f"127.0.0.1:{project.variables['KAFKA_HOST_PORT']}"
+    return secure_client(files, principal, bootstrap)
 
 
 def _logs(project: ComposeProject) -> str:
@@ -195,10 +238,7 @@ def test_a_task_submitted_from_the_host_is_scored(stack: ComposeProject) -> None
         env=os.environ | {"ROLLSTREAM_NODE_API_TOKEN": stack.variables["NODE_API_TOKEN"]},
     )
     assert run.returncode == 0, run.stdout + run.stderr + _logs(stack)
-    kafka = KafkaSettings(
-        bootstrap_servers=f"127.0.0.1:{stack.variables['KAFKA_HOST_PORT']}",
-        topic_prefix="rollstream",
-    )
+    kafka = _as(stack, "trainer")
     scored = asyncio.run(
         read_records(
             kafka,
@@ -262,7 +302,7 @@ def test_a_harness_in_the_stack_reaches_the_interceptor_and_nothing_else(
         env=os.environ | {"ROLLSTREAM_NODE_API_TOKEN": v["NODE_API_TOKEN"]},
     )
     assert run.returncode == 0, run.stdout + run.stderr + _logs(stack)
-    kafka = KafkaSettings(bootstrap_servers=f"127.0.0.1:{v['KAFKA_HOST_PORT']}")
+    kafka = _as(stack, "reconstructor")
     [ended] = asyncio.run(
         read_records(
             kafka,
@@ -304,3 +344,35 @@ def test_the_control_planes_take_only_their_tokens(stack: ComposeProject) -> Non
         assert status_of(url, token) == served, url
     for url in (f"{admin}/health", f"{node}/health", f"{backend}/v1/models"):
         assert status_of(url) == 200, url
+
+
+def test_each_service_holds_its_own_kafka_password_alone(stack: ComposeProject) -> None:
+    """What each container mounts and is given: one password, its own; the broker all of them."""
+    users = Path(stack.variables["KAFKA_SECRETS"]) / "users"
+    for name, container in _containers(stack).items():
+        mounts = {m["Destination"]: m["Source"] for m in container["Mounts"]}  # type: ignore[attr-defined]
+        env = dict(e.split("=", 1) for e in container["Config"]["Env"])  # type: ignore[index]
+        held = {d: src for d, src in mounts.items() if Path(src).parent == users}
+        assert "ROLLSTREAM_SASL_PASSWORD" not in env, name
+        if name in PRINCIPALS:
+            assert held == {"/run/secrets/kafka-password": str(users / PRINCIPALS[name])}, name
+            assert env["ROLLSTREAM_SASL_USERNAME"] == PRINCIPALS[name]
+        elif name == "kafka":
+            assert mounts["/run/secrets/kafka"] == stack.variables["KAFKA_SECRETS"]
+        else:
+            assert held == {} and "ROLLSTREAM_SASL_USERNAME" not in env, name
+
+
+async def test_the_stack_broker_refuses_what_a_principal_must_not_do(
+    stack: ComposeProject,
+) -> None:
+    """Plaintext gets nothing; the interceptor cannot read scored, a trainer cannot write events."""
+    topics = TopicNames("rollstream")
+    plaintext = KafkaSettings(bootstrap_servers=_as(stack, "admin").bootstrap_servers)
+    with pytest.raises((KafkaError, OSError)):
+        async with asyncio.timeout(30):
+            await write_one(plaintext, topics.events)
+    with pytest.raises(TopicAuthorizationFailedError):
+        await write_one(_as(stack, "trainer"), topics.events)
+    with pytest.raises(KafkaError):
+        await read_in_group(_as(stack, "interceptor"), topics.scored, "trainer-x")
