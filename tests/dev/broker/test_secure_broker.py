@@ -32,6 +32,8 @@ from rollstream.kafka.admin import TopicAdmin
 from rollstream.kafka.clients import make_producer
 from rollstream.schemas import Topic, TopicNames, topic_specs
 from rollstream.settings import KafkaSettings, StatePaths
+from tests import run_tables
+from tests.chaos.conftest import TABLE as FAULTS
 from tests.conftest import JAR_CACHE
 from tests.kafka_access import read_in_group, write_one
 
@@ -139,22 +141,6 @@ async def test_a_trainer_reads_scored_and_cannot_write_events(
     gc.collect()
 
 
-async def test_clients_without_the_right_credentials_get_nothing(
-    secure_broker: LocalBroker,
-) -> None:
-    info = secure_broker.info
-    assert info is not None
-    good = _as(secure_broker, "interceptor")
-    wrong_password = good.model_copy(update={"sasl_password": SecretStr("x" * 20)})
-    plaintext = KafkaSettings(bootstrap_servers=info.bootstrap_servers)
-    untrusted = good.model_copy(update={"ssl_cafile": None})
-    for kafka in (wrong_password, plaintext, untrusted):
-        with pytest.raises((KafkaError, ssl.SSLError, OSError)):
-            async with asyncio.timeout(30):
-                await write_one(kafka, TOPICS.events)
-    gc.collect()
-
-
 def test_the_acl_table_gives_each_service_only_its_own_topics() -> None:
     rules = plan("p")
     writes = {
@@ -186,23 +172,66 @@ def test_the_docs_table_names_every_principal_and_what_it_writes() -> None:
                     assert name.removeprefix("rollstream.") in rows[rule.principal], rule
 
 
-@pytest.mark.parametrize(
-    ("principal", "topic"),
-    [
-        ("node", "scored"),
-        ("reconstructor", "scored"),
-        ("scorer", "events"),
-        ("scorer", "trajectories"),
-        ("topics", "events"),
-    ],
-)
-async def test_no_principal_writes_another_services_topic(
-    secure_broker: LocalBroker, principal: str, topic: str
+async def test_every_principal_writes_exactly_the_topics_its_acls_name(
+    secure_broker: LocalBroker, request: pytest.FixtureRequest
 ) -> None:
-    # A principal that writes nowhere is refused even a producer id (a cluster-level refusal).
-    with pytest.raises((TopicAuthorizationFailedError, ClusterAuthorizationFailedError)):
-        await write_one(_as(secure_broker, principal), TOPICS[Topic(topic)])
+    """Each service's principal writing each topic: served where the table says, refused elsewhere.
+
+    Its row goes in the fault table with the bad clients of the test above.
+    """
+    rules = plan(PREFIX)
+    allowed = {
+        (rule.principal, name)
+        for rule in rules
+        if "Write" in rule.operations
+        for kind, name, _ in rule.resources
+        if kind == "topic"
+    }
+    served, refused, wrong = 0, 0, []
+    for principal in principals(rules):
+        for topic in Topic:
+            name = TOPICS[topic]
+            try:
+                await write_one(_as(secure_broker, principal), name)
+            # A principal that writes nowhere is refused even a producer id (cluster-level).
+            except (TopicAuthorizationFailedError, ClusterAuthorizationFailedError):
+                refused += 1
+                if (principal, name) in allowed:
+                    wrong.append(f"{principal} refused {topic.value}")
+            else:
+                served += 1
+                if (principal, name) not in allowed:
+                    wrong.append(f"{principal} wrote {topic.value}")
+    # Clients without the right credentials get nothing, not even a connection.
+    info = secure_broker.info
+    assert info is not None
+    good = _as(secure_broker, "interceptor")
+    bad = [
+        good.model_copy(update={"sasl_password": SecretStr("x" * 20)}),  # wrong password
+        KafkaSettings(bootstrap_servers=info.bootstrap_servers),  # plaintext
+        good.model_copy(update={"ssl_cafile": None}),  # does not trust the broker's CA
+    ]
+    for kafka in bad:
+        with pytest.raises((KafkaError, ssl.SSLError, OSError)):
+            async with asyncio.timeout(30):
+                await write_one(kafka, TOPICS.events)
+        refused += 1
     gc.collect()
+    assert wrong == []
+    assert served == len(allowed) and refused > len(bad)
+    run_tables.add_row(
+        request.node,
+        FAULTS,
+        (
+            "Kafka principals writing every topic, and clients without the right credentials "
+            "(secure broker, `tests/dev/broker/test_secure_broker.py`)",
+            f"{served + refused} writes: each principal to each topic ({served} the ACLs allow), "
+            "a plaintext client, a wrong password, a client not trusting the CA",
+            0,
+            0,
+            f"{refused} refused as the table says (expected); 0 written outside it",
+        ),
+    )
 
 
 async def test_a_service_cannot_take_another_services_transactional_ids(
