@@ -1,24 +1,36 @@
 """Least privilege on the secure broker: one principal per service, and only what it does.
 
-``plan(prefix)`` is the whole table, pure, so that tests read it and the docs print it; each
-rule becomes one run of Kafka's own ``AclCommand`` (kafka-tools, fetched with the broker's
-jars), made as the ``admin`` super user once per table (a marker holds the table's digest).
+``plan(prefix)`` is the whole table, pure, so that tests read it and the docs print it; its
+bindings are created in one Admin API request as the ``admin`` super user, once per table (a
+marker holds the table's digest).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
 import json
-import subprocess
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rollstream.dev.broker.secure import SecureFiles, client_properties, write_private
+from kafka.admin import (
+    ACL,
+    ACLOperation,
+    ACLPermissionType,
+    ACLResourcePatternType,
+    KafkaAdminClient,
+    ResourcePattern,
+    ResourceType,
+)
+from kafka.errors import KafkaError
+
+from rollstream.dev.broker.secure import ADMIN, MECHANISM, SecureFiles
 from rollstream.errors import BrokerError
 from rollstream.schemas.topics import TopicNames
 
 _MARKER = "acls.applied"
+#: "DescribeConfigs" -> "Describe_Configs": the Admin API's enum names are upper snake case.
+_SNAKE = re.compile(r"(?<=[a-z])(?=[A-Z])")
 
 
 @dataclass(frozen=True)
@@ -91,44 +103,63 @@ def service_principals() -> list[str]:
     return principals(plan("rollstream"))
 
 
-def _arguments(rule: Rule) -> list[str]:
-    # The tool takes one pattern type per run: a rule's resources share theirs.
-    patterns = {pattern for _, _, pattern in rule.resources}
-    assert len(patterns) == 1, f"one pattern type per rule: {rule}"
-    args = ["--add", "--allow-principal", f"User:{rule.principal}"]
-    args += ["--resource-pattern-type", patterns.pop()]
-    for operation in rule.operations:
-        args += ["--operation", operation]
-    for kind, name, _ in rule.resources:
-        args += [f"--{kind}", name]
-    return args
+def bindings(rules: list[Rule]) -> list[ACL]:
+    """``rules`` as the Admin API's ACL bindings: one per principal, operation and resource."""
+    return [
+        ACL(
+            principal=f"User:{rule.principal}",
+            host="*",
+            operation=getattr(ACLOperation, _SNAKE.sub("_", operation).upper()),
+            permission_type=ACLPermissionType.ALLOW,
+            resource_pattern=ResourcePattern(
+                getattr(ResourceType, kind.replace("-", "_").upper()),
+                name,
+                getattr(ACLResourcePatternType, pattern.upper()),
+            ),
+        )
+        for rule in rules
+        for operation in rule.operations
+        for kind, name, pattern in rule.resources
+    ]
 
 
-def apply(java: str, classpath: str, files: SecureFiles, bootstrap: str, rules: list[Rule]) -> bool:
+def apply(files: SecureFiles, bootstrap: str, rules: list[Rule], timeout_s: float = 30.0) -> bool:
     """Create ``rules`` on the broker as ``admin``, unless this very table was applied already.
 
-    Returns whether it ran. A failing run raises a BrokerError with the tool's words.
+    One CreateAcls request through the Admin API (kafka-python's client: aiokafka has no ACL
+    API). Returns whether it ran; a refusal or an unreachable broker raises a BrokerError.
     """
     digest = hashlib.sha256(json.dumps([asdict(r) for r in rules]).encode()).hexdigest()
     marker = marker_path(files)
     if marker.exists() and marker.read_text().strip() == digest:
         return False
-    config = files.work_dir / "admin.properties"
-    write_private(config, client_properties(files, "admin").encode())
-
-    def run(rule: Rule) -> subprocess.CompletedProcess[str]:
-        # A short-lived JVM: the client compiler alone starts it faster.
-        cmd = [java, "-XX:TieredStopAtLevel=1", "-cp", classpath]
-        cmd += ["org.apache.kafka.tools.AclCommand", "--bootstrap-server", bootstrap]
-        cmd += ["--command-config", str(config), *_arguments(rule)]
-        return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
-
-    # A JVM per rule (the tool takes one operation set and pattern type per run): a few at once.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-        for rule, proc in zip(rules, pool.map(run, rules), strict=True):
-            if proc.returncode != 0:
-                tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
-                raise BrokerError(f"creating the ACLs of {rule.principal} failed:\n{tail}")
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap,
+            client_id="rollstream-acls",
+            security_protocol="SASL_SSL",
+            sasl_mechanism=MECHANISM,
+            sasl_plain_username=ADMIN,
+            sasl_plain_password=files.password(ADMIN).get_secret_value(),
+            ssl_cafile=str(files.ca_cert),
+            request_timeout_ms=int(timeout_s * 1000),
+            bootstrap_timeout_ms=int(timeout_s * 1000),
+        )
+    except KafkaError as exc:
+        raise BrokerError(
+            f"creating the ACLs: the broker at {bootstrap} did not answer: {exc}"
+        ) from exc
+    try:
+        result = admin.create_acls(bindings(rules))
+    except KafkaError as exc:
+        raise BrokerError(f"creating the ACLs failed: {exc}") from exc
+    finally:
+        admin.close()
+    if result["failed"]:
+        failed = "; ".join(
+            f"{acl.principal} {acl.operation.name}: {err}" for acl, err in result["failed"][:5]
+        )
+        raise BrokerError(f"creating {len(result['failed'])} ACLs failed: {failed}")
     marker.write_text(digest + "\n")
     return True
 

@@ -27,8 +27,7 @@ def jar_dir(cache_dir: Path, version: str) -> Path:
 def jar_stamp(version: str) -> str:
     """What a complete fetch's marker holds: the version and a digest of the pom it used.
 
-    A pom that gained a jar (kafka-tools) then fetches again, rather than run on a classpath
-    that lacks it.
+    A pom whose jars changed then fetches again, rather than run on a classpath that lacks one.
     """
     pom = resources.files("rollstream.dev.broker").joinpath("pom.xml")
     return f"{version} {hashlib.sha256(pom.read_bytes()).hexdigest()[:16]}"

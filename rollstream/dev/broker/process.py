@@ -82,7 +82,6 @@ class LocalBroker:
         #: A secure broker's CA, certificate and passwords; its ACLs name ``topic_prefix``.
         self.secure = broker_files(settings.secure_dir, self.data_dir) if settings.secure else None
         self.topic_prefix = topic_prefix
-        self._tools: tuple[str, str] | None = None  # java and classpath, for the ACL tool
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -114,7 +113,6 @@ class LocalBroker:
         lib = ensure_jars(self.paths.cache_dir, self.settings.version, self.settings.mvn)
         layout, cluster_id = self._prepare_layout()
         classpath = f"{lib}/*"
-        self._tools = (java, classpath)
         if not (layout.log_dirs / "meta.properties").exists():
             self._format(java, classpath, layout, cluster_id)
         layout.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -181,12 +179,8 @@ class LocalBroker:
     def _ensure_acls(self, bootstrap: str) -> None:
         """The ACL table of ``topic_prefix`` on the secure broker (made once per table)."""
         assert self.secure is not None
-        if self._tools is None:
-            java = require_tool(self.settings.java, "a Java 17+ runtime")
-            lib = ensure_jars(self.paths.cache_dir, self.settings.version, self.settings.mvn)
-            self._tools = (java, f"{lib}/*")
         rules = acls.plan(self.topic_prefix)
-        if acls.apply(*self._tools, self.secure, bootstrap, rules):
+        if acls.apply(self.secure, bootstrap, rules):
             log.info("ACLs of %d principals made", len(acls.principals(rules)))
 
     def kill_launched(self) -> None:

@@ -9,8 +9,8 @@
 ``rollstream kafka secrets DIR`` makes the same files in a directory of their own, for a broker
 that reads them from a read-only mount (Compose's secure-kafka.yml, ``ROLLSTREAM_KAFKA_SECURE_DIR``)
 while each service mounts its own password alone. What the broker writes itself (the storage
-tool's arguments, the admin's client properties, the applied ACL table's digest) goes to its
-data directory, never into the material's.
+tool's arguments, the applied ACL table's digest) goes to its data directory, never into the
+material's.
 
 The client listener is SASL_SSL with SCRAM-SHA-512 only; the controller listener is TLS with
 client certificates (KRaft controllers take no SCRAM), so the broker authenticates to its own
@@ -279,20 +279,6 @@ def scram_argfile(files: SecureFiles, principals: list[str]) -> Path:
     path = files.work_dir / "format.args"
     write_private(path, ("\n".join(lines) + "\n").encode())
     return path
-
-
-def client_properties(files: SecureFiles, principal: str) -> str:
-    """A Java client's properties for ``principal`` (Kafka's own tools, e.g. AclCommand)."""
-    return "\n".join(
-        [
-            "security.protocol=SASL_SSL",
-            f"sasl.mechanism={MECHANISM}",
-            f"sasl.jaas.config={_jaas(principal, files.password(principal))}",
-            "ssl.truststore.type=PEM",
-            f"ssl.truststore.location={files.ca_cert}",
-            "",
-        ]
-    )
 
 
 def secure_client(files: SecureFiles, principal: str, bootstrap: str = "") -> KafkaSettings:

@@ -1,12 +1,14 @@
 """The ACL step of a secure broker's start: a failure kills the broker, a new prefix gets its table.
 
-No JVM: the broker is a ``sleep`` process and the ACL tool a recording stand-in, since what is
-tested is what ``LocalBroker`` does around them (the real tool runs in test_secure_broker.py).
+No JVM: the broker is a ``sleep`` process and the ACL step a recording stand-in, since what is
+tested is what ``LocalBroker`` does around them (the real step runs in test_secure_broker.py).
 """
 
 from __future__ import annotations
 
+import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,9 +16,11 @@ from typing import Any
 import pytest
 
 from rollstream.dev.broker import BrokerInfo, BrokerSettings, LocalBroker, acls
-from rollstream.dev.broker.acls import plan
+from rollstream.dev.broker.acls import plan, service_principals
 from rollstream.dev.broker.config import BrokerLayout
+from rollstream.dev.broker.secure import SecureFiles, make_material
 from rollstream.errors import BrokerError
+from rollstream.host import HOST
 from rollstream.settings import StatePaths
 
 
@@ -28,19 +32,17 @@ def _secure(tmp_path: Path, prefix: str = "rollstream") -> LocalBroker:
         outlive_parent=False,
         topic_prefix=prefix,
     )
-    broker._tools = ("java", "classpath")  # no jars are fetched: the tool is a stand-in
     return broker
 
 
 @pytest.mark.parametrize(
     "failure",
     [
-        BrokerError("creating the ACLs of scorer failed"),
-        subprocess.TimeoutExpired("java", 120),
-        OSError("java: no such file"),
+        BrokerError("creating 3 ACLs failed"),
+        OSError("ca.pem: no such file"),
         KeyboardInterrupt(),
     ],
-    ids=["tool-refused", "tool-timed-out", "no-java", "interrupted"],
+    ids=["refused", "unreadable-material", "interrupted"],
 )
 def test_a_secure_broker_whose_acl_step_fails_in_any_way_is_killed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: BaseException
@@ -78,7 +80,7 @@ def test_a_running_secure_broker_gets_the_acls_of_the_asked_prefix(
     )
     applied: list[tuple[str, list[Any]]] = []
 
-    def apply(java: str, classpath: str, files: Any, bootstrap: str, rules: list[Any]) -> bool:
+    def apply(files: Any, bootstrap: str, rules: list[Any]) -> bool:
         applied.append((bootstrap, rules))
         return True
 
@@ -91,3 +93,42 @@ def test_a_running_secure_broker_gets_the_acls_of_the_asked_prefix(
         ("127.0.0.1:19092", plan("rollstream")),
         ("127.0.0.1:19092", plan("team-b")),
     ]
+
+
+def test_an_unreachable_broker_fails_the_step_with_a_broker_error(tmp_path: Path) -> None:
+    # In a process of its own: kafka-python leaves its bootstrap sockets to the garbage
+    # collector when bootstrapping fails, which pytest would report in whichever test is next.
+    files = SecureFiles(tmp_path / "secrets")
+    make_material(files, service_principals())
+    with socket.socket() as unused:
+        unused.bind((HOST, 0))  # bound, never listening: connections are refused
+        script = (
+            "from pathlib import Path\n"
+            "from rollstream.dev.broker import acls\n"
+            "from rollstream.dev.broker.secure import SecureFiles\n"
+            "from rollstream.errors import BrokerError\n"
+            f"files = SecureFiles(Path({str(files.root)!r}))\n"
+            "try:\n"
+            f"    acls.apply(files, '{HOST}:{unused.getsockname()[1]}', acls.plan('r'), 2.0)\n"
+            "except BrokerError as exc:\n"
+            "    print('BrokerError:', exc)\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+        )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("BrokerError: creating the ACLs: the broker at"), done.stdout
+    assert "did not answer" in done.stdout
+    assert not acls.marker_path(files).exists()
+
+
+def test_the_bindings_are_the_table_one_by_one() -> None:
+    rules = plan("p")
+    bound = acls.bindings(rules)
+    assert len(bound) == sum(len(r.operations) * len(r.resources) for r in rules)
+    topics = [b for b in bound if b.principal == "User:topics"]
+    assert {b.operation.name for b in topics} == {"CREATE", "DESCRIBE", "DESCRIBE_CONFIGS"}
+    assert {
+        (b.resource_pattern.resource_name, b.resource_pattern.pattern_type.name) for b in topics
+    } == {("p", "PREFIXED")}
+    assert {b.permission_type.name for b in bound} == {"ALLOW"}

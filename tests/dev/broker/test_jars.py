@@ -38,7 +38,7 @@ def test_cached_jars_are_reused_without_maven(tmp_path: Path) -> None:
 
 
 def test_jars_fetched_with_another_pom_are_fetched_again(tmp_path: Path) -> None:
-    # A cache from before the pom gained kafka-tools: its marker names the version alone.
+    # A cache fetched with an older pom: its marker names the version alone.
     lib = jar_dir(tmp_path, "9.9.9")
     lib.mkdir(parents=True)
     (lib / ".complete").write_text("9.9.9")

@@ -103,7 +103,6 @@ def test_each_principal_has_a_password_file_only_its_owner_reads(
     # The users' passwords, gone once used; the broker's own files in its data directory.
     assert not (secure_broker.data_dir / "format.args").exists()
     assert files.work_dir == secure_broker.data_dir
-    assert (secure_broker.data_dir / "admin.properties").stat().st_mode & 0o077 == 0
 
 
 def test_a_secure_data_directory_is_not_started_plaintext(secure_broker: LocalBroker) -> None:
