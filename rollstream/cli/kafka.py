@@ -76,8 +76,8 @@ def start(broker: BrokerSettings, paths: StatePaths) -> None:
             f"ROLLSTREAM_SSL_CAFILE={files.ca_cert}"
         )
         click.echo(
-            "# and per service ROLLSTREAM_SASL_USERNAME=<principal>, ROLLSTREAM_SASL_PASSWORD="
-            f"$(cat {files.password_file('<principal>')})"
+            "# and per service ROLLSTREAM_SASL_USERNAME=<principal> "
+            f"ROLLSTREAM_SASL_PASSWORD_FILE={files.password_file('<principal>')}"
         )
 
 

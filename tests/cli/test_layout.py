@@ -115,7 +115,7 @@ def test_the_groups_keep_their_subcommands() -> None:
     def names(group: str) -> list[str]:
         return [name for _, name in _listed(_help(group))]
 
-    assert names("kafka") == ["fetch", "start", "run", "stop", "status"]
+    assert names("kafka") == ["fetch", "start", "run", "secrets", "stop", "status"]
     assert names("topics") == ["create", "list", "describe", "replicate"]
     assert {"backend", "interceptor", "reconstruct", "node", "all"} <= set(names("bench"))
 

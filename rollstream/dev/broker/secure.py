@@ -293,15 +293,17 @@ def secure_client(files: SecureFiles, principal: str, bootstrap: str = "") -> Ka
     )
 
 
-def client_env(settings: KafkaSettings) -> dict[str, str]:
-    """``settings``' security as the ``ROLLSTREAM_*`` variables a service reads them from."""
-    env: dict[str, str] = {
-        "ROLLSTREAM_SECURITY_PROTOCOL": settings.security_protocol,
-        "ROLLSTREAM_SASL_MECHANISM": settings.sasl_mechanism,
+def client_env(files: SecureFiles, principal: str) -> dict[str, str]:
+    """The ``ROLLSTREAM_*`` variables a service connects as ``principal`` with.
+
+    The password by its file (``ROLLSTREAM_SASL_PASSWORD_FILE``), never by value: a variable
+    shows in ``/proc/<pid>/environ``, ``ps e`` and the logs of whatever prints its environment.
+    """
+    files.password(principal)  # made if missing
+    return {
+        "ROLLSTREAM_SECURITY_PROTOCOL": "SASL_SSL",
+        "ROLLSTREAM_SASL_MECHANISM": MECHANISM,
+        "ROLLSTREAM_SASL_USERNAME": principal,
+        "ROLLSTREAM_SASL_PASSWORD_FILE": str(files.password_file(principal)),
+        "ROLLSTREAM_SSL_CAFILE": str(files.ca_cert),
     }
-    if settings.sasl_username and settings.sasl_password:
-        env["ROLLSTREAM_SASL_USERNAME"] = settings.sasl_username
-        env["ROLLSTREAM_SASL_PASSWORD"] = settings.sasl_password.get_secret_value()
-    if settings.ssl_cafile:
-        env["ROLLSTREAM_SSL_CAFILE"] = str(settings.ssl_cafile)
-    return env

@@ -125,7 +125,7 @@ class LocalStack:
         """On a secure broker, ``component``'s own principal (the backend has no Kafka)."""
         if state.kafka_secure is None or component not in PRINCIPALS:
             return {}
-        return client_env(state.kafka(PRINCIPALS[component]))
+        return client_env(SecureFiles(Path(state.kafka_secure)), PRINCIPALS[component])
 
     async def _wait_healthy(self, running: Running) -> None:
         deadline = time.monotonic() + self.settings.start_timeout_s

@@ -60,8 +60,16 @@ def test_a_task_runs_through_a_stack_whose_services_each_have_their_principal(
         assert up.returncode == 0, up.stderr
         assert state is not None and state.kafka_secure is not None
         assert "(secure)" in up.stderr
-        held = {
-            c.name: _environment(c.pid).get("ROLLSTREAM_SASL_USERNAME") for c in state.components
+        environments = {c.name: _environment(c.pid) for c in state.components}
+        held = {name: env.get("ROLLSTREAM_SASL_USERNAME") for name, env in environments.items()}
+        # Each password by its file, none by value.
+        assert not any("ROLLSTREAM_SASL_PASSWORD" in env for env in environments.values())
+        files = {
+            name: env.get("ROLLSTREAM_SASL_PASSWORD_FILE") for name, env in environments.items()
+        }
+        assert files == {
+            name: None if user is None else f"{state.kafka_secure}/users/{user}"
+            for name, user in held.items()
         }
         assert held == {
             "backend": None,
