@@ -87,6 +87,26 @@ def test_it_runs_one_node_only() -> None:
     assert result.exit_code == 2 and "kafka start --nodes N" in result.output
 
 
+def test_a_secure_broker_run_makes_the_acls_of_the_topic_prefix(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Its ACLs name ROLLSTREAM_TOPIC_PREFIX's topics (they named the default's before)."""
+    made: list[str] = []
+
+    class Stop(Exception):
+        pass
+
+    def broker(*args: object, topic_prefix: str = "rollstream", **kwargs: object) -> None:
+        made.append(topic_prefix)
+        raise Stop  # no JVM: which prefix the broker is made for is the point
+
+    monkeypatch.setattr("rollstream.cli.kafka.LocalBroker", broker)
+    env = {"ROLLSTREAM_TOPIC_PREFIX": "team-b", "ROLLSTREAM_STATE_DIR": str(tmp_path)}
+    result = CliRunner().invoke(cli, ["kafka", "run", "--secure"], env=env)
+    assert isinstance(result.exception, Stop), result.output
+    assert made == ["team-b"]
+
+
 def _pid_alive(pid: int) -> bool:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
