@@ -25,7 +25,7 @@ from aiokafka.errors import (
 from pydantic import SecretStr
 
 from rollstream.dev.broker import BrokerSettings, LocalBroker
-from rollstream.dev.broker.acls import Rule, plan, principals
+from rollstream.dev.broker.acls import plan, principals
 from rollstream.dev.broker.secure import SecureFiles, make_material, secure_client
 from rollstream.errors import BrokerError
 from rollstream.kafka.admin import TopicAdmin
@@ -140,19 +140,15 @@ async def test_a_trainer_reads_scored_and_cannot_write_events(
     gc.collect()
 
 
-def _topic_writes(rules: list[Rule]) -> set[tuple[str, str]]:
-    """(principal, topic) for every topic write the table allows."""
-    return {
-        (rule.principal, name)
-        for rule in rules
-        if "Write" in rule.operations
-        for kind, name, _ in rule.resources
+def test_the_acl_table_gives_each_service_only_its_own_topics() -> None:
+    rules = plan("p")
+    writes = {
+        (r.principal, name)
+        for r in rules
+        if "Write" in r.operations
+        for kind, name, _ in r.resources
         if kind == "topic"
     }
-
-
-def test_the_acl_table_gives_each_service_only_its_own_topics() -> None:
-    writes = _topic_writes(plan("p"))
     assert {t for p, t in writes if p == "interceptor"} == {"p.events", "p.schemas"}
     assert ("trainer", "p.events") not in writes and ("trainer", "p.scored") not in writes
     assert {p for p, t in writes if t == "p.scored"} == {"scorer"}
@@ -183,7 +179,13 @@ async def test_every_principal_writes_exactly_the_topics_its_acls_name(
     Its row goes in the fault table with the bad clients of the test above.
     """
     rules = plan(PREFIX)
-    allowed = _topic_writes(rules)
+    allowed = {
+        (rule.principal, name)
+        for rule in rules
+        if "Write" in rule.operations
+        for kind, name, _ in rule.resources
+        if kind == "topic"
+    }
     served, refused, wrong = 0, 0, []
     for principal in principals(rules):
         for topic in Topic:
