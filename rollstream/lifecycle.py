@@ -12,6 +12,7 @@ import ctypes
 import logging
 import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,29 @@ def run_service[T](main: Callable[[StopSignal], Awaitable[T]]) -> T:
                     loop.remove_signal_handler(signum)
 
     return asyncio.run(runner())
+
+
+#: How a service's announcement starts: ``rollstream listening: NAME=URL [NAME=URL ...]``.
+LISTENING = "rollstream listening:"
+
+
+def announce(**urls: str) -> None:
+    """Say on stderr where this service listens, once it does, in a line programs read.
+
+    A service asked for port 0 binds it itself; whoever started it (the local stack) reads the
+    port it got from this line (:func:`announced`) instead of handing it a guess.
+    """
+    words = " ".join(f"{name}={url}" for name, url in urls.items())
+    print(f"{LISTENING} {words}", file=sys.stderr, flush=True)
+
+
+def announced(text: str) -> dict[str, str]:
+    """The URLs of the announcements in a service's output (empty before its first)."""
+    urls: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith(LISTENING):
+            urls |= dict(w.split("=", 1) for w in line[len(LISTENING) :].split() if "=" in w)
+    return urls
 
 
 _PR_SET_PDEATHSIG = 1

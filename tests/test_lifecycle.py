@@ -1,4 +1,4 @@
-"""Services stop cleanly on the first SIGTERM/SIGINT and die on the second."""
+"""Services stop cleanly on SIGTERM/SIGINT (die on the second) and say where they listen."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ import subprocess
 import sys
 import textwrap
 import time
+
+import pytest
+
+from rollstream.lifecycle import LISTENING, announce, announced
 
 SERVICE = textwrap.dedent(
     """
@@ -54,3 +58,18 @@ def test_second_sigint_kills() -> None:
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=10)
     assert proc.returncode == 128 + signal.SIGINT
+
+
+def test_an_announcement_is_read_back_from_a_service_s_output(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    announce(interceptor="http://127.0.0.1:41000", admin="http://127.0.0.1:41001")
+    err = capsys.readouterr().err
+    assert err.startswith(LISTENING)
+    text = "starting\nrollstream listening: x=1\n" + err + "more output\n"
+    assert announced(text) == {
+        "x": "1",
+        "interceptor": "http://127.0.0.1:41000",
+        "admin": "http://127.0.0.1:41001",
+    }
+    assert announced("starting, not yet listening\n") == {}

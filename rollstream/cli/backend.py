@@ -8,7 +8,7 @@ import click
 
 from rollstream.cli.options import settings_options
 from rollstream.dev.backend.settings import BackendSettings
-from rollstream.lifecycle import StopSignal, run_service
+from rollstream.lifecycle import StopSignal, announce, run_service
 
 
 async def serve(settings: BackendSettings, stop: StopSignal) -> None:
@@ -30,6 +30,7 @@ async def serve(settings: BackendSettings, stop: StopSignal) -> None:
         f"tokens) on http://{settings.host}:{port}/v1 ({backend.family.name} family)",
         err=True,
     )
+    announce(backend=f"http://{settings.host}:{port}")
     token = settings.admin_token
     warn_if_open("the backend's /admin/weights", token, "ROLLSTREAM_BACKEND_ADMIN_TOKEN")
     try:

@@ -8,7 +8,7 @@ from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.cli.extras import require_extra
 from rollstream.cli.options import settings_options
-from rollstream.lifecycle import StopSignal, run_service
+from rollstream.lifecycle import StopSignal, announce, run_service
 from rollstream.settings import KafkaSettings, StatePaths
 
 
@@ -42,6 +42,7 @@ def interceptor(
         )
         if settings.mode == "forward":
             click.echo(f"forward proxy: trust the CA {proxy.ca_cert_path}", err=True)
+        announce(interceptor=proxy.url, admin=proxy.admin_url)
         try:
             await stop.event.wait()
         finally:
@@ -69,6 +70,7 @@ def _pool(
             click.echo(
                 f"forward proxy: trust the CA {pool.confdir}/mitmproxy-ca-cert.pem", err=True
             )
+        announce(interceptor=pool.url, admin=pool.admin_url)
         try:
             await stop.event.wait()
         finally:

@@ -14,7 +14,7 @@ from rollstream.capture.node.settings import NodeSettings
 from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.cli.extras import require_extra
 from rollstream.cli.options import settings_options
-from rollstream.lifecycle import StopSignal, run_service
+from rollstream.lifecycle import StopSignal, announce, run_service
 from rollstream.schemas.swe import GITHUB_REPOS
 from rollstream.settings import KafkaSettings, StatePaths
 
@@ -35,6 +35,7 @@ def node(settings: NodeSettings, kafka: KafkaSettings, publisher: PublisherSetti
                 f"{service.url}, harnesses -> {settings.base_url}",
                 err=True,
             )
+            announce(node=service.url)
             await stop.event.wait()
 
     run_service(main)

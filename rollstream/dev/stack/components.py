@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import shutil
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rollstream.dev.backend.settings import BackendSettings
@@ -15,12 +16,35 @@ from rollstream.host import free_port
 from rollstream.models.families import FAMILIES, GENERIC, known_families
 
 
+def ref(name: str) -> str:
+    """A stand-in for the URL a service announces once it listens (``${name}``).
+
+    A service asked for port 0 binds it itself and announces the URL it got
+    (rollstream.lifecycle.announce); the stack puts it in place of this in what it starts next.
+    """
+    return "${" + name + "}"
+
+
+def resolve(text: str, urls: Mapping[str, str]) -> str:
+    """``text`` with the stand-ins of the announced ``urls`` replaced."""
+    for name, url in urls.items():
+        text = text.replace(ref(name), url)
+    return text
+
+
+def _url(host: str, port: int, name: str) -> str:
+    """The service's URL when its port is set; the stand-in for what it announces when it is 0."""
+    return f"http://{host}:{port}" if port else ref(name)
+
+
 @dataclass(frozen=True)
 class Component:
     """One service: how to start it and how to tell it is ready.
 
     ``health`` is an HTTP URL answering 200 when ready, or None when readiness is ``marker``
-    appearing in its log (the consumers, which have no HTTP port).
+    appearing in its log (the consumers, which have no HTTP port). ``listens`` names the URLs
+    the service announces once listening; argv, health and URLs may hold stand-ins (:func:`ref`)
+    for those of the services started before it.
     """
 
     name: str
@@ -30,14 +54,25 @@ class Component:
     marker: str | None = None
     endpoint: str | None = None  # what `up` prints for users
     url: str | None = None  # its base URL, for programs (the demo, `rollstream run`)
+    listens: tuple[str, ...] = ()
+
+    def resolved(self, urls: Mapping[str, str]) -> Component:
+        """The component with the announced ``urls`` in place of their stand-ins."""
+
+        def sub(text: str | None) -> str | None:
+            return None if text is None else resolve(text, urls)
+
+        return replace(
+            self,
+            argv=[resolve(a, urls) for a in self.argv],
+            health=sub(self.health),
+            endpoint=sub(self.endpoint),
+            url=sub(self.url),
+        )
 
 
 def _rollstream(*args: str) -> list[str]:
     return [sys.executable, "-m", "rollstream", *args]
-
-
-def _port(host: str, port: int) -> int:
-    return port or free_port(host)
 
 
 def vllm_argv(model: str, served_name: str, host: str, port: int, tool_parser: str) -> list[str]:
@@ -146,12 +181,15 @@ def plan(settings: StackSettings) -> list[Component]:
     served = served_model(settings)
     upstream = settings.upstream
     if upstream is None:
-        port = _port(host, settings.backend_port)
-        upstream = f"http://{host}:{port}"
+        port = settings.backend_port
         if settings.vllm is not None:
+            # vLLM does not announce where it listens: it gets a port picked for it.
+            port = port or free_port(host)
+            upstream = f"http://{host}:{port}"
             argv = vllm_argv(settings.vllm, settings.model, host, port, settings.tool_parser)
             components.append(Component("vllm", argv, health=f"{upstream}/health", url=upstream))
         else:
+            upstream = _url(host, port, "backend")
             argv = _rollstream(
                 "backend",
                 "--host",
@@ -175,12 +213,13 @@ def plan(settings: StackSettings) -> list[Component]:
                     health=f"{upstream}/health",
                     endpoint=f"{upstream}/v1",
                     url=upstream,
+                    listens=("backend",),
                 )
             )
-    proxy_port = _port(host, settings.interceptor_port)
-    admin_port = _port(host, settings.admin_port)
-    interceptor = f"http://{host}:{proxy_port}"
-    admin = f"http://{host}:{admin_port}"
+    proxy_port = settings.interceptor_port
+    admin_port = settings.admin_port
+    interceptor = _url(host, proxy_port, "interceptor")
+    admin = _url(host, admin_port, "admin")
     components.append(
         Component(
             "interceptor",
@@ -207,6 +246,7 @@ def plan(settings: StackSettings) -> list[Component]:
             endpoint=f"{interceptor}/v1 (admin {admin}"
             + (f", {settings.workers} workers)" if settings.workers > 1 else ")"),
             url=interceptor,
+            listens=("interceptor", "admin"),
         )
     )
     components.append(
@@ -218,8 +258,8 @@ def plan(settings: StackSettings) -> list[Component]:
     )
     components.append(Component("scorer", _rollstream("score"), marker="scoring"))
     if settings.node:
-        node_port = _port(host, settings.node_port)
-        node = f"http://{host}:{node_port}"
+        node_port = settings.node_port
+        node = _url(host, node_port, "node")
         components.append(
             Component(
                 "node",
@@ -239,6 +279,7 @@ def plan(settings: StackSettings) -> list[Component]:
                 health=f"{node}/health",
                 endpoint=f"{node} (POST /tasks; `rollstream run --task FILE`)",
                 url=node,
+                listens=("node",),
             )
         )
     return components

@@ -21,6 +21,7 @@ from rollstream.dev.stack.processes import (
     StackState,
     healthy,
     log_tail,
+    output,
     spawn,
     state_path,
     terminate,
@@ -30,6 +31,7 @@ from rollstream.dev.stack.status import StackStatus, stack_status
 from rollstream.dev.stack.tokens import StackTokens
 from rollstream.errors import ConfigurationError
 from rollstream.kafka.admin import TopicAdmin, TopicsSettings
+from rollstream.lifecycle import LISTENING, announced
 from rollstream.schemas import TopicNames, topic_specs
 from rollstream.settings import KafkaSettings, StatePaths
 
@@ -103,14 +105,23 @@ class LocalStack:
             "ROLLSTREAM_CACHE_DIR": str(self.paths.cache_dir),
         }
         tokens = StackTokens.kept(self.paths.state_dir)
+        urls: dict[str, str] = {}  # what the services started so far announced
         try:
-            for component in plan(self.settings):
+            for planned in plan(self.settings):
+                component = planned.resolved(urls)
                 own = env | tokens.env(component.name) | self._principal(state, component.name)
                 running = spawn(component, self.dir / "logs", own)
                 state.components.append(running)
                 state.save(self.state_file)
                 began = time.monotonic()
-                await self._wait_healthy(running)
+                deadline = began + self.settings.start_timeout_s
+                if component.listens:
+                    urls |= await self._wait_announced(running, component.listens, deadline)
+                    listening = component.resolved(urls)
+                    running.health, running.endpoint = listening.health, listening.endpoint
+                    running.url = listening.url
+                    state.save(self.state_file)
+                await self._wait_healthy(running, deadline)
                 progress(
                     f"{running.name:<12} {running.endpoint or 'ready'} "
                     f"({time.monotonic() - began:.1f}s, pid {running.pid})"
@@ -127,21 +138,35 @@ class LocalStack:
             return {}
         return client_env(SecureFiles(Path(state.kafka_secure)), PRINCIPALS[component])
 
-    async def _wait_healthy(self, running: Running) -> None:
-        deadline = time.monotonic() + self.settings.start_timeout_s
+    async def _wait_announced(
+        self, running: Running, names: tuple[str, ...], deadline: float
+    ) -> dict[str, str]:
+        """The URLs ``running`` announces once it listens (it bound the ports it was given)."""
+        while True:
+            urls = announced(output(running))
+            if all(name in urls for name in names):
+                return {name: urls[name] for name in names}
+            self._still_starting(running, deadline, f"not listening (no {LISTENING!r} line)")
+            await asyncio.sleep(0.1)
+
+    async def _wait_healthy(self, running: Running, deadline: float) -> None:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as http:
             while not await healthy(running, http):
-                if not running.alive():
-                    raise ConfigurationError(
-                        f"{running.name} exited during start-up; its log ({running.log}) ends:\n"
-                        f"{log_tail(running)}"
-                    )
-                if time.monotonic() > deadline:
-                    raise ConfigurationError(
-                        f"{running.name} not healthy after {self.settings.start_timeout_s:.0f}s; "
-                        f"its log ({running.log}) ends:\n{log_tail(running)}"
-                    )
+                self._still_starting(running, deadline, "not healthy")
                 await asyncio.sleep(0.2)
+
+    def _still_starting(self, running: Running, deadline: float, what: str) -> None:
+        """Raise, quoting its log, if ``running`` exited or ``deadline`` passed."""
+        if not running.alive():
+            raise ConfigurationError(
+                f"{running.name} exited during start-up; its log ({running.log}) ends:\n"
+                f"{log_tail(running)}"
+            )
+        if time.monotonic() > deadline:
+            raise ConfigurationError(
+                f"{running.name} {what} after {self.settings.start_timeout_s:.0f}s; "
+                f"its log ({running.log}) ends:\n{log_tail(running)}"
+            )
 
     async def status(self) -> StackStatus:
         """Each service, consumer lags, records per topic."""

@@ -31,6 +31,8 @@ class Running:
     marker: str | None = None
     endpoint: str | None = None
     url: str | None = None
+    #: Where this run's output starts in its log (earlier runs of the stack wrote before it).
+    log_start: int = 0
 
     def alive(self) -> bool:
         """Whether the process still runs and is still ours (pids are reused)."""
@@ -109,6 +111,7 @@ def spawn(component: Component, logs: Path, env: dict[str, str]) -> Running:
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"{component.name}.log"
     with log_path.open("ab") as log:
+        log_start = log.tell()
         proc = subprocess.Popen(
             component.argv,
             stdin=subprocess.DEVNULL,
@@ -127,6 +130,7 @@ def spawn(component: Component, logs: Path, env: dict[str, str]) -> Running:
         component.marker,
         component.endpoint,
         component.url,
+        log_start,
     )
     # Until it has exec'd, /proc shows our own command line and alive() would say no.
     deadline = time.monotonic() + 5
@@ -155,6 +159,16 @@ def _log_has(path: Path, marker: str) -> bool:
         return marker in path.read_text(errors="replace")
     except OSError:
         return False
+
+
+def output(running: Running) -> str:
+    """What this run of the service wrote to its log so far."""
+    try:
+        with open(running.log, "rb") as log:
+            log.seek(running.log_start)
+            return log.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def log_tail(running: Running, lines: int = 15) -> str:

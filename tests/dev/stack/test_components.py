@@ -11,6 +11,7 @@ import pytest
 
 from rollstream.cli import cli
 from rollstream.dev.backend.tokenizer import default_tokenizer_dir
+from rollstream.dev.stack import components
 from rollstream.dev.stack.components import Component, plan
 from rollstream.dev.stack.processes import Running, StackState, spawn, terminate
 from rollstream.dev.stack.settings import StackSettings
@@ -43,6 +44,42 @@ def test_the_interceptor_points_at_the_backend_and_the_node_at_the_interceptor()
     assert node[node.index("--interceptor-admin") + 1] == "http://127.0.0.1:8601"
     assert by_name["interceptor"].health == "http://127.0.0.1:8601/health"
     assert by_name["reconstructor"].marker and by_name["scorer"].marker
+
+
+def test_services_asked_for_port_0_bind_it_themselves_and_the_next_ones_get_what_they_said(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No port is picked for them: a port picked now and bound later can be taken meanwhile."""
+
+    def no_guess(*args: object, **kwargs: object) -> int:
+        raise AssertionError("a port was picked for a service that binds port 0 itself")
+
+    monkeypatch.setattr(components, "free_port", no_guess)
+    planned = plan(StackSettings(backend_port=0, interceptor_port=0, admin_port=0, node_port=0))
+    by_name = {c.name: c for c in planned}
+    assert {n: c.listens for n, c in by_name.items() if c.listens} == {
+        "backend": ("backend",),
+        "interceptor": ("interceptor", "admin"),
+        "node": ("node",),
+    }
+    backend, proxy, node = (
+        _command_of(by_name[n].argv) for n in ("backend", "interceptor", "node")
+    )
+    assert backend[backend.index("--port") + 1] == "0"
+    assert proxy[proxy.index("--port") + 1] == proxy[proxy.index("--admin-port") + 1] == "0"
+    assert proxy[proxy.index("--upstream") + 1] == components.ref("backend")
+    assert node[node.index("--interceptor-admin") + 1] == components.ref("admin")
+    urls = {
+        "backend": "http://127.0.0.1:41001",
+        "interceptor": "http://127.0.0.1:41002",
+        "admin": "http://127.0.0.1:41003",
+    }
+    resolved = by_name["node"].resolved(urls)
+    node = _command_of(resolved.argv)
+    assert node[node.index("--base-url") + 1] == "http://127.0.0.1:41002"
+    assert node[node.index("--interceptor-admin") + 1] == "http://127.0.0.1:41003"
+    assert by_name["interceptor"].resolved(urls).health == "http://127.0.0.1:41003/health"
+    assert by_name["node"].health == components.ref("node") + "/health"  # its own, once said
 
 
 def test_exact_context_passes_the_served_model_s_tokenizer(
