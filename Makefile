@@ -11,11 +11,12 @@ export PIP_CACHE_DIR := $(CACHE)/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 
-.PHONY: help venv jars vocabularies harnesses chromium containers compose-cli lint typecheck unit integration test chaos demo clean
+.PHONY: help venv jars vocabularies harnesses chromium containers prebuilt lint typecheck check test chaos demo clean
 
 help:
 	@echo "make demo   set up, run the local stack, a few tasks on a real harness, train, report"
 	@echo "make test   set up, run ruff, mypy and the whole test suite (real broker)"
+	@echo "make check  ruff, mypy and the tests that need no broker, engine, harness or container"
 
 $(BIN)/.installed: pyproject.toml
 	@py=$$(scripts/find-python312) || exit 1; \
@@ -66,13 +67,14 @@ containers:
 	      || echo "installing $$missing failed: the container tests will be skipped"; \
 	  else echo "$$missing not installed: the container tests will be skipped (install as root)"; fi
 
-# Docker Compose v2 for the Compose test, built from its Go module (Debian's docker-compose is
-# the old v1) once per machine into the cache: about 6 minutes the first time, so it builds in
-# the background while the other tests run, and the Compose test waits for it. Without Go,
-# that test skips.
-compose-cli: venv
-	@if command -v go >/dev/null; then $(BIN)/python -m rollstream.dev.containers.compose_cli --background; \
-	  else echo "go not found: the Compose test will be skipped"; fi
+# What a machine builds once and which takes minutes: Docker Compose v2 from its Go module, the
+# Debian base's root (debootstrap) and the project's image (compose/Dockerfile, its dependencies
+# once per list). Started in the background before the rest of the set-up, each saying what it
+# builds and how long it usually takes, cached by content under the cache; a test that needs one
+# waits for it, with a bound of its own, before its timeout starts (tests/prebuilt_wait.py).
+# Where a tool is missing (Go, Debian's packages, root), the tests that need the build skip.
+prebuilt: venv containers
+	@$(BIN)/python -m rollstream.dev.prebuilt start
 
 lint: venv
 	$(BIN)/ruff check rollstream tests
@@ -81,27 +83,30 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-unit: venv
-	$(BIN)/pytest -m "not integration"
-
-integration: venv jars vocabularies harnesses
-	$(BIN)/pytest -m integration
-
 # Everything but the tests marked long (the longer cluster faults), which `make chaos` runs.
 # Most tests wait on brokers, harnesses and subprocesses more than they compute, so they run
 # in TEST_WORKERS processes (pytest-xdist; each has its own session broker). One worker runs
 # all the cluster's tests in turn, one all the Docker ones, one the reliability suite's faults
 # (tests/conftest.py groups them).
 TEST_WORKERS ?= 2
-# The type check (about 2 min of one core) runs beside the suite at the lowest priority: the
-# suite mostly waits, and takes the CPU first when it does not.
-test: venv jars vocabularies harnesses chromium containers compose-cli lint
-	@echo "$(BIN)/mypy (beside the suite, nice 19)"; log=$$(mktemp); \
+# The type check (about 2 min of one core) runs beside the tests at the lowest priority: they
+# mostly wait, and take the CPU first when they do not.
+define beside_mypy
+	@echo "$(BIN)/mypy (beside the tests, nice 19)"; log=$$(mktemp); \
 	  nice -n 19 $(BIN)/mypy > $$log 2>&1 & typecheck=$$!; \
-	  echo '$(BIN)/pytest -m "not long" -n $(TEST_WORKERS) --dist loadgroup'; \
-	  $(BIN)/pytest -m "not long" -n $(TEST_WORKERS) --dist loadgroup; tests=$$?; \
+	  echo '$(BIN)/pytest $(1)'; $(BIN)/pytest $(1); tests=$$?; \
 	  wait $$typecheck; typed=$$?; echo "--- mypy ---"; cat $$log; rm -f $$log; \
 	  [ $$tests = 0 ] && [ $$typed = 0 ]
+endef
+
+# The set-up's long builds start first (in the background), the rest of the set-up meanwhile.
+test: venv containers prebuilt jars vocabularies harnesses chromium lint
+	$(call beside_mypy,-m "not long" -n $(TEST_WORKERS) --dist loadgroup)
+
+# The inner loop: ruff, mypy and the tests that need no broker, container engine, real harness
+# or built image (those are marked integration), in a few minutes. No set-up beyond the venv.
+check: venv lint
+	$(call beside_mypy,-m "not integration and not long" -n $(TEST_WORKERS))
 
 # The whole loop in a few minutes: the local stack, three tasks x 4 samples on Pi (the python
 # harness without npm), scoring, the example trainer, a summary table and an HTML report.

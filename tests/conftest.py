@@ -19,18 +19,24 @@ from rollstream.kafka.admin import TopicAdmin
 from rollstream.kafka.clients import make_consumer, make_producer
 from rollstream.schemas import TopicNames, TopicSpec, topic_specs
 from rollstream.settings import KafkaSettings, StatePaths
+
+# The tables the tests fill (fault table, fidelity, ablation), whole under pytest-xdist too.
+from tests import prebuilt_wait
 from tests.docker_fixtures import (  # noqa: F401
     docker_base,
     docker_busybox,
     docker_engine,
     own_engine,
 )
-
-# The tables the tests fill (fault table, fidelity, ablation), whole under pytest-xdist too.
 from tests.run_tables import pytest_runtest_logreport, pytest_terminal_summary  # noqa: F401
 
 # The jar cache is shared with the user's (downloads once); everything else is per test run.
 JAR_CACHE = StatePaths().cache_dir
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The waits for the set-up's builds (tests/prebuilt_wait.py), as a plugin of its own."""
+    config.pluginmanager.register(prebuilt_wait, "rollstream-prebuilt")
 
 
 @pytest.fixture(autouse=True)
@@ -174,7 +180,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the tests that use a broker or the Docker daemon, group them; the cluster's go last.
 
     Three idle KRaft nodes still cost about a third of a core (heartbeats, replica fetches), so
-    the cluster starts only after every other test has run.
+    the cluster starts only after every other test has run. Tests that need a set-up build go
+    after the rest of their group.
     """
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -183,6 +190,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "docker_engine" in fixtures:
             item.add_marker(pytest.mark.docker)
             item.add_marker(pytest.mark.integration)
+        if "docker_base" in fixtures:
+            item.add_marker(pytest.mark.prebuilt("base-root"))  # the set-up's debootstrap
         # Under pytest-xdist (``--dist loadgroup``) one worker runs all of a group in turn: a
         # run starts one cluster and one Docker daemon, not one per worker, and no two faults
         # of the reliability suite run at once.
@@ -192,7 +201,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("docker"))
         elif item.get_closest_marker("chaos") is not None:
             item.add_marker(pytest.mark.xdist_group("chaos"))
-    items.sort(key=lambda item: "kafka_cluster" in getattr(item, "fixturenames", ()))
+    # Within its group, a test that needs one of the set-up's builds runs after the others: the
+    # build goes on in the background meanwhile (a group runs in collection order).
+    items.sort(
+        key=lambda item: (
+            "kafka_cluster" in getattr(item, "fixturenames", ()),
+            item.get_closest_marker("prebuilt") is not None,
+        )
+    )
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -1,15 +1,12 @@
-"""compose/Dockerfile and its ignore file, read statically: instructions, stages, the context."""
+"""compose/Dockerfile read statically: its instructions, stages, environment and copies."""
 
 from __future__ import annotations
 
-import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-COMPOSE_DIR = Path(__file__).resolve().parents[2] / "compose"
-DOCKERFILE = COMPOSE_DIR / "Dockerfile"
-DOCKERIGNORE = COMPOSE_DIR / "Dockerfile.dockerignore"
+from rollstream.dev.containers.build_context import DOCKERFILE
 
 
 def dockerfile_instructions(path: Path = DOCKERFILE) -> list[tuple[str, str]]:
@@ -86,48 +83,3 @@ def copy_sources(path: Path = DOCKERFILE) -> list[str]:
             continue
         sources.extend(p for p in parts[:-1] if not p.startswith("--"))
     return sources
-
-
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    out = []
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out))
-
-
-def ignore_patterns(path: Path = DOCKERIGNORE) -> list[str]:
-    """The patterns of a .dockerignore file, comments and blank lines dropped."""
-    lines = (line.strip() for line in path.read_text().splitlines())
-    return [line for line in lines if line and not line.startswith("#")]
-
-
-def ignored(relative: str, patterns: list[str]) -> bool:
-    """Whether a context path is left out, as BuildKit decides.
-
-    A pattern matches a path or any of its parent directories; the last matching pattern
-    wins, and ``!`` re-includes.
-    """
-    parts = relative.strip("/").split("/")
-    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
-    result = False
-    for raw in patterns:
-        negate = raw.startswith("!")
-        regex = _glob_regex(raw.removeprefix("!").strip("/"))
-        if any(regex.fullmatch(prefix) for prefix in prefixes):
-            result = not negate
-    return result

@@ -5,14 +5,8 @@ from __future__ import annotations
 import json
 import tomllib
 
-from tests.compose.docker_build import (
-    DOCKERFILE,
-    copy_sources,
-    effective,
-    ignore_patterns,
-    ignored,
-    stages,
-)
+from rollstream.dev.containers.build_context import DOCKERFILE, ignore_patterns, ignored
+from tests.compose.docker_build import copy_sources, effective, stages
 from tests.compose.stack import COMPOSE_DIR, REPO, Stack, base_doc
 
 

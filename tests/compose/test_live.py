@@ -28,13 +28,14 @@ from aiokafka.errors import KafkaError, TopicAuthorizationFailedError
 from rollstream.dev.broker import BrokerSettings
 from rollstream.dev.broker.jars import ensure_jars
 from rollstream.dev.broker.secure import SecureFiles, secure_client
-from rollstream.dev.containers import DockerEngine, ImageResult
-from rollstream.dev.containers.compose_cli import ensure_compose
-from rollstream.errors import ConfigurationError
+from rollstream.dev.containers import DockerEngine
+from rollstream.dev.containers.compose_cli import compose_path
+from rollstream.dev.containers.project_image import load_project_image
+from rollstream.host import free_port
 from rollstream.schemas import AvroRecord, SessionEnded, TopicNames
 from rollstream.schemas.trajectories import Scored
 from rollstream.settings import KafkaSettings, StatePaths
-from tests.compose.live import ComposeProject, build_project_image, free_port
+from tests.compose.live import ComposeProject
 from tests.compose.stack import (
     BASE_FILE,
     COMPOSE_DIR,
@@ -49,7 +50,8 @@ from tests.http_probe import status_of
 from tests.kafka_access import read_in_group, write_one
 from tests.kafka_reading import read_records
 
-pytestmark = pytest.mark.integration
+# Docker Compose and the project image are the set-up's, waited for before the first test.
+pytestmark = [pytest.mark.integration, pytest.mark.prebuilt("compose", "project-image")]
 
 #: Services that keep running, each with a healthcheck (the others have none, or exit).
 HEALTHY = {"kafka", "backend", "interceptor", "node"}
@@ -87,15 +89,12 @@ OVERRIDES = "services:\n" + "".join(
 
 @pytest.fixture(scope="module")
 def stack(
-    docker_engine: DockerEngine, docker_base: ImageResult, tmp_path_factory: pytest.TempPathFactory
+    docker_engine: DockerEngine, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ComposeProject]:
     """The stack up (``up --wait``), taken down with its volumes after the module."""
-    try:
-        binary = ensure_compose(StatePaths(cache_dir=IMAGE_CACHE))
-    except ConfigurationError as exc:
-        pytest.skip(f"no Docker Compose v2: {exc}")
+    binary = compose_path(IMAGE_CACHE)
+    tag = load_project_image(docker_engine, StatePaths(cache_dir=IMAGE_CACHE)).tag
     scratch = tmp_path_factory.mktemp("compose")
-    tag = build_project_image(docker_engine, docker_base.tag, scratch)
     version = BrokerSettings().version
     ensure_jars(JAR_CACHE, version)
     own = scratch / "test-overrides.yml"
@@ -139,10 +138,10 @@ def stack(
         },
     )
     began = time.time()
-    up = project(
-        "up", "--detach", "--wait", "--wait-timeout", "300", "--no-build", "--pull", "never"
-    )
-    try:
+    try:  # down even when up fails or is cut short: what it started must not outlive the run
+        up = project(
+            "up", "--detach", "--wait", "--wait-timeout", "240", "--no-build", "--pull", "never"
+        )
         assert up.returncode == 0, "\n".join(project.log) + _logs(project)
         project.events = _events(project, began)
         yield project

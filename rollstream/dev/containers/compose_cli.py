@@ -2,27 +2,22 @@
 
 Debian's ``docker-compose`` package is the old Python v1, which cannot read the project's
 Compose file, and no release binary can be downloaded here; the Go module proxy can serve the
-sources. ``go install`` takes about 6 minutes the first time (mostly downloads), so ``make
-test`` starts it in the background (``--background``) while the other tests run, and the
-Compose test waits for it: a lock held during the build is what both sides agree on.
+sources. ``go install`` takes about 6 minutes the first time (mostly downloads): one of the
+set-up's background builds (rollstream.dev.prebuilt), which the Compose test waits for. A lock
+held during the build is what a builder and a second caller agree on.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import fcntl
 import logging
 import os
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-from rollstream.errors import ConfigurationError, ContainerEngineError
-from rollstream.host import require_tool
+from rollstream.errors import ContainerEngineError
+from rollstream.host import exclusive, require_tool
 from rollstream.settings import StatePaths
 
 log = logging.getLogger(__name__)
@@ -43,14 +38,6 @@ def _beside(binary: Path, suffix: str) -> Path:
     return binary.with_name(binary.name + suffix)
 
 
-@contextlib.contextmanager
-def _build_lock(binary: Path) -> Iterator[None]:
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    with _beside(binary, ".lock").open("ab") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # a build under way: wait for it
-        yield
-
-
 def ensure_compose(
     paths: StatePaths | None = None, version: str = COMPOSE_VERSION, go: str = "go"
 ) -> Path:
@@ -61,7 +48,7 @@ def ensure_compose(
     """
     cache_dir = (paths or StatePaths()).cache_dir
     binary = compose_path(cache_dir, version)
-    with _build_lock(binary):
+    with exclusive(_beside(binary, ".lock")):  # a build under way: wait for it
         if binary.exists():
             return binary
         go_path = require_tool(go, "Go 1.22+ to build Docker Compose v2 (`apt-get install golang`)")
@@ -88,42 +75,3 @@ def ensure_compose(
             built.replace(binary)  # whole or not at all
         log.info("Docker Compose %s built in %.0fs: %s", version, time.monotonic() - began, binary)
     return binary
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m rollstream.dev.containers.compose_cli [--background]``: ensure the binary."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--background",
-        action="store_true",
-        help="Build in a detached process and return at once (a log beside the binary).",
-    )
-    args = parser.parse_args(argv)
-    binary = compose_path(StatePaths().cache_dir)
-    if binary.exists():
-        print(f"Docker Compose {COMPOSE_VERSION}: {binary}")
-        return 0
-    if args.background:
-        binary.parent.mkdir(parents=True, exist_ok=True)
-        log_file = _beside(binary, ".log")
-        with log_file.open("wb") as out:
-            subprocess.Popen(
-                [sys.executable, "-m", __spec__.name if __spec__ else __name__],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        print(f"building Docker Compose {COMPOSE_VERSION} in the background (log: {log_file})")
-        return 0
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    try:
-        print(f"Docker Compose {COMPOSE_VERSION}: {ensure_compose()}")
-    except ConfigurationError as exc:  # the build failed, or there is no Go to build with
-        print(exc, file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
@@ -91,12 +92,20 @@ class DockerEngine:
         return env | {"DOCKER_HOST": self.docker_host}
 
     def docker(
-        self, *args: str, input: bytes | None = None, timeout: float | None = 600.0
+        self,
+        *args: str,
+        input: bytes | None = None,
+        timeout: float | None = 600.0,
+        env: Mapping[str, str] | None = None,
     ) -> subprocess.CompletedProcess[bytes]:
-        """Run the docker client on this daemon; a failure raises with its output."""
+        """Run the docker client on this daemon, ``env`` added; a failure raises with its output."""
         client = require_tool(self.settings.docker, CLIENT_HINT)
         proc = subprocess.run(
-            [client, *args], input=input, capture_output=True, env=self.env(), timeout=timeout
+            [client, *args],
+            input=input,
+            capture_output=True,
+            env=self.env() | dict(env or {}),
+            timeout=timeout,
         )
         if proc.returncode != 0:
             output = (proc.stderr or proc.stdout).decode(errors="replace").strip()

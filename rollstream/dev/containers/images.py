@@ -10,7 +10,6 @@ certificates and this recipe's version, so a change to any of them makes a new i
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import hashlib
 import json
@@ -28,7 +27,7 @@ from rollstream.dev.containers import rootfs
 from rollstream.dev.containers.engine import DockerEngine
 from rollstream.dev.containers.settings import DEFAULT_BASE_PACKAGES, DockerSettings
 from rollstream.errors import ContainerEngineError
-from rollstream.host import require_tool
+from rollstream.host import exclusive, require_tool
 from rollstream.settings import StatePaths
 
 log = logging.getLogger(__name__)
@@ -148,7 +147,7 @@ def cached_root(
     tarball = root_tarball(settings, paths)
     manifest = tarball.with_suffix(".json")
     tarball.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(tarball.with_suffix(".lock")):  # one build at a time, the others wait for it
+    with exclusive(tarball.with_suffix(".lock")):  # one build at a time, the others wait for it
         if rebuild or not tarball.exists():
             _bootstrap(settings, paths, tarball)
             built = True
@@ -305,13 +304,6 @@ def _done(
     if imported:
         log.info("image %s ready in %.1fs", tag, seconds)
     return ImageResult(tag, alias, bootstrapped, imported, seconds, int(inspected.get("Size", 0)))
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("ab") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
 
 
 def local_images(engine: DockerEngine) -> list[tuple[str, int]]:

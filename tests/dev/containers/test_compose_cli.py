@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -78,34 +77,3 @@ def test_a_second_caller_waits_for_the_build_under_way(tmp_path: Path) -> None:
     first.join()
     assert results[0] == results[1]
     assert len(log.read_text().splitlines()) == 1 and waited > 0.5
-
-
-def test_the_background_build_returns_at_once_and_finishes(tmp_path: Path) -> None:
-    _fake_go(tmp_path, sleep=1.0)  # the `go` on PATH below
-    env = {"ROLLSTREAM_CACHE_DIR": str(tmp_path / "cache"), "PATH": f"{tmp_path}:/usr/bin:/bin"}
-    done = subprocess.run(
-        [sys.executable, "-m", "rollstream.dev.containers.compose_cli", "--background"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert done.returncode == 0 and "in the background" in done.stdout, done.stderr
-    binary = compose_path(tmp_path / "cache")
-    deadline = time.monotonic() + 30
-    while not binary.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert binary.exists(), binary.with_name(f"{binary.name}.log").read_text()
-
-
-def test_the_command_without_go_says_so_and_fails(tmp_path: Path) -> None:
-    env = {"ROLLSTREAM_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/nonexistent"}
-    done = subprocess.run(
-        [sys.executable, "-m", "rollstream.dev.containers.compose_cli"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert done.returncode == 1
-    assert "'go' not found on PATH" in done.stderr and "Traceback" not in done.stderr
