@@ -44,6 +44,9 @@ DEPS_REPOSITORY = "rollstream-deps"
 DEPS_RECIPE = "1"
 #: Saved project images kept in the cache (one per checkout content; older ones are removed).
 KEEP_SAVED = 2
+#: How the saved copies' file names start (distinct: removing old ones of one spares the other).
+PROJECT_SAVED = "rollstream-image-"
+DEPS_SAVED = "rollstream-deps-"
 _VENV = "/opt/rollstream/venv"
 
 
@@ -83,8 +86,8 @@ def project_image(
         base,
         deps,
         tag,
-        images / f"{DEPS_REPOSITORY}-{deps}.tar",
-        images / f"{PROJECT_REPOSITORY}-{tag}.tar",
+        images / f"{DEPS_SAVED}{deps}.tar",
+        images / f"{PROJECT_SAVED}{tag}.tar",
     )
 
 
@@ -124,7 +127,7 @@ def build_saved(
                 _ensure_deps(engine, names, paths)
                 _build(engine, names, Path(scratch) / "context")
                 _save(engine, names.reference, names.saved)
-        _prune(names.saved.parent, f"{PROJECT_REPOSITORY}-*.tar", KEEP_SAVED)
+        _prune(names.saved.parent, PROJECT_SAVED, KEEP_SAVED)
         log.info(
             "saved %s in %.0fs (%.0f MB): %s",
             names.reference,
@@ -185,7 +188,7 @@ def _ensure_deps(engine: DockerEngine, names: ProjectImage, paths: StatePaths) -
         with contextlib.suppress(ContainerEngineError):
             engine.docker("rm", "--force", container)
     _save(engine, names.deps_reference, names.deps_saved)
-    _prune(names.deps_saved.parent, f"{DEPS_REPOSITORY}-*.tar", 1)
+    _prune(names.deps_saved.parent, DEPS_SAVED, 1)
     log.info("dependencies image %s made in %.0fs", names.deps_reference, time.monotonic() - began)
 
 
@@ -211,9 +214,9 @@ def _save(engine: DockerEngine, reference: str, target: Path) -> None:
     partial.replace(target)  # whole or not at all
 
 
-def _prune(folder: Path, pattern: str, keep: int) -> None:
-    """Remove all but the ``keep`` newest files matching ``pattern``."""
-    found = sorted(folder.glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)
+def _prune(folder: Path, prefix: str, keep: int) -> None:
+    """Remove all but the ``keep`` newest saved images whose names start with ``prefix``."""
+    found = sorted(folder.glob(f"{prefix}*.tar"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in found[keep:]:
         old.unlink(missing_ok=True)
         old.with_suffix(".requirements.txt").unlink(missing_ok=True)
