@@ -184,3 +184,13 @@ def test_the_mapping_matches_pyproject_extras() -> None:
         pytest.skip("pyproject.toml does not declare the extras yet")
     for extra, modules in EXTRA_MODULES.items():
         assert _requirement_names(extra, table) & OPTIONAL == modules, extra
+
+
+def test_the_command_line_starts_without_the_clients_only_some_commands_use() -> None:
+    """Every test and service start pays the CLI's imports: kafka-python (the secure broker's
+    ACL step, a sixth of the start-up) is imported by the step that uses it, not by `--help`."""
+    probe = "import sys, rollstream.cli; print(sorted(m for m in sys.modules if m == 'kafka'))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "[]"

@@ -12,21 +12,17 @@ import json
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-from kafka.admin import (
-    ACL,
-    ACLOperation,
-    ACLPermissionType,
-    ACLResourcePatternType,
-    KafkaAdminClient,
-    ResourcePattern,
-    ResourceType,
-)
-from kafka.errors import KafkaError
+from typing import TYPE_CHECKING
 
 from rollstream.dev.broker.secure import ADMIN, MECHANISM, SecureFiles
 from rollstream.errors import BrokerError
 from rollstream.schemas.topics import TopicNames
+
+if TYPE_CHECKING:
+    from kafka.admin import ACL
+
+# kafka-python is imported where it is used: it takes a sixth of `rollstream`'s start-up, and
+# every command imports this module (the broker's settings) but only a secure start needs it.
 
 _MARKER = "acls.applied"
 #: "DescribeConfigs" -> "Describe_Configs": the Admin API's enum names are upper snake case.
@@ -105,6 +101,15 @@ def service_principals() -> list[str]:
 
 def bindings(rules: list[Rule]) -> list[ACL]:
     """``rules`` as the Admin API's ACL bindings: one per principal, operation and resource."""
+    from kafka.admin import (
+        ACL,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        ResourcePattern,
+        ResourceType,
+    )
+
     return [
         ACL(
             principal=f"User:{rule.principal}",
@@ -129,6 +134,9 @@ def apply(files: SecureFiles, bootstrap: str, rules: list[Rule], timeout_s: floa
     One CreateAcls request through the Admin API (kafka-python's client: aiokafka has no ACL
     API). Returns whether it ran; a refusal or an unreachable broker raises a BrokerError.
     """
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import KafkaError
+
     digest = hashlib.sha256(json.dumps([asdict(r) for r in rules]).encode()).hexdigest()
     marker = marker_path(files)
     if marker.exists() and marker.read_text().strip() == digest:
