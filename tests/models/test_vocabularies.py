@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import unicodedata
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -100,14 +101,36 @@ def folders() -> dict[str, Path]:
     return {name: vocabulary_dir(name, CACHE) for name in NAMES}
 
 
+class _Tokenizers(Mapping[str, PreTrainedTokenizerBase]):
+    """Each folder's tokenizer, loaded when first asked for: a worker loads what its tests use.
+
+    (Loading all eight took about 30 s in every worker that ran one of these tests.)
+    """
+
+    def __init__(self, folders: dict[str, Path]) -> None:
+        self.folders = folders
+        self._loaded: dict[str, PreTrainedTokenizerBase] = {}
+
+    def __getitem__(self, name: str) -> PreTrainedTokenizerBase:
+        if name not in self._loaded:
+            self._loaded[name] = AutoTokenizer.from_pretrained(str(self.folders[name]))
+        return self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.folders)
+
+    def __len__(self) -> int:
+        return len(self.folders)
+
+
 @pytest.fixture(scope="session")
-def loaded(folders: dict[str, Path]) -> dict[str, PreTrainedTokenizerBase]:
-    return {name: AutoTokenizer.from_pretrained(str(folder)) for name, folder in folders.items()}
+def loaded(folders: dict[str, Path]) -> Mapping[str, PreTrainedTokenizerBase]:
+    return _Tokenizers(folders)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_folder_loads_and_describes_its_source(
-    name: str, folders: dict[str, Path], loaded: dict[str, PreTrainedTokenizerBase]
+    name: str, folders: dict[str, Path], loaded: Mapping[str, PreTrainedTokenizerBase]
 ) -> None:
     folder, tokenizer = folders[name], loaded[name]
     assert folder.parent == CACHE / "vocab"
@@ -129,7 +152,7 @@ def test_folder_loads_and_describes_its_source(
 
 @pytest.mark.parametrize("name", NAMES)
 def test_special_tokens_are_single_ids_at_the_real_ids(
-    name: str, loaded: dict[str, PreTrainedTokenizerBase]
+    name: str, loaded: Mapping[str, PreTrainedTokenizerBase]
 ) -> None:
     tokenizer = loaded[name]
     for token, index in EXPECTED_IDS[name].items():
@@ -141,7 +164,7 @@ def test_special_tokens_are_single_ids_at_the_real_ids(
 
 
 def test_llama_and_mistral_prepend_bos_as_their_published_tokenizers_do(
-    loaded: dict[str, PreTrainedTokenizerBase],
+    loaded: Mapping[str, PreTrainedTokenizerBase],
 ) -> None:
     assert loaded["llama3"].encode("hi")[0] == 128000
     assert loaded["mistral-tekken"].encode("hi")[0] == 1
@@ -149,7 +172,7 @@ def test_llama_and_mistral_prepend_bos_as_their_published_tokenizers_do(
 
 
 def test_qwen3_layout_matches_quicktoks_independent_copy(
-    loaded: dict[str, PreTrainedTokenizerBase],
+    loaded: Mapping[str, PreTrainedTokenizerBase],
 ) -> None:
     # quicktok ships Qwen3's specials as its own data file: a second source for the ids.
     table = {t.decode(): i for i, t in vocab_sources._quicktok_records("qwen3.special")}
@@ -159,7 +182,7 @@ def test_qwen3_layout_matches_quicktoks_independent_copy(
 
 @pytest.mark.parametrize("name", ["glm-4.5-standin", "kimi-k2-standin"])
 def test_standins_carry_the_renderers_tokens_after_the_qwen3_bpe(
-    name: str, folders: dict[str, Path], loaded: dict[str, PreTrainedTokenizerBase]
+    name: str, folders: dict[str, Path], loaded: Mapping[str, PreTrainedTokenizerBase]
 ) -> None:
     meta = read_metadata(folders[name])
     assert meta is not None and meta["standin"] and meta["standin_for"]
@@ -194,7 +217,7 @@ def _texts(specials: list[str]) -> st.SearchStrategy[str]:
 @settings(max_examples=50, deadline=None)
 @given(data=st.data())
 def test_encode_equals_the_packages_own_encoder(
-    name: str, loaded: dict[str, PreTrainedTokenizerBase], data: st.DataObject
+    name: str, loaded: Mapping[str, PreTrainedTokenizerBase], data: st.DataObject
 ) -> None:
     ref = reference(name)
     text = data.draw(_texts(sorted(ref.specials)), label="text")
@@ -283,7 +306,7 @@ print(json.dumps({"render": ids, "ids": [enc.encode(t, allowed_special="all") fo
 
 
 def test_harmony_loads_our_o200k_file_offline(
-    folders: dict[str, Path], loaded: dict[str, PreTrainedTokenizerBase]
+    folders: dict[str, Path], loaded: Mapping[str, PreTrainedTokenizerBase]
 ) -> None:
     encodings = harmony_encodings_dir(CACHE)
     texts = ["Hello, world!", "<|start|>user<|message|>déjà 日本 1234<|end|>", "  x\n\n\ty"]
