@@ -20,14 +20,17 @@ from rollstream.kafka.clients import make_consumer, make_producer
 from rollstream.schemas import TopicNames, TopicSpec, topic_specs
 from rollstream.settings import KafkaSettings, StatePaths
 
-# The tables the tests fill (fault table, fidelity, ablation), whole under pytest-xdist too.
-from tests import prebuilt_wait
+# Plugins of the suite's own (registered in pytest_configure): the waits for the set-up's
+# builds, the time by test group.
+from tests import group_times, prebuilt_wait
 from tests.docker_fixtures import (  # noqa: F401
     docker_base,
     docker_busybox,
     docker_engine,
     own_engine,
 )
+
+# The tables the tests fill (fault table, fidelity, ablation), whole under pytest-xdist too.
 from tests.run_tables import pytest_runtest_logreport, pytest_terminal_summary  # noqa: F401
 
 # The jar cache is shared with the user's (downloads once); everything else is per test run.
@@ -35,8 +38,9 @@ JAR_CACHE = StatePaths().cache_dir
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The waits for the set-up's builds (tests/prebuilt_wait.py), as a plugin of its own."""
+    """The waits for the set-up's builds and the time by group, as plugins of their own."""
     config.pluginmanager.register(prebuilt_wait, "rollstream-prebuilt")
+    config.pluginmanager.register(group_times, "rollstream-group-times")
 
 
 @pytest.fixture(autouse=True)

@@ -50,3 +50,33 @@ def test_every_row_of_two_workers_reaches_the_printed_table(
     assert out[head + 1] == "| --- | ---: |"
     assert sorted(out[head + 2 : head + 6]) == [f"| row-{n} | {n * 10} |" for n in range(4)]
     assert any("demo table" in line for line in out[:head])
+
+
+def test_the_time_by_group_names_each_group_once_with_its_tests(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    pytester.makepyfile(
+        test_groups="""
+import time, pytest
+
+@pytest.mark.xdist_group("slow")
+@pytest.mark.parametrize("n", range(3))
+def test_slow(n):
+    time.sleep(0.4)
+
+@pytest.mark.parametrize("n", ["a@b", "c"])
+def test_free(n):
+    pass
+"""
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "tests.group_times", "-n", "2", "--dist", "loadgroup"
+    )
+    result.assert_outcomes(passed=5)
+    lines = result.stdout.lines
+    head = next(i for i, line in enumerate(lines) if "time by test group" in line)
+    rows = {line.split()[0]: line.split()[1:] for line in lines[head + 2 : head + 4]}
+    assert set(rows) == {"slow", "ungrouped"}
+    assert rows["slow"][0] == "3" and rows["ungrouped"][0] == "2"
+    assert rows["slow"][2] >= "0:01"  # three 0.4 s tests on one worker, one after another
