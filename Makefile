@@ -11,7 +11,7 @@ export PIP_CACHE_DIR := $(CACHE)/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 
-.PHONY: help venv jars vocabularies harnesses chromium containers prebuilt lint typecheck check test chaos demo clean
+.PHONY: help venv jars vocabularies harnesses debs prebuilt setup lint typecheck check test chaos demo clean
 
 help:
 	@echo "make demo   set up, run the local stack, a few tasks on a real harness, train, report"
@@ -41,31 +41,23 @@ harnesses: venv
 	@if command -v npm >/dev/null; then $(BIN)/rollstream harness install; \
 	  else echo "npm not found: the real-harness tests will be skipped (install Node.js 20+)"; fi
 
-# Headless Chromium for the report's screenshot test (Debian's package), installed only when
-# missing and apt-get is usable (as root). Otherwise that test skips.
-chromium:
-	@if command -v chromium >/dev/null; then :; \
-	  elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
-	      || echo "chromium install failed: the report screenshot test will be skipped"; \
-	  else echo "chromium not found: the report screenshot test will be skipped"; fi
-
-# The container tests' engine and images (Debian's packages): a private Docker daemon, debootstrap
-# for the base image and a static busybox for the tiny one. Installed only when missing and
-# apt-get is usable (as root); the packages apt already knows first, its lists refreshed only
-# if that fails. Otherwise those tests skip, saying what is missing.
-CONTAINER_TOOLS := dockerd:docker.io debootstrap:debootstrap busybox:busybox-static
-containers:
-	@missing=$$(for pair in $(CONTAINER_TOOLS); do \
+# Debian's packages some tests need, installed only when missing and apt-get is usable (as root),
+# in one apt run: a private Docker daemon, debootstrap and a static busybox for the container
+# tests and their images, headless Chromium for the report's screenshot test. The packages apt
+# already knows first, its lists refreshed only if that fails. Otherwise those tests skip,
+# saying what is missing.
+DEBS := dockerd:docker.io debootstrap:debootstrap busybox:busybox-static chromium:chromium
+debs:
+	@missing=$$(for pair in $(DEBS); do \
 	    command -v $${pair%%:*} >/dev/null || echo $${pair#*:}; done | xargs); \
 	  if [ -z "$$missing" ]; then :; \
 	  elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
-	    echo "installing $$missing (apt) for the container tests"; \
+	    echo "installing $$missing (apt) for the container and screenshot tests"; \
 	    export DEBIAN_FRONTEND=noninteractive; \
 	    apt-get install -y -qq $$missing >/dev/null 2>&1 \
 	      || (apt-get update -qq && apt-get install -y -qq $$missing >/dev/null) \
-	      || echo "installing $$missing failed: the container tests will be skipped"; \
-	  else echo "$$missing not installed: the container tests will be skipped (install as root)"; fi
+	      || echo "installing $$missing failed: the tests that need them will be skipped"; \
+	  else echo "$$missing not installed: the tests that need them will be skipped (install as root)"; fi
 
 # What a machine builds once and which takes minutes: Docker Compose v2 from its Go module, the
 # Debian base's root (debootstrap) and the project's image (compose/Dockerfile, its dependencies
@@ -73,7 +65,7 @@ containers:
 # builds and how long it usually takes, cached by content under the cache; a test that needs one
 # waits for it, with a bound of its own, before its timeout starts (tests/prebuilt_wait.py).
 # Where a tool is missing (Go, Debian's packages, root), the tests that need the build skip.
-prebuilt: venv containers
+prebuilt: venv debs
 	@$(BIN)/python -m rollstream.dev.prebuilt start
 
 lint: venv
@@ -99,8 +91,15 @@ define beside_mypy
 	  [ $$tests = 0 ] && [ $$typed = 0 ]
 endef
 
-# The set-up's long builds start first (in the background), the rest of the set-up meanwhile.
-test: venv containers prebuilt jars vocabularies harnesses chromium lint
+# The set-up: Debian's packages, then the long builds in the background, then the rest at once
+# (the vocabularies' conversions take the CPU while npm and Maven wait on the network), each
+# step's output together when it ends.
+setup: venv
+	@$(MAKE) --no-print-directory debs
+	@$(MAKE) --no-print-directory prebuilt
+	@$(MAKE) --no-print-directory --jobs=4 --output-sync=target jars vocabularies harnesses lint
+
+test: setup
 	$(call beside_mypy,-m "not long" -n $(TEST_WORKERS) --dist loadgroup)
 
 # The inner loop: ruff, mypy and the tests that need no broker, container engine, real harness
