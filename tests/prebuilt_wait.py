@@ -11,6 +11,7 @@ that failed fails them with its log's tail. The waits are listed at the end of t
 from __future__ import annotations
 
 from collections.abc import Generator
+from typing import cast
 
 import pytest
 
@@ -85,7 +86,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         return
     for key, value in report.user_properties:
         if key == _PROPERTY:
-            name, state, waited = list(value)
+            name, state, waited = cast(tuple[str, str, float], value)
             _waits.append((report.nodeid, str(name), str(state), float(waited)))
 
 
