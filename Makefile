@@ -85,7 +85,8 @@ TEST_WORKERS ?= 2
 # mostly wait, and take the CPU first when they do not.
 define beside_mypy
 	@echo "$(BIN)/mypy (beside the tests, nice 19)"; log=$$(mktemp); \
-	  nice -n 19 $(BIN)/mypy > $$log 2>&1 & typecheck=$$!; \
+	  (began=$$(date +%s); nice -n 19 $(BIN)/mypy; typed=$$?; \
+	    echo "mypy took $$(( $$(date +%s) - began )) s"; exit $$typed) > $$log 2>&1 & typecheck=$$!; \
 	  echo '$(BIN)/pytest $(1)'; $(BIN)/pytest $(1); tests=$$?; \
 	  wait $$typecheck; typed=$$?; echo "--- mypy ---"; cat $$log; rm -f $$log; \
 	  [ $$tests = 0 ] && [ $$typed = 0 ]

@@ -160,6 +160,18 @@ def test_a_build_without_its_tool_exits_unavailable_saying_what_to_install(
     assert "'go' not found on PATH" in done.stdout and "Traceback" not in done.stderr
 
 
+def test_status_says_where_each_build_stands(tmp_path: Path) -> None:
+    binary = compose_path(tmp_path / "cache")
+    binary.parent.mkdir(parents=True)
+    binary.touch()
+    done = _cli(tmp_path, "status", path=os.environ["PATH"])
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["compose", "base-root", "project-image"]
+    assert lines[0].startswith("compose: ready")
+    assert lines[1].startswith("base-root: not built") and "base-root.log" in lines[1]
+
+
 def test_an_unknown_build_is_refused_by_name(tmp_path: Path) -> None:
     done = _cli(tmp_path, "status", "nope", path=os.environ["PATH"])
     assert done.returncode == 2 and "unknown build nope" in done.stderr
