@@ -13,6 +13,8 @@ holds a lock while it runs, so a second builder waits for the first and then fin
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import logging
 import os
 import subprocess
@@ -173,6 +175,7 @@ def wait(
     _launched.append(proc)  # one a bound left running is not collected while it runs
     while True:
         if item.ready():
+            _settle(proc)
             return Outcome(item.name, "ready", clock() - began)
         code = proc.poll()
         if code is not None:
@@ -192,6 +195,21 @@ def wait(
                 f" building, log: {log_file}\n{_tail(log_file)}",
             )
         time.sleep(poll_s)
+
+
+def _settle(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    """Let a builder whose result is there end (it exits, or cleans up after a large build)."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(grace_s)
+
+
+@atexit.register
+def _reap() -> None:
+    """Collect the builders that ended; one still running is left to finish on its own."""
+    for proc in _launched:
+        if proc.poll() is None:
+            proc.returncode = 0  # not ours to wait for: no warning that it still runs
+    _launched.clear()
 
 
 def _build_compose(paths: StatePaths) -> str:
