@@ -140,7 +140,7 @@ def spawn(component: Component, logs: Path, env: dict[str, str]) -> Running:
 
 
 async def healthy(running: Running, http: aiohttp.ClientSession) -> bool:
-    """Ready now: its health URL answers 200, or its log shows its marker."""
+    """Ready now: its health URL answers 200, or this run's output shows its marker."""
     if not running.alive():
         return False
     if running.health is not None:
@@ -150,15 +150,8 @@ async def healthy(running: Running, http: aiohttp.ClientSession) -> bool:
         except (aiohttp.ClientError, TimeoutError):
             return False
     if running.marker is not None:
-        return _log_has(Path(running.log), running.marker)
+        return running.marker in output(running)
     return True
-
-
-def _log_has(path: Path, marker: str) -> bool:
-    try:
-        return marker in path.read_text(errors="replace")
-    except OSError:
-        return False
 
 
 def output(running: Running) -> str:

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from rollstream.cli import cli
 from rollstream.dev.backend.tokenizer import default_tokenizer_dir
 from rollstream.dev.stack import components
 from rollstream.dev.stack.components import Component, plan
-from rollstream.dev.stack.processes import Running, StackState, spawn, terminate
+from rollstream.dev.stack.processes import Running, StackState, healthy, spawn, terminate
 from rollstream.dev.stack.settings import StackSettings
 from rollstream.errors import ConfigurationError
 
@@ -165,3 +167,22 @@ def test_spawned_services_log_and_stop_on_sigterm_or_are_killed(tmp_path: Path) 
         subprocess.run(["sleep", "0.1"], check=True)
     assert terminate(stubborn, timeout=0.5).startswith("killed")
     assert terminate(stubborn, timeout=0.5) == "not running"
+
+
+async def test_a_marker_an_earlier_run_left_in_the_log_is_not_taken_for_ready(
+    tmp_path: Path,
+) -> None:
+    """`up` after `down` in one state directory: the log holds the last run's "ready" already."""
+    (tmp_path / "consumer.log").write_text("consuming\n")  # what the earlier run wrote
+    script = "sleep 1; echo consuming; sleep 30"
+    running = spawn(Component("consumer", ["sh", "-c", script], marker="consuming"), tmp_path, {})
+    try:
+        async with aiohttp.ClientSession() as http:
+            assert not await healthy(running, http)  # the old line does not count
+            for _ in range(100):
+                if await healthy(running, http):
+                    break
+                await asyncio.sleep(0.05)
+            assert await healthy(running, http)
+    finally:
+        terminate(running, timeout=5)
