@@ -195,14 +195,23 @@ class RollstreamAddon:
         self._record(state)
 
     def error(self, flow: http.HTTPFlow) -> None:
-        """The upstream could not be reached, or a side hung up: record the failure."""
+        """The upstream could not be reached, or a side hung up: record the call.
+
+        Failed or cancelled, by the side that went away; complete if the harness had already
+        been handed the whole answer.
+        """
         self.deadlines.stop(flow)
         state: CallState | None = flow.metadata.get(_STATE)
         if state is None or state.recorded:
             return
         message = flow.error.msg if flow.error else "connection error"
         cut = upstream_cut(flow)
-        if not flow.client_conn.state & ConnectionState.CAN_READ:
+        if state.delivered:
+            # The harness had the whole answer; a connection closed after that loses nothing: a
+            # harness may hang up on its terminal event before the upstream ends its body (Codex
+            # closes on response.completed while vLLM still ends its chunked answer).
+            pass
+        elif not flow.client_conn.state & ConnectionState.CAN_READ:
             state.cancel(message)  # the harness went away, streamed or waiting for an answer
         elif flow.response is not None and state.stream:
             # The harness is still connected: the upstream broke off mid-stream.

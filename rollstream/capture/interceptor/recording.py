@@ -43,6 +43,9 @@ class CallState:
     asked: Asked = field(default_factory=Asked)
     stream: bool = False  # what the harness asked for
     synthesized: bool = False  # streamed to the harness from a whole (non-streamed) answer
+    #: The harness was handed the stream's last event (``[DONE]``, ``response.completed``,
+    #: ``message_stop``...) for an answer that finished: it may hang up from then on.
+    delivered: bool = False
     call_id: str = field(default_factory=lambda: f"call-{uuid.uuid4().hex}")
     started_at: datetime = field(default_factory=_now)
     first_token_at: datetime | None = None

@@ -83,6 +83,7 @@ def stream_function(
                 payload = event.data
                 if payload == DONE:
                     out += [e.encode() for e in translator.finish()]
+                    _delivered(state)
                 elif isinstance(payload, dict):
                     if "error" in payload and not payload.get("choices"):
                         message = str(payload["error"])
@@ -104,6 +105,7 @@ def stream_function(
                         e.encode() for e in translator.error(502, "upstream stream ended early")
                     ]
                 out += [e.encode() for e in translator.finish()]
+                _delivered(state)
                 if converter is not None and converter.parsed is not None:
                     note_parse(state, converter.parsed.parse_error)
         except Exception as exc:  # never let a translation bug break the harness's stream
@@ -117,6 +119,13 @@ def stream_function(
         return [body] if body else []
 
     return stream
+
+
+def _delivered(state: CallState) -> None:
+    """The terminal event is in this write: a finished answer is the harness's from now on."""
+    if state.capture.finish_reason is not None and state.error is None:
+        state.delivered = True
+        state.ended_at = state.ended_at or datetime.now(UTC)
 
 
 def _has_output(chunk: dict[str, Any]) -> bool:

@@ -233,3 +233,55 @@ def test_a_named_session_is_one_a_launcher_chose() -> None:
     assert not named_session({"Authorization": "Bearer abc"}, "/v1/chat/completions")
     assert not named_session({}, "/s//v1/chat/completions")
     assert not named_session({SESSION_HEADER: ""}, "/v1/chat/completions")
+
+
+def _chunk(delta: dict[str, Any], ids: list[int], finish: str | None = None, **extra: Any) -> bytes:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish, "token_ids": ids}
+    chunk = {"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [choice]}
+    return f"data: {json.dumps(chunk | extra)}\n\n".encode()
+
+
+#: A vLLM stream: prompt ids on the first chunk, text, the finish, usage, then [DONE].
+_STREAM = [
+    _chunk({"role": "assistant", "content": ""}, [], prompt_token_ids=[1, 2, 3]),
+    _chunk({"content": "Hel"}, [10]),
+    _chunk({"content": "lo"}, [11], "stop"),
+    b'data: {"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [], '
+    b'"usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}\n\n',
+    b"data: [DONE]\n\n",
+]
+_HUNG_UP = {
+    "/v1/chat/completions": (CHAT | {"stream": True}, b"[DONE]"),
+    "/v1/responses": ({"model": "m", "input": "hi", "stream": True}, b"response.completed"),
+    "/v1/messages": (CLAUDE | {"stream": True}, b"message_stop"),
+}
+
+
+@pytest.mark.parametrize("path", list(_HUNG_UP))
+@pytest.mark.parametrize("reads", [len(_STREAM), len(_STREAM) - 1])
+async def test_a_harness_that_hangs_up_on_the_last_event_has_a_complete_call(
+    path: str, reads: int
+) -> None:
+    # Codex closes on response.completed while vLLM is still ending its chunked body: the call
+    # was recorded cancelled, its answer lost to training. Before [DONE] it is cancelled.
+    addon, records = _addon(strict=False)
+    body, terminal = _HUNG_UP[path]
+    flow = _flow(path, {"authorization": "Bearer s"}, body)
+    await addon.request(flow)
+    flow.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
+    addon.responseheaders(flow)
+    assert callable(flow.response.stream)
+    sent = b"".join(b"".join(flow.response.stream(data)) for data in _STREAM[:reads])
+    flow.client_conn.state = ConnectionState.CLOSED
+    flow.error = tflow.terr("Client disconnected.")
+    addon.error(flow)
+    [record] = records
+    if reads == len(_STREAM):
+        assert terminal in sent
+        assert record.status is CallStatus.OK and record.error is None
+        assert record.completion_token_ids is not None
+        assert record.completion_token_ids.to_list() == [10, 11]
+        assert record.finish_reason == "stop"
+    else:
+        assert terminal not in sent
+        assert record.status is CallStatus.CANCELLED
