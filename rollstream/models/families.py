@@ -34,6 +34,9 @@ class FamilySpec:
     #: The template takes one system message, first: leading ones are joined, later ones
     #: become user messages.
     single_system: bool = False
+    #: A call may also be a bare JSON object opening the turn, without the family's call token
+    #: (Llama 3.1 writes ``{"name": ..., "parameters": ...}`` with or without <|python_tag|>).
+    json_calls: bool = False
 
 
 FAMILIES: dict[str, FamilySpec] = {
@@ -42,7 +45,7 @@ FAMILIES: dict[str, FamilySpec] = {
     # Qwen3-Coder's template (XML <function=...> calls, no thinking) as renderers ships it.
     "qwen3-coder": FamilySpec("prime-qwen3", "qwen3"),
     "qwen3.5": FamilySpec("qwen3.5", "qwen3.5", thinks=True, single_system=True),
-    "llama-3": FamilySpec("llama-3", "llama3", single_system=True),
+    "llama-3": FamilySpec("llama-3", "llama3", single_system=True, json_calls=True),
     "gpt-oss": FamilySpec("gpt-oss", "gpt-oss", thinks=True),
     "deepseek-v3": FamilySpec("deepseek-v3", "deepseek-v3"),
     "glm-4.5": FamilySpec(
@@ -121,5 +124,11 @@ def load_family(
     from rollstream.models.renderer_family import load_renderer_family
 
     return load_renderer_family(
-        name, spec.renderer, tokenizer, spec.config, spec.thinks, spec.single_system
+        name,
+        spec.renderer,
+        tokenizer,
+        spec.config,
+        spec.thinks,
+        spec.single_system,
+        spec.json_calls,
     )

@@ -11,6 +11,7 @@ generic family (any Hugging Face tokenizer folder with its own Jinja template).
 from __future__ import annotations
 
 import json
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from typing import Any
 from rollstream.errors import ConfigurationError
 from rollstream.models.hermes import ToolCall
 from rollstream.models.tokenizer import ChatTokenizer
+
+log = logging.getLogger(__name__)
 
 Message = dict[str, Any]
 
@@ -218,6 +221,15 @@ class StreamParser:
             final or (isinstance(self._family, TaggedCalls) and not may_call)
         ) and content.startswith(self._content):
             delta.content, self._content = content[len(self._content) :], content
+        elif final and self._content:
+            # Sent text cannot be taken back: the harness keeps it, and the rest is not sent.
+            log.warning(
+                "the %s family's final parse does not continue the %d characters of content "
+                "already streamed; its final content (%d characters) is not sent",
+                self._family.name,
+                len(self._content),
+                len(content),
+            )
         return delta
 
 

@@ -86,10 +86,12 @@ class RendererFamily(Family, TaggedCalls):
         config: dict[str, Any] | None = None,
         thinks: bool = False,
         single_system: bool = False,
+        json_calls: bool = False,
     ) -> None:
         from renderers import config_from_name, create_renderer
 
         self._single_system = single_system
+        self._json_calls = json_calls
         self.name = name
         self.tokenizer = tokenizer
         base = config_from_name(renderer_name)
@@ -235,11 +237,18 @@ class RendererFamily(Family, TaggedCalls):
     def call_started(self, completion_ids: Sequence[int]) -> bool:
         """Whether one of the family's tool-call openers was sampled.
 
-        Always true for formats without one: their calls are plain text from the start.
+        Always true for formats without one: their calls are plain text from the start. For a
+        family that also writes a call as a bare JSON object (``json_calls``), a turn whose text
+        opens with ``{`` may be one.
         """
         if not self._call_ids:
             return True
-        return any(t in self._call_ids for t in completion_ids)
+        if any(t in self._call_ids for t in completion_ids):
+            return True
+        if self._json_calls and completion_ids:
+            # A few tokens are enough to see the turn's first character past any whitespace.
+            return self.tokenizer.decode(list(completion_ids[:8])).lstrip().startswith("{")
+        return False
 
     def continue_turn(self, turn: AnsweredTurn, new: Sequence[Message]) -> Continuation:
         """The renderer's bridge: the sampled turn kept, new messages in the family's framing."""
@@ -281,7 +290,8 @@ def load_renderer_family(
     config: dict[str, Any] | None = None,
     thinks: bool = False,
     single_system: bool = False,
+    json_calls: bool = False,
 ) -> RendererFamily:
     """A renderer family on the tokenizer folder ``folder``."""
     tokenizer = ChatTokenizer(folder, require_template=False)
-    return RendererFamily(name, renderer_name, tokenizer, config, thinks, single_system)
+    return RendererFamily(name, renderer_name, tokenizer, config, thinks, single_system, json_calls)

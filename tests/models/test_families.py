@@ -205,3 +205,30 @@ def test_a_family_is_detected_from_the_model_s_name() -> None:
     # No guess from a prefix (a fine-tune may ship another template), nor for unknown models.
     assert detect_family("Qwen/Qwen3-8B-my-finetune") is None
     assert detect_family("rollstream-tiny") is None and detect_family(None) is None
+
+
+def test_a_llama_call_written_as_bare_json_is_streamed_as_a_call_only() -> None:
+    # Llama 3.1 writes a call as a JSON object opening the turn, <|python_tag|> or not; with
+    # <|python_tag|> in its vocabulary such a call was taken for text and streamed as both.
+    f = family("llama-3")
+    prompt = f.render_ids(HISTORY, TOOLS)
+    written = '{"name": "bash", "parameters": {"command": "echo polar > hello.txt && ls -la"}}'
+    completion = [*f.tokenizer.encode(written), f.end_of_turn_id]
+    parser = f.stream_parser(prompt, TOOLS)
+    pieces = [parser.feed([token]) for token in completion]
+    assert "".join(p.content for p in pieces) == ""
+    last = parser.finish()
+    assert last.content == ""
+    calls = [d for d in last.tool_calls if "id" in d]
+    assert [c["function"]["name"] for c in calls] == ["bash"]
+
+
+def test_a_llama_answer_in_prose_still_streams_as_it_is_written() -> None:
+    f = family("llama-3")
+    prompt = f.render_ids(HISTORY, TOOLS)
+    written = " ".join(["The file hello.txt now holds polar, as the task asked."] * 4)
+    completion = [*f.tokenizer.encode(written), f.end_of_turn_id]
+    parser = f.stream_parser(prompt, TOOLS)
+    early = "".join(parser.feed([token]).content for token in completion[:-1])
+    assert early and written.startswith(early)
+    assert early + parser.finish().content == written
