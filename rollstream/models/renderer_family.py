@@ -39,7 +39,9 @@ _KEEP_REASONING: dict[str, Any] = {
 }
 
 
-def chat_messages(messages: Sequence[Message], single_system: bool = False) -> list[Message]:
+def chat_messages(
+    messages: Sequence[Message], single_system: bool = False, after_start: bool = False
+) -> list[Message]:
     """OpenAI-style Chat messages in the shape the renderers read.
 
     Reasoning echoed back as ``reasoning`` (vLLM 0.20+) is also given as ``reasoning_content``;
@@ -49,6 +51,8 @@ def chat_messages(messages: Sequence[Message], single_system: bool = False) -> l
     reads a second as the user's, Qwen3.5's refuses one anywhere else): leading system messages
     become one (Codex sends its instructions and its environment as two), and a later one (Claude
     Code sends reminders as system messages to models it does not know) becomes a user message.
+    ``after_start``: the messages continue a conversation under way (exact context's new
+    messages), so none of them is a leading system message.
     """
     out: list[Message] = []
     for message in messages:
@@ -62,8 +66,8 @@ def chat_messages(messages: Sequence[Message], single_system: bool = False) -> l
             isinstance(p, dict) and p.get("type", "text") == "text" for p in content
         ):
             m["content"] = "\n".join(str(p.get("text", "")) for p in content)
-        if single_system and m.get("role") == "system" and out:
-            if len(out) == _systems(out):
+        if single_system and m.get("role") == "system" and (out or after_start):
+            if not after_start and len(out) == _systems(out):
                 out[-1] = {**out[-1], "content": f"{out[-1]['content']}\n\n{m['content']}"}
                 continue
             m["role"] = "user"
@@ -256,7 +260,7 @@ class RendererFamily(Family, TaggedCalls):
         bridged = self.renderer.bridge_to_next_turn(
             list(turn.prompt_ids),
             list(turn.completion_ids),
-            chat_messages(new),
+            chat_messages(new, self._single_system, after_start=True),
             tools=turn.tools or None,
         )
         if bridged is None:

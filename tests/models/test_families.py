@@ -232,3 +232,32 @@ def test_a_llama_answer_in_prose_still_streams_as_it_is_written() -> None:
     early = "".join(parser.feed([token]).content for token in completion[:-1])
     assert early and written.startswith(early)
     assert early + parser.finish().content == written
+
+
+@pytest.mark.parametrize("name", [n for n, spec in FAMILIES.items() if spec.single_system])
+def test_a_system_message_mid_conversation_continues_as_the_full_render_has_it(name: str) -> None:
+    # Claude Code sends reminders as system messages mid-conversation. A family whose template
+    # takes one system message, first, renders a later one as the user's (Llama 3) or refuses
+    # it (Qwen3.5): exact context appended it as a system turn.
+    f = family(name)
+    answer = call_turn(f)
+    prompt = f.render_ids(HISTORY, TOOLS)
+    completion = f.completion_ids(HISTORY, answer, TOOLS)
+    result: Message = {"role": "tool", "tool_call_id": f.call_id("bash", 0), "content": "ok"}
+    reminder: Message = {"role": "system", "content": "Reminder: be brief."}
+    turn = AnsweredTurn(HISTORY, TOOLS, answer, prompt, completion)
+    full = f.tokenizer.decode(
+        f.render_ids([*HISTORY, answer, result, reminder], TOOLS), skip_special_tokens=False
+    )
+    if f.thinks:
+        # Now a user turn, after which the template drops the sampled reasoning: the sampled
+        # tokens cannot be kept, and exact context says so instead of inventing a system turn.
+        assert "<think>" not in full[: full.index("Reminder: be brief.")]
+        with pytest.raises(ContinuationError, match="re-render"):
+            f.continue_turn(turn, [result, reminder])
+        return
+    continued = f.continue_turn(turn, [result, reminder]).prompt_ids
+    text = f.tokenizer.decode(continued, skip_special_tokens=False)
+    system_header = {"qwen3.5": "<|im_start|>system", "llama-3": "system<|end_header_id|>"}[name]
+    assert text.count(system_header) == full.count(system_header) == 1
+    assert text.endswith(full[full.index("Reminder: be brief.") - 40 :])
