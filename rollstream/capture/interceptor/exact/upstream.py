@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
-import aiohttp
-
+from rollstream.capture.interceptor.exact import verify
 from rollstream.capture.interceptor.exact.completions import (
     CompletionStreamToChat,
     chat_from_completion,
@@ -35,12 +35,8 @@ from rollstream.schemas import ContextInfo, ContextMode, TokenIds
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
-#: What the tokenizers of the interceptor and the upstream must agree on (the family's end of
-#: turn is added): prose, code, unicode, whitespace runs.
-TOKENIZER_PROBE = (
-    "Hello, world! def f(x):\n    return x ** 2  # comment\n\n\t\tüñíçødé 日本語 😀 "
-    '   spaces   and\r\nnewlines 12345 6.02e23 <tag> {"json": [1, 2]}'
-)
+#: How often an unverified upstream is asked again, at most (before an exact call).
+RECHECK_S = 5.0
 #: A session asks for (or out of) exact context per call with this header; never forwarded.
 CONTEXT_HEADER = "x-rollstream-context"
 Mode = Literal["ordinary", "exact"]
@@ -111,57 +107,49 @@ class ExactUpstream:
                 self.context = ExactContext(family)
             except ConfigurationError as exc:
                 self.unavailable = f"exact context refused: {exc}"
+        #: Until check_upstream has run: unverified, so no exact call goes out unchecked.
+        self.verdict = verify.Verdict("unverified", "the upstream has not been checked yet")
+        self._settings: InterceptorSettings | None = None
+        self._checked_at = 0.0
+        self._checking = asyncio.Lock()
         if self.context is None and self.default == "exact":
             # Not fatal: every call is still served and recorded, with this reason on it.
             log.warning("%s; calls are rendered by the server as usual", self.unavailable)
 
     async def check_upstream(self, settings: InterceptorSettings) -> None:
-        """Refuse exact context when the upstream tokenizes differently from our family.
+        """Verify that the upstream tokenizes and renders as our family does (verify.py).
 
-        Prompts built from the wrong vocabulary are accepted by any server and answered with
-        nonsense, with no error anywhere: one ``/tokenize`` of a fixed text tells. An upstream
-        without ``/tokenize`` (or not up yet) is logged and trusted.
+        Refused: exact context is off, saying why. Unverified (the server is not up yet, or has
+        no ``/tokenize``): exact calls are "not yet exact" and the check is made again before
+        one, at most every RECHECK_S seconds.
         """
         if self.context is None:
             return
-        family = self.context.family
-        eot = family.tokenizer.token_text(family.end_of_turn_id)
-        text = TOKENIZER_PROBE + eot
-        body: JSON = {"prompt": text, "add_special_tokens": False}
-        if settings.upstream_model:
-            body["model"] = settings.upstream_model
-        headers = {}
-        if settings.upstream_api_key is not None:
-            headers["authorization"] = f"Bearer {settings.upstream_api_key.get_secret_value()}"
-        url = settings.upstream.rstrip("/") + "/tokenize"
-        try:
-            timeout = aiohttp.ClientTimeout(total=5)
-            async with (
-                aiohttp.ClientSession(timeout=timeout) as client,
-                client.post(url, json=body, headers=headers) as response,
-            ):
-                answer = await response.json() if response.status == 200 else None
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            log.warning("could not compare tokenizers with the upstream (%s): %s", url, exc)
-            return
-        theirs = (answer or {}).get("tokens")
-        if not isinstance(theirs, list):
-            log.warning("the upstream has no /tokenize: exact context trusts its tokenizer")
-            return
-        ours = family.tokenizer.encode(text)
-        if theirs != ours:
-            at = next(
-                (i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), None
-            )
-            at = min(len(ours), len(theirs)) if at is None else at
+        self._settings = settings
+        self._checked_at = time.monotonic()
+        verdict = await verify.check(settings, self.context.family)
+        self.verdict = verdict
+        if verdict.state == "refused":
             self.context = None
-            self.unavailable = (
-                f"exact context refused: the interceptor's tokenizer (family {family.name}, "
-                f"{family.tokenizer.path}) and the upstream's ({settings.upstream}) disagree: "
-                f"{len(ours)} and {len(theirs)} ids for the same text, first difference at "
-                f"id {at} ({ours[at : at + 3]} against {theirs[at : at + 3]})"
-            )
+            self.unavailable = f"exact context refused: {verdict.reason}"
             log.error("%s; calls are rendered by the server as usual", self.unavailable)
+        elif verdict.state == "unverified":
+            log.warning(
+                "exact context not yet verified (%s): its calls are rendered by the server "
+                "until the upstream answers",
+                verdict.reason,
+            )
+        else:
+            family = self.context.family.name
+            log.info("the upstream tokenizes and renders as the %s family", family)
+
+    async def _recheck(self) -> None:
+        """Check an unverified upstream again, if the last check is old enough."""
+        if self._settings is None or time.monotonic() - self._checked_at < RECHECK_S:
+            return
+        async with self._checking:
+            if self.verdict.state == "unverified":
+                await self.check_upstream(self._settings)
 
     def mode(self, asked: str | None, session: str | None = None) -> Mode:
         """The mode of one call.
@@ -186,6 +174,8 @@ class ExactUpstream:
             return None, None
         if self.context is None:
             return ContextInfo(note=self.unavailable), None
+        if self.verdict.state != "verified":
+            return ContextInfo(note=f"not yet exact: {self.verdict.reason}"), None
         reason = _unsupported(chat)
         if reason is not None:
             return ContextInfo(note=reason), None
@@ -212,6 +202,8 @@ class ExactUpstream:
         """
         if self.context is None or self.mode(asked, session) != "exact":
             return self.prepare(session, chat, asked)
+        if self.verdict.state == "unverified":
+            await self._recheck()
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._planner, self.prepare, session, chat, asked)
 

@@ -10,6 +10,7 @@ import pytest
 
 from rollstream.capture.interceptor.exact.sessions import FIRST_CALL
 from rollstream.capture.interceptor.exact.upstream import ExactUpstream
+from rollstream.capture.interceptor.exact.verify import Verdict
 from rollstream.capture.interceptor.recording import CallState
 from rollstream.capture.interceptor.registry import RegistryError, SessionRegistry
 from rollstream.capture.interceptor.settings import InterceptorSettings
@@ -21,7 +22,10 @@ CHAT: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "
 
 
 def _upstream(**overrides: Any) -> ExactUpstream:
-    return ExactUpstream(InterceptorSettings(port=0, admin_port=0, **overrides))
+    """Exact context as check_upstream leaves it after an upstream that agrees with it."""
+    exact = ExactUpstream(InterceptorSettings(port=0, admin_port=0, **overrides))
+    exact.verdict = Verdict("verified")
+    return exact
 
 
 def test_the_session_header_overrides_the_deployment() -> None:

@@ -1,16 +1,21 @@
-"""At start, exact context compares the interceptor's tokenizer with the upstream's (/tokenize)."""
+"""Exact context verifies the upstream's vocabulary and template (/tokenize) before it is used."""
 
 from __future__ import annotations
+
+import shutil
+from pathlib import Path
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from rollstream.capture.interceptor.exact import upstream
 from rollstream.capture.interceptor.exact.upstream import ExactUpstream
 from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.dev.backend.server import Backend
 from rollstream.dev.backend.settings import BackendSettings
 from rollstream.dev.backend.tokenizer import default_tokenizer_dir
+from rollstream.host import free_port
 from rollstream.models.tokenizer import ChatTokenizer
 from tests.dev.backend.conftest import other_tokenizer  # noqa: F401 (a fixture)
 
@@ -57,11 +62,62 @@ async def test_an_upstream_with_another_vocabulary_refuses_it_naming_both(
     assert body is None and info is not None and "disagree" in info.note
 
 
-async def test_an_upstream_without_tokenize_is_trusted() -> None:
+async def test_an_upstream_without_tokenize_is_not_yet_exact() -> None:
+    # It was trusted: prompts built from tokens went to a server nobody had compared with.
     app = web.Application()
     server = TestServer(app, host="127.0.0.1")  # every path answers 404
     await server.start_server()
     try:
-        assert (await _checked(server)).context is not None
+        exact = await _checked(server)
     finally:
         await server.close()
+    assert exact.context is not None and exact.verdict.state == "unverified"
+    info, body = await exact.prepare_off_loop("s", {"model": "m", "messages": []}, None)
+    assert body is None and info is not None
+    assert info.note.startswith("not yet exact") and "no /tokenize" in info.note
+
+
+async def test_an_upstream_that_comes_up_later_is_verified_before_an_exact_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(upstream, "RECHECK_S", 0.0)
+    port = free_port()
+    settings = InterceptorSettings(
+        upstream=f"http://127.0.0.1:{port}",
+        port=0,
+        admin_port=0,
+        context="exact",
+        tokenizer=default_tokenizer_dir(),
+    )
+    exact = ExactUpstream(settings)
+    await exact.check_upstream(settings)  # nothing listens yet (a vLLM still loading)
+    assert exact.verdict.state == "unverified" and "did not answer" in exact.verdict.reason
+    server = TestServer(Backend(BackendSettings()).app(), host="127.0.0.1", port=port)
+    await server.start_server()
+    try:
+        info, _ = await exact.prepare_off_loop("s", {"model": "m", "messages": []}, None)
+    finally:
+        await server.close()
+    assert exact.verdict.state == "verified"
+    assert info is not None and not info.note.startswith("not yet exact")
+
+
+async def test_an_upstream_with_another_template_refuses_it_showing_both_renderings(
+    tmp_path: Path,
+) -> None:
+    # The same vocabulary, another chat template: only the rendered conversation can tell.
+    folder = tmp_path / "tokenizer"
+    shutil.copytree(default_tokenizer_dir(), folder)
+    template = folder / "chat_template.jinja"
+    template.write_text(template.read_text().replace("<|im_start|>", "<|im_start|> ", 1))
+    server = TestServer(
+        Backend(BackendSettings(), tokenizer=ChatTokenizer(folder)).app(), host="127.0.0.1"
+    )
+    await server.start_server()
+    try:
+        exact = await _checked(server)
+    finally:
+        await server.close()
+    assert exact.context is None and exact.verdict.state == "refused"
+    assert "chat template" in exact.unavailable and "first difference at id 1" in exact.unavailable
+    assert "⟨here⟩" in exact.unavailable
