@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestServer
 
 from rollstream.capture.interceptor.exact import upstream
 from rollstream.capture.interceptor.exact.upstream import ExactUpstream
+from rollstream.capture.interceptor.exact.verify import Verdict
 from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.dev.backend.server import Backend
 from rollstream.dev.backend.settings import BackendSettings
@@ -98,7 +99,8 @@ async def test_an_upstream_that_comes_up_later_is_verified_before_an_exact_call(
         info, _ = await exact.prepare_off_loop("s", {"model": "m", "messages": []}, None)
     finally:
         await server.close()
-    assert exact.verdict.state == "verified"
+    verdict: Verdict = exact.verdict  # rechecked meanwhile (mypy narrowed it to the first)
+    assert verdict.state == "verified"
     assert info is not None and not info.note.startswith("not yet exact")
 
 
