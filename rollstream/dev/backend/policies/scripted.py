@@ -162,7 +162,7 @@ class ScriptedPolicy:
                 for index, (name, arguments) in enumerate(calls)
             ]
         if self.family.thinks:
-            answer["reasoning_content"] = _reasoning(turn, bool(offered))
+            answer["reasoning_content"] = reasoning_for(turn, bool(offered))
         return answer
 
     def _family_tokens(self, request: GenerationRequest, rng: random.Random) -> list[int]:
@@ -251,8 +251,8 @@ def _calls_before(request: GenerationRequest) -> int:
     return sum(len(m.get("tool_calls") or []) for m in request.messages if isinstance(m, dict))
 
 
-def _reasoning(turn: Turn | None, offered: bool) -> str:
-    """A short reasoning for a family that thinks before it answers."""
+def reasoning_for(turn: Turn | None, offered: bool) -> str:
+    """A short reasoning for a family that thinks before it answers (the engine's plan too)."""
     if not offered:
         return "This is a side request; I will answer it directly."
     if turn is None:

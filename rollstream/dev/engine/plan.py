@@ -1,0 +1,164 @@
+"""What the scripted model writes next, read from a rendered prompt: the plan inside vLLM.
+
+The reference backend's scenarios (``ROLLSTREAM_BACKEND_SCENARIOS``) drive vLLM too: the
+development side compiles a scenario file into a plan (``compile_plan``, JSON: every turn's
+calls resolved for every shell tool a harness may offer) and the engine's logits processor
+(processor.py) reads it and, for each request, the prompt vLLM rendered with the published
+template. From that text alone it finds the tools offered, how many tool-calling turns came
+since the last answer, and which scenario the conversation plays; it then writes the turn in the
+family's own raw format (``write_turn``) for vLLM's tokenizer, tool-call and reasoning parsers
+to read. Nothing here uses rollstream's families: the formats are this module's own data, so a
+family bug in rollstream cannot agree with itself here.
+
+Runs inside the engine's venv (copied beside the processor): the standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from typing import Any
+
+#: Names the compiled plan file for the processor inside vLLM.
+PLAN_ENV = "ROLLSTREAM_ENGINE_PLAN"
+
+#: How each family's raw output is read from a prompt and written: where an assistant turn
+#: starts in the rendered prompt, what shows that a past turn called tools, whether the model
+#: thinks first (``<think>…</think>``) and whether the tools are declared in a ``<tools>``
+#: section (how calls are written: ``write_turn``).
+FORMATS: dict[str, dict[str, Any]] = {
+    "hermes": {
+        "assistant": "<|im_start|>assistant",
+        "called": "<tool_call>",
+        "think": False,
+        "tools_section": True,
+    },
+    "hermes-thinking": {
+        "assistant": "<|im_start|>assistant",
+        "called": "<tool_call>",
+        "think": True,
+        "tools_section": True,
+    },
+    "qwen3-coder": {
+        "assistant": "<|im_start|>assistant",
+        "called": "<tool_call>",
+        "think": False,
+        "tools_section": True,
+    },
+    "llama3-json": {
+        "assistant": "<|start_header_id|>assistant<|end_header_id|>",
+        "called": '{"name": ',
+        "think": False,
+    },
+}
+_NAME_IN_TOOLS = ('"name": "{}"', '"name":"{}"', "<name>{}</name>", "<function={}>")
+
+
+def offered(plan: dict[str, Any], prompt: str) -> list[str]:
+    """The plan's tool names the prompt declares, in the plan's order of preference.
+
+    Only the declarations are read: the prompt before its first assistant turn (system prompt,
+    tools, first user message), and within it the ``<tools>`` section where the template has
+    one; a side call without tools whose text quotes an earlier call offers nothing.
+    """
+    fmt = FORMATS[plan["format"]]
+    declared = prompt.split(fmt["assistant"], 1)[0]
+    if fmt.get("tools_section"):
+        end = declared.rfind("</tools>")
+        declared = declared[declared.rfind("<tools>", 0, end) : end] if end >= 0 else ""
+    return [
+        name
+        for name in plan["tools"]
+        if any(pattern.format(name) in declared for pattern in _NAME_IN_TOOLS)
+    ]
+
+
+def turn_index(prompt: str, fmt: dict[str, Any]) -> int:
+    """Tool-calling assistant turns since the last one that answered without calling."""
+    turns = 0
+    for turn in prompt.split(fmt["assistant"])[1:-1]:  # the last one is the turn being written
+        turns = turns + 1 if fmt["called"] in turn else 0
+    return turns
+
+
+def choose(plan: dict[str, Any], prompt: str, fmt: dict[str, Any]) -> dict[str, Any]:
+    """The scenario the conversation plays: named in it (``[scenario=NAME]``) or drawn.
+
+    The draw is seeded by the plan's seed and the prompt before its first assistant turn (the
+    system prompt, the tools and the task), so every call of a session plays the same scenario;
+    sessions whose prompts differ (another task, another workspace) draw again.
+    """
+    by_name = {s["name"]: s for s in plan["scenarios"]}
+    named = re.search(r"\[scenario=([\w.-]+)\]", prompt)
+    if named and named.group(1) in by_name:
+        found: dict[str, Any] = by_name[named.group(1)]
+        return found
+    head = prompt.split(fmt["assistant"], 1)[0]
+    digest = hashlib.sha256(f"{plan['seed']}:{head}".encode()).digest()
+    rng = random.Random(int.from_bytes(digest[:8], "little"))
+    scenarios: list[dict[str, Any]] = plan["scenarios"]
+    return rng.choices(scenarios, weights=[s["weight"] for s in scenarios])[0]
+
+
+def answer(plan: dict[str, Any], prompt: str) -> str:
+    """The raw text the model writes after ``prompt`` (end-of-turn token not included)."""
+    fmt = FORMATS[plan["format"]]
+    tools = offered(plan, prompt)
+    if not tools:
+        return write_turn(plan["format"], plan["side_reasoning"], plan["side_call_text"], [])
+    scenario = choose(plan, prompt, fmt)
+    index = turn_index(prompt, fmt)
+    if index >= len(scenario["turns"]):
+        return write_turn(plan["format"], scenario["final_reasoning"], scenario["final_text"], [])
+    turn = scenario["turns"][index]
+    calls = []
+    for call in turn["calls"]:
+        name = next((t for t in tools if t in call["by_tool"]), None)
+        if name is None:  # the harness offers none of the tools the turn calls: say so
+            wanted = ", ".join(call["by_tool"])
+            return write_turn(plan["format"], "", f"[plan: none of {wanted} is offered]", [])
+        calls.append((name, call["by_tool"][name]))
+    return write_turn(plan["format"], turn["reasoning"], turn["text"], calls)
+
+
+def write_turn(
+    format_name: str, reasoning: str, text: str, calls: list[tuple[str, dict[str, Any]]]
+) -> str:
+    """One assistant turn as the family's model writes it."""
+    parts = []
+    if FORMATS[format_name]["think"]:
+        parts.append(f"<think>\n{reasoning}\n</think>\n\n")
+    if format_name in ("hermes", "hermes-thinking"):
+        body = [text] if text else []
+        body += [
+            "<tool_call>\n"
+            + json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
+            + "\n</tool_call>"
+            for name, args in calls
+        ]
+        parts.append("\n".join(body))
+    elif format_name == "qwen3-coder":
+        body = [text] if text else []
+        for name, args in calls:
+            params = "".join(
+                f"<parameter={key}>\n{_coder_value(value)}\n</parameter>\n"
+                for key, value in args.items()
+            )
+            body.append(f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>")
+        parts.append("\n".join(body))
+    elif format_name == "llama3-json":
+        # Llama 3.1 calls one tool per turn, the whole turn being the call's JSON.
+        if calls:
+            name, args = calls[0]
+            parts.append(json.dumps({"name": name, "parameters": args}, ensure_ascii=False))
+        else:
+            parts.append(text)
+    else:
+        raise ValueError(f"unknown format {format_name!r}")
+    return "".join(parts)
+
+
+def _coder_value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
