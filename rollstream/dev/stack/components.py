@@ -55,6 +55,8 @@ class Component:
     endpoint: str | None = None  # what `up` prints for users
     url: str | None = None  # its base URL, for programs (the demo, `rollstream run`)
     listens: tuple[str, ...] = ()
+    #: How long it may take to become healthy, when longer than the stack's start_timeout_s.
+    start_timeout_s: float | None = None
 
     def resolved(self, urls: Mapping[str, str]) -> Component:
         """The component with the announced ``urls`` in place of their stand-ins."""
@@ -128,7 +130,7 @@ def served_model(settings: StackSettings) -> Served:
         raise ConfigurationError(
             f"unknown model family {family!r}; known: {', '.join(known_families())}"
         )
-    if settings.upstream is not None or settings.vllm is not None:
+    if settings.upstream is not None or settings.vllm is not None or settings.engine == "vllm":
         return Served(family, None)  # no reference backend: nothing to build
     folder = backend.tokenizer
     if folder is None and family is not None and family != GENERIC:
@@ -147,7 +149,7 @@ def _context_options(settings: StackSettings, served: Served) -> list[str]:
     options: list[str] = []
     if served.family is not None:
         options += ["--family", served.family]
-    if settings.upstream is None and settings.vllm is None:
+    if settings.upstream is None and settings.vllm is None and settings.engine == "reference":
         options += ["--tokenizer", str(served.tokenizer or default_tokenizer_dir())]
     elif settings.vllm is not None and Path(settings.vllm).expanduser().is_dir():
         options += ["--tokenizer", str(Path(settings.vllm).expanduser())]
@@ -166,6 +168,31 @@ def _context_options(settings: StackSettings, served: Served) -> list[str]:
     return [*options, "--context", settings.context]
 
 
+def _engine(settings: StackSettings, served: Served) -> Component:
+    """A real vLLM serving the family's tiny model (``rollstream engine serve``)."""
+    from rollstream.dev.engine.families import ENGINE_FAMILIES
+
+    if served.family not in ENGINE_FAMILIES:
+        raise ConfigurationError(
+            f"--engine vllm serves a family's tiny model: name one with --family "
+            f"({', '.join(ENGINE_FAMILIES)})"
+        )
+    host, port = settings.host, settings.backend_port
+    upstream = _url(host, port, "engine")
+    argv = _rollstream("engine", "serve", "--family", served.family, "--host", host)
+    argv += ["--port", str(port), "--served-name", settings.model]
+    return Component(
+        "engine",
+        argv,
+        health=f"{upstream}/health",
+        endpoint=f"{upstream}/v1 (vLLM)",
+        url=upstream,
+        listens=("engine",),
+        # vLLM compiles its graphs at every start: up to 3 minutes on a busy 2-core machine.
+        start_timeout_s=max(settings.start_timeout_s, 600.0),
+    )
+
+
 def _backend_options(served: Served) -> list[str]:
     """The reference backend's family and folder, as the interceptor gets them."""
     options = ["--family", served.family] if served.family is not None else []
@@ -182,7 +209,10 @@ def plan(settings: StackSettings) -> list[Component]:
     upstream = settings.upstream
     if upstream is None:
         port = settings.backend_port
-        if settings.vllm is not None:
+        if settings.engine == "vllm":
+            components.append(_engine(settings, served))
+            upstream = _url(host, port, "engine")
+        elif settings.vllm is not None:
             # vLLM does not announce where it listens: it gets a port picked for it.
             port = port or free_port(host)
             upstream = f"http://{host}:{port}"

@@ -15,7 +15,7 @@ from rollstream.dev.broker.process import LocalBroker
 from rollstream.dev.broker.records import BrokerInfo
 from rollstream.dev.broker.secure import SecureFiles, client_env
 from rollstream.dev.broker.settings import BrokerSettings
-from rollstream.dev.stack.components import plan
+from rollstream.dev.stack.components import plan, served_model
 from rollstream.dev.stack.processes import (
     Running,
     StackState,
@@ -77,6 +77,14 @@ class LocalStack:
             raise ConfigurationError(
                 f"a stack is already up in {self.paths.state_dir}; `rollstream down` first"
             )
+        if self.settings.engine == "vllm" and self.settings.upstream is None:
+            # First-time builds before any service's start timeout runs: the engine's install
+            # (minutes, once) and the family's tiny model.
+            from rollstream.dev.engine.serve import prepare
+
+            family = served_model(self.settings).family
+            progress(f"engine       vLLM and the tiny {family} model (minutes the first time)")
+            await asyncio.to_thread(prepare, family, self.paths)
         started_broker = False
         secure: SecureFiles | None = None
         if "ROLLSTREAM_BOOTSTRAP_SERVERS" not in os.environ:
@@ -114,7 +122,7 @@ class LocalStack:
                 state.components.append(running)
                 state.save(self.state_file)
                 began = time.monotonic()
-                deadline = began + self.settings.start_timeout_s
+                deadline = began + (component.start_timeout_s or self.settings.start_timeout_s)
                 if component.listens:
                     urls |= await self._wait_announced(running, component.listens, deadline)
                     listening = component.resolved(urls)

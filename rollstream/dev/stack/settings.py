@@ -24,6 +24,12 @@ class StackSettings(BaseSettings):
     vllm: str | None = Field(
         default=None, description="Launch `vllm serve MODEL` as the upstream (needs vllm; GPU)."
     )
+    engine: Literal["reference", "vllm"] = Field(
+        default="reference",
+        description="The upstream the stack starts: the reference backend, or a real vLLM "
+        "(`rollstream engine serve`) serving --family's tiny model playing the scenarios; "
+        "installed into the cache the first time (about 3 GB).",
+    )
     tool_parser: str = Field(
         default="hermes", description="vLLM's --tool-call-parser for the served model."
     )

@@ -138,6 +138,25 @@ def test_vllm_is_launched_with_what_capture_needs(
     assert vllm.argv[vllm.argv.index("--served-model-name") + 1] == "rollstream-tiny"
 
 
+def test_the_engine_is_a_real_vllm_serving_the_family_it_names_to_the_interceptor() -> None:
+    settings = StackSettings(engine="vllm", family="qwen3", backend_port=0, context="exact")
+    by_name = {c.name: c for c in plan(settings)}
+    assert list(by_name)[:2] == ["engine", "interceptor"]
+    engine = _command_of(by_name["engine"].argv)
+    assert engine[:2] == ["engine", "serve"]
+    assert engine[engine.index("--family") + 1] == "qwen3"
+    assert engine[engine.index("--served-name") + 1] == settings.model
+    options = {o for p in cli.commands["engine"].commands["serve"].params for o in p.opts}  # type: ignore[attr-defined]
+    assert {a for a in engine if a.startswith("--")} <= options
+    assert by_name["engine"].listens == ("engine",)  # it binds its port, then says which
+    proxy = _command_of(by_name["interceptor"].argv)
+    assert proxy[proxy.index("--upstream") + 1] == components.ref("engine")
+    assert proxy[proxy.index("--family") + 1] == "qwen3"
+    assert "--tokenizer" not in proxy  # the family's vocabulary, checked against vLLM's
+    with pytest.raises(ConfigurationError, match="name one with --family"):
+        plan(StackSettings(engine="vllm"))
+
+
 def test_the_state_round_trips_and_a_reused_pid_is_not_ours(tmp_path: Path) -> None:
     state = StackState("127.0.0.1:9092", "rs", True)
     state.components.append(Running("x", 1, ["not", "init"], str(tmp_path / "x.log")))
