@@ -36,8 +36,18 @@ _SAMPLING = (
 )
 
 
-def completion_request(chat: JSON, prompt_ids: list[int], model: str, top_logprobs: int) -> JSON:
-    """The ``/v1/completions`` body for a Chat request whose prompt is ``prompt_ids``."""
+def completion_request(
+    chat: JSON,
+    prompt_ids: list[int],
+    model: str,
+    top_logprobs: int,
+    max_model_len: int | None = None,
+) -> JSON:
+    """The ``/v1/completions`` body for a Chat request whose prompt is ``prompt_ids``.
+
+    ``max_model_len``: the served context, as the upstream reported it; an answer the harness
+    did not bound may take the rest of it, as under Chat Completions.
+    """
     body: JSON = {
         "model": model,
         "prompt": prompt_ids,
@@ -48,9 +58,13 @@ def completion_request(chat: JSON, prompt_ids: list[int], model: str, top_logpro
         # declares them special; content is cleaned of the end-of-turn token below.
         "skip_special_tokens": False,
     }
-    # Always sent, null included: /v1/completions defaults to 16 tokens where Chat Completions
-    # defaults to the rest of the context, and null asks vLLM for the latter.
-    body["max_tokens"] = chat.get("max_completion_tokens") or chat.get("max_tokens")
+    # Always sent: /v1/completions defaults to 16 tokens where Chat Completions defaults to the
+    # rest of the context, and vLLM 0.32 reads null as 16 too (a real server cut every unbounded
+    # exact-context answer there); null only where the context is not known.
+    asked = chat.get("max_completion_tokens") or chat.get("max_tokens")
+    if asked is None and max_model_len is not None:
+        asked = max(1, max_model_len - len(prompt_ids))
+    body["max_tokens"] = asked
     for key in _SAMPLING:
         if key in chat:
             body[key] = chat[key]

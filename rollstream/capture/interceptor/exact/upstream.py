@@ -187,7 +187,9 @@ class ExactUpstream:
         if plan.prompt_ids is None:
             return ContextInfo(note=plan.note), None
         top = max(self.top_logprobs, int(chat.get("top_logprobs") or 0))
-        body = completion_request(chat, plan.prompt_ids, str(chat.get("model")), top)
+        body = completion_request(
+            chat, plan.prompt_ids, str(chat.get("model")), top, self.verdict.max_model_len
+        )
         info = ContextInfo(mode=ContextMode.EXACT, appended_end_of_turn=plan.appended_end_of_turn)
         return info, body
 

@@ -44,9 +44,12 @@ def test_the_request_keeps_sampling_and_asks_for_ids() -> None:
     )
     assert body["stream_options"] == {"include_usage": True}
     assert "tools" not in body and "messages" not in body
-    # No limit in Chat means the rest of the context; /v1/completions' own default is 16.
-    unlimited = completion_request({"messages": []}, [1], "served", top_logprobs=0)
-    assert "max_tokens" in unlimited and unlimited["max_tokens"] is None
+    # No limit in Chat means the rest of the context; /v1/completions' own default is 16, and
+    # vLLM 0.32 takes null for 16 too: the rest of the context the upstream reported is sent.
+    unlimited = completion_request({"messages": []}, [1, 2, 3], "served", 0, max_model_len=1000)
+    assert unlimited["max_tokens"] == 997
+    unknown = completion_request({"messages": []}, [1], "served", top_logprobs=0)
+    assert "max_tokens" in unknown and unknown["max_tokens"] is None
 
 
 calls = st.lists(
