@@ -23,6 +23,7 @@ from rollstream.dev.backend.settings import BackendSettings
 from rollstream.dev.backend.tokenizer import default_tokenizer_dir
 from rollstream.dev.bench.fidelity import MODEL as MODEL
 from rollstream.dev.bench.fidelity import SCENARIOS, TASK
+from rollstream.dev.engine.serve import EngineServer
 from rollstream.models.families import load_family
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.sandbox.harnesses.install import PACKAGES, install
@@ -106,6 +107,35 @@ async def scripted_interceptor(
         await server.close()
 
 
+@asynccontextmanager
+async def engine_interceptor(
+    kafka: KafkaSettings,
+    state_dir: Path,
+    server: EngineServer,
+    family: str,
+    context: Literal["ordinary", "exact"] = "ordinary",
+) -> AsyncIterator[Interceptor]:
+    """An interceptor (free ports) in front of a real vLLM serving ``family``'s tiny model."""
+    interceptor = Interceptor(
+        InterceptorSettings(
+            upstream=server.url,
+            port=0,
+            admin_port=0,
+            upstream_model=server.model,
+            context=context,
+            family=family,
+        ),
+        kafka,
+        PublisherSettings(),
+        StatePaths(state_dir=state_dir, cache_dir=JAR_CACHE),
+    )
+    await interceptor.start()
+    try:
+        yield interceptor
+    finally:
+        await interceptor.stop()
+
+
 async def solve_session(
     name: str,
     interceptor: Interceptor,
@@ -113,6 +143,7 @@ async def solve_session(
     harness_bin: Path,
     tmp: Path,
     runtime: Runtime | None = None,
+    task: str = TASK,
 ) -> list[CallRecord]:
     """Run harness ``name`` on the hello.txt task through ``interceptor``; its records, by seq.
 
@@ -121,7 +152,7 @@ async def solve_session(
     """
     session = f"{name}-{uuid.uuid4().hex[:8]}"
     register(interceptor, session)  # as the node does before it launches a harness
-    ctx = HarnessContext(interceptor.url, session, MODEL, TASK)
+    ctx = HarnessContext(interceptor.url, session, MODEL, task)
     launch = PRESETS[name].launch(ctx, harness_bin / PACKAGES[name][1])
     if runtime is None:
         workdir = tmp / "work"
