@@ -123,3 +123,25 @@ async def test_an_upstream_with_another_template_refuses_it_showing_both_renderi
     assert exact.context is None and exact.verdict.state == "refused"
     assert "chat template" in exact.unavailable and "first difference at id 1" in exact.unavailable
     assert "⟨here⟩" in exact.unavailable
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama-3", "mistral"])
+async def test_an_upstream_serving_the_family_verifies_it(family: str) -> None:
+    # The probe conversation must be one every family renders (Mistral's call ids are nine
+    # letters and digits): a probe the family refuses would refuse exact context everywhere.
+    backend = Backend(BackendSettings(family=family))
+    server = TestServer(backend.app(), host="127.0.0.1")
+    await server.start_server()
+    settings = InterceptorSettings(
+        upstream=str(server.make_url("")).rstrip("/"),
+        port=0,
+        admin_port=0,
+        context="exact",
+        family=family,
+    )
+    try:
+        exact = ExactUpstream(settings)
+        await exact.check_upstream(settings)
+    finally:
+        await server.close()
+    assert exact.verdict.state == "verified", exact.verdict.reason
