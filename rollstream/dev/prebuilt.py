@@ -3,9 +3,9 @@
 Four things take minutes the first time and nothing after: Docker Compose v2 built from its Go
 module, the Debian base's root (debootstrap), the project's image (compose/Dockerfile on that
 base) and the real inference engine (vLLM in a venv of its own, rollstream.dev.engine). They
-are set-up, not tests: ``make test`` starts each in the background before the
-rest of its set-up (``python -m rollstream.dev.prebuilt start``), saying what is built and how
-long it usually takes; a test that needs one is marked ``@pytest.mark.prebuilt(NAME)`` and the
+are set-up, not tests: ``make test`` starts each in the background before the rest of its
+set-up (``python -m rollstream.dev.prebuilt start``), saying what is built and how long it
+usually takes; a test that needs one is marked ``@pytest.mark.prebuilt(NAME)`` and the
 suite waits for it with a bound of its own before the test's timeout starts (a wait started
 there launches the build if nobody has). Each build is cached by content under the cache and
 holds a lock while it runs, so a second builder waits for the first and then finds it done.
