@@ -43,7 +43,9 @@ PROCESSOR = f"{PLUGIN}.processor:PlanProcessor"
 class EngineSettings(BaseSettings):
     """How ``rollstream engine serve`` runs vLLM (``ROLLSTREAM_ENGINE_*``)."""
 
-    model_config = SettingsConfigDict(env_prefix="ROLLSTREAM_ENGINE_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="ROLLSTREAM_ENGINE_", frozen=True, extra="ignore", hide_input_in_errors=True
+    )
 
     family: str | None = Field(
         default=None,
