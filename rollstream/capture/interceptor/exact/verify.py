@@ -20,6 +20,7 @@ import aiohttp
 
 from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.models.family import Family
+from rollstream.models.probe import TOOL
 
 JSON = dict[str, Any]
 State = Literal["verified", "refused", "unverified"]
@@ -29,20 +30,8 @@ PROBE_TEXT = (
     "Hello, world! def f(x):\n    return x ** 2  # comment\n\n\t\tüñíçødé 日本語 😀 "
     '   spaces   and\r\nnewlines 12345 6.02e23 <tag> {"json": [1, 2]}'
 )
-PROBE_TOOLS: list[JSON] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "shell",
-            "description": "Run a shell command.",
-            "parameters": {
-                "type": "object",
-                "properties": {"command": {"type": "string"}},
-                "required": ["command"],
-            },
-        },
-    }
-]
+#: The tool of the probe conversation: the one the family check at start renders already.
+PROBE_TOOLS: list[JSON] = [TOOL]
 #: A harness-shaped conversation at the point exact context continues one: after a tool result.
 PROBE_MESSAGES: list[JSON] = [
     {"role": "system", "content": "You are a coding agent. Work in the current directory."},
