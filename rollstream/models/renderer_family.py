@@ -215,27 +215,31 @@ class RendererFamily(Family, TaggedCalls):
             native = {"id": call.id} if call.id else {}  # Kimi's ids name the function
             calls.append(ToolCall(call.name, arguments_json(call.arguments), **native))
         content = parsed.content or None
+        # Reasoning as vLLM's reasoning parsers give it: without the newlines around it.
+        reasoning = (parsed.reasoning_content or "").strip() or None
         if failed:
             # As vLLM does: what the parser could not read reaches the harness as text, as the
             # model wrote it (after its reasoning).
             return ParsedTurn(
-                self._text_after_reasoning(completion_ids) or None,
-                (parsed.reasoning_content or "").strip() or None,
+                self._text_after_reasoning(completion_ids, reasoning) or None,
+                reasoning,
                 [],
                 parse_error="tool call not parsed: " + "; ".join(failed),
             )
-        # Reasoning as vLLM's reasoning parsers give it: without the newlines around it.
-        reasoning = (parsed.reasoning_content or "").strip() or None
         return ParsedTurn(content, reasoning, calls)
 
-    def _text_after_reasoning(self, completion_ids: Sequence[int]) -> str:
+    def _text_after_reasoning(self, completion_ids: Sequence[int], reasoning: str | None) -> str:
         ids = list(completion_ids)
         while ids and ids[-1] in self._stop_ids:
             ids.pop()
         text = self.tokenizer.decode(ids, skip_special_tokens=False)
         for close in ("</think>", "<|channel|>final<|message|>"):
             if close in text:
-                text = text.split(close, 1)[1]
+                return text.split(close, 1)[1].strip()
+        # Reasoning never closed (a call written inside it): the text is what follows the
+        # reasoning the parser kept, not the reasoning a second time.
+        if reasoning and reasoning in text:
+            text = text.split(reasoning, 1)[1]
         return text.strip()
 
     def call_started(self, completion_ids: Sequence[int]) -> bool:

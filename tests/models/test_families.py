@@ -158,6 +158,15 @@ def test_malformed_tool_calls_stay_content_and_are_noted() -> None:
     assert parsed.content == '<tool_call>\n{"name": "bash", "arguments": {oops\n</tool_call>'
 
 
+def test_a_malformed_call_inside_unclosed_reasoning_gives_the_reasoning_once() -> None:
+    f = family("qwen3")
+    text = "<think>\nOne read will do. <tool_call>\n{oops\n</tool_call>"
+    parsed = f.parse([*f.tokenizer.encode(text), f.end_of_turn_id])
+    assert parsed.parse_error is not None and parsed.reasoning == "One read will do."
+    # The content is what follows the reasoning: the unparsed call, not the reasoning again.
+    assert parsed.content == "<tool_call>\n{oops\n</tool_call>"
+
+
 def test_stream_parser_agrees_with_the_whole_parse() -> None:
     f = family("qwen3")
     answer = call_turn(f)

@@ -180,3 +180,33 @@ def test_a_renderer_family_retokenizes_with_its_own_renderer() -> None:
     # The assistant turn as sampled, up to its end of turn; nothing of the user's turn.
     assert text.endswith("Done.<|im_end|>") and "One echo." in text
     assert "Create hello.txt." not in text
+
+
+def test_the_answers_reasoning_is_rendered_and_trained() -> None:
+    from rollstream.models.families import load_family
+
+    family = load_family("qwen3")
+    answer = {"role": "assistant", "content": ANSWER, "reasoning_content": "touch made it."}
+    completion = family.completion_ids(MESSAGES, answer, [SHELL_TOOL])
+    final = CallRecord(
+        call_id="c-1",
+        session_id="s",
+        seq=0,
+        api=ApiKind.CHAT_COMPLETIONS,
+        model="tiny",
+        harness_request=compress_json({"model": "q", "messages": MESSAGES, "tools": [SHELL_TOOL]}),
+        response=compress_json(
+            {"choices": [{"index": 0, "message": answer, "finish_reason": "stop"}]}
+        ),
+        prompt=PromptTokens(suffix=TokenIds.from_list(family.render_ids(MESSAGES, [SHELL_TOOL]))),
+        completion_token_ids=TokenIds.from_list(completion),
+        completion_logprobs=Logprobs.from_list([-0.25] * len(completion)),
+        finish_reason="stop",
+        timings=CallTimings(started_at=datetime(2026, 1, 1, tzinfo=UTC)),
+    )
+    (segment,) = retokenize(resolve_calls([final]), StrategyContext(family)).segments
+    ids, mask = segment.input_ids.to_list(), segment.loss_mask.to_list()
+    # The final turn as the model sampled it: its reasoning, then its answer.
+    assert masked_text(family.tokenizer, ids, mask)[-1] == family.tokenizer.decode(
+        completion, skip_special_tokens=False
+    )

@@ -90,6 +90,11 @@ def conversation(call: ResolvedCall) -> tuple[Messages, list[dict[str, Any]] | N
     chat = adapter.to_chat(harness_request, record.model)
     answer = decompress_json(record.response)["choices"][0]["message"]
     reply: dict[str, Any] = {"role": "assistant", "content": answer.get("content")}
+    # The answer's reasoning was sampled too; templates that keep the last turn's reasoning
+    # render it, so dropping it would train a turn the model never wrote.
+    reasoning = answer.get("reasoning_content") or answer.get("reasoning")
+    if reasoning:
+        reply["reasoning_content"] = reasoning
     if answer.get("tool_calls"):
         reply["tool_calls"] = answer["tool_calls"]
     messages: Messages = [*chat["messages"], reply]
