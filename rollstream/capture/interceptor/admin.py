@@ -98,6 +98,7 @@ def metrics_text(addon: RollstreamAddon, publisher: CapturePublisher) -> str:
     """Prometheus text exposition of the interceptor's and the publisher's counters."""
     m = publisher.metrics
     recorded = addon.recorder.counts
+    exact = addon.exact.context
     values: list[tuple[str, str, float]] = [
         ("rollstream_calls_total", "counter", recorded.recorded),
         ("rollstream_calls_failed_total", "counter", recorded.failed),
@@ -108,6 +109,7 @@ def metrics_text(addon: RollstreamAddon, publisher: CapturePublisher) -> str:
         ("rollstream_paused", "gauge", int(addon.gate.paused)),
         ("rollstream_pause_leases_expired_total", "counter", addon.gate.leases_expired),
         ("rollstream_policy_version", "gauge", addon.policy_version),
+        ("rollstream_exact_sessions_evicted_total", "counter", exact.evicted if exact else 0),
         ("rollstream_records_published_total", "counter", m.published),
         ("rollstream_publish_batches_total", "counter", m.batches),
         ("rollstream_records_spooled_total", "counter", m.spooled),

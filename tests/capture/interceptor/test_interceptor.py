@@ -285,6 +285,7 @@ async def test_admin_port_metrics_sessions_policy_version_and_pause(
         metrics = await (await http.get(f"{admin}/metrics")).text()
         assert "rollstream_calls_total 1" in metrics
         assert "rollstream_policy_version 7" in metrics
+        assert "rollstream_exact_sessions_evicted_total 0" in metrics
         assert "# TYPE rollstream_spool_bytes gauge" in metrics
 
     [record] = await _records(kafka_settings, 1)

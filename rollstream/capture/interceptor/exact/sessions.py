@@ -9,6 +9,7 @@ server as usual, and the record says why.
 from __future__ import annotations
 
 import contextlib
+import logging
 from array import array
 from collections import OrderedDict, deque
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from rollstream.models.family import AnsweredTurn, ContinuationError, Family
 from rollstream.models.threads import appended_messages
 
 Message = dict[str, Any]
+log = logging.getLogger(__name__)
 
 #: Why a call was not built from tokens (the record's context note).
 FIRST_CALL = "first call of its thread"
@@ -26,6 +28,7 @@ NOT_APPENDED = "history edited, another thread, or nothing appended"
 TOOLS_CHANGED = "the tools changed"
 NO_TOKENS = "the previous call returned no token ids"
 UNKNOWN_TURN = "an answered turn in between is unknown (failed, or not kept)"
+EVICTED = "its session's turns were evicted (more sessions open than the interceptor keeps)"
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,11 @@ class ExactContext:
         self._sessions: OrderedDict[str, deque[AnsweredTurn]] = OrderedDict()
         self._max_sessions = sessions
         self._turns = turns
+        #: Sessions whose turns were dropped for room (their ids only, as many as are kept),
+        #: so their next call says so rather than look like a thread's first.
+        self._evicted: OrderedDict[str, None] = OrderedDict()
+        #: How many sessions lost their turns for room (the interceptor's metric).
+        self.evicted = 0
 
     def plan(self, session: str, request: Message) -> Plan:
         """The prompt ids continuing one of the session's turns, or why there are none."""
@@ -59,7 +67,7 @@ class ExactContext:
         tools = request.get("tools") or None
         turns = self._sessions.get(session)
         if not turns:
-            return Plan(None, FIRST_CALL)
+            return Plan(None, EVICTED if session in self._evicted else FIRST_CALL)
         with contextlib.suppress(KeyError):  # forgotten meanwhile (another thread)
             self._sessions.move_to_end(session)
         reason = NOT_APPENDED
@@ -99,8 +107,9 @@ class ExactContext:
         turns = self._sessions.get(session)
         if turns is None:
             turns = self._sessions[session] = deque(maxlen=self._turns)
+            self._evicted.pop(session, None)
             while len(self._sessions) > self._max_sessions:
-                self._sessions.popitem(last=False)
+                self._evict()
         self._sessions.move_to_end(session)
         messages = list(request.get("messages") or [])
         # A turn that extends one kept already replaces it: its thread moved on.
@@ -114,9 +123,25 @@ class ExactContext:
             )
         )
 
+    def _evict(self) -> None:
+        """Drop the least recently used session's turns, saying so."""
+        oldest, _ = self._sessions.popitem(last=False)
+        self._evicted[oldest] = None
+        while len(self._evicted) > self._max_sessions:
+            self._evicted.popitem(last=False)
+        self.evicted += 1
+        log.warning(
+            "exact context: session %s evicted, more than %d sessions open; its next call is "
+            "rendered by the server (rollstream_exact_sessions_evicted_total: %d)",
+            oldest,
+            self._max_sessions,
+            self.evicted,
+        )
+
     def forget(self, session: str) -> None:
         """Drop a session's turns (it ended)."""
         self._sessions.pop(session, None)
+        self._evicted.pop(session, None)
 
     def __contains__(self, session: object) -> bool:
         return session in self._sessions

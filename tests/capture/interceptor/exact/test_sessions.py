@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from rollstream.capture.interceptor.exact.sessions import (
+    EVICTED,
     FIRST_CALL,
     NOT_APPENDED,
     TOOLS_CHANGED,
@@ -74,7 +75,7 @@ def test_changed_tools_and_edited_history_fall_back(tokenizer: ChatTokenizer) ->
 
 
 def test_a_thread_that_moved_on_replaces_its_old_turn_and_memory_is_bounded(
-    tokenizer: ChatTokenizer,
+    tokenizer: ChatTokenizer, caplog: pytest.LogCaptureFixture
 ) -> None:
     context = ExactContext(TemplateFamily(tokenizer), sessions=2, turns=2)
     first: list[Message] = [{"role": "user", "content": "q"}]
@@ -86,7 +87,12 @@ def test_a_thread_that_moved_on_replaces_its_old_turn_and_memory_is_bounded(
     assert context.plan("s", {"messages": retry}).note == NOT_APPENDED
     for session in ("t", "u"):
         context.remember(session, {"messages": first}, answer_of("a"), [5], [2])
-    assert len(context) == 2 and context.plan("s", {"messages": second}).note == FIRST_CALL
+    # "s" was evicted for room: its next call says so, a log line and the counter show it.
+    assert len(context) == 2 and context.plan("s", {"messages": second}).note == EVICTED
+    assert context.evicted == 1 and "session s evicted" in caplog.text
+    assert context.plan("never-seen", {"messages": first}).note == FIRST_CALL
+    context.forget("s")
+    assert context.plan("s", {"messages": second}).note == FIRST_CALL
 
 
 def test_a_template_that_cannot_be_split_refuses_the_mode(tmp_path: Path) -> None:
