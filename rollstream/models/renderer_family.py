@@ -101,7 +101,15 @@ class RendererFamily(Family, TaggedCalls):
         base = config_from_name(renderer_name)
         if base is None:
             raise ConfigurationError(f"renderers has no renderer named {renderer_name!r}")
-        renderer_config = base.model_copy(update=config or {})
+        config = dict(config or {})
+        if getattr(base, "enable_thinking", False) is None and "enable_thinking" not in config:
+            # The renderer would look the default up by Hugging Face repo name, which a model
+            # folder never matches (Qwen3.5's small sizes default to thinking off): the
+            # folder's own template, where there is one, says.
+            opened = template_opens_reasoning(tokenizer)
+            if opened is not None:
+                config["enable_thinking"] = thinks = opened
+        renderer_config = base.model_copy(update=config)
         # Writing a sampled answer needs its reasoning kept in the render, which some
         # templates drop from the last turn (harmony's analysis before a final message).
         keeping = {k: v for k, v in _KEEP_REASONING.items() if k in type(base).model_fields}
@@ -289,6 +297,25 @@ class RendererFamily(Family, TaggedCalls):
         from rollstream.models.probe import probe_continuation
 
         return probe_continuation(self)
+
+
+def template_opens_reasoning(tokenizer: ChatTokenizer) -> bool | None:
+    """Whether the folder's own template opens reasoning at the generation prompt by default.
+
+    True when the prompt ends in an open ``<think>``, False when in an empty closed block (the
+    model is told not to think), None without a template or when it does neither.
+    """
+    if not getattr(tokenizer.hf, "chat_template", None):
+        return None
+    try:
+        prompt = tokenizer.render([{"role": "user", "content": "hi"}]).rstrip()
+    except Exception:  # a template that cannot render one user message says nothing here
+        return None
+    if prompt.endswith("<think>"):
+        return True
+    if prompt.endswith("</think>"):
+        return False
+    return None
 
 
 def load_renderer_family(

@@ -188,3 +188,30 @@ def test_the_renderer_renders_as_the_published_template(name: str, conversation:
         assert ours != theirs, f"the known difference is gone, update KNOWN: {why}"
         return
     assert ours == theirs, _first_difference(family, ours, theirs)
+
+
+@pytest.mark.parametrize("small", [True, False], ids=["0.8B-style", "4B-style"])
+def test_qwen35_thinks_as_the_folders_own_template_says(tmp_path: Any, small: bool) -> None:
+    import shutil
+
+    from rollstream.models.vocabularies import vocabulary_dir
+
+    # Qwen3.5's small sizes ship the published template with its thinking branch flipped.
+    template = published(FAMILY_TEMPLATES["qwen3.5"])
+    if small:
+        flipped = template.replace(
+            "{%- if enable_thinking is defined and enable_thinking is false %}",
+            "{%- if not (enable_thinking is defined and enable_thinking is true) %}",
+        )
+        assert flipped != template
+        template = flipped
+    folder = tmp_path / "Qwen3.5"
+    shutil.copytree(vocabulary_dir("qwen3.5"), folder)
+    (folder / "chat_template.jinja").write_text(template)
+    family = load_family("qwen3.5", folder)
+    prompt = family.tokenizer.decode(
+        family.render_ids([{"role": "user", "content": "hi"}], None), skip_special_tokens=False
+    )
+    assert family.thinks is not small
+    assert prompt.endswith("<think>\n\n</think>\n\n" if small else "<think>\n")
+    assert prompt == family.tokenizer.render([{"role": "user", "content": "hi"}])
