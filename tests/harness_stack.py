@@ -71,7 +71,7 @@ async def scripted_interceptor(
     ``admin_token`` guards its admin port; ``strict`` accepts registered sessions only.
     """
     scenarios = _write_scenarios(state_dir)
-    served = load_family(family) if family else None
+    served = load_family(family, stand_in=True) if family else None
     folder = served.tokenizer.path if served else default_tokenizer_dir()
     tokenizer = served.tokenizer if served else ChatTokenizer(folder)
     # The harnesses' system prompts and tool lists are long in this small vocabulary

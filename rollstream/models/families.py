@@ -90,12 +90,17 @@ def known_families() -> list[str]:
 
 
 def load_family(
-    name: str | None, tokenizer: Path | None = None, cache_dir: Path | None = None
+    name: str | None,
+    tokenizer: Path | None = None,
+    cache_dir: Path | None = None,
+    stand_in: bool = False,
 ) -> Family:
     """The family ``name`` on ``tokenizer`` (a folder), or on its vocabulary from the cache.
 
     ``generic`` (or no name with a folder) is the folder's own Jinja template. An unknown name
-    is a ConfigurationError listing the known ones.
+    is a ConfigurationError listing the known ones. A family whose vocabulary here is a
+    stand-in (``FamilySpec.stand_in``) needs the served model's folder, unless ``stand_in``
+    (the development stack and tests, which serve the stand-in themselves).
     """
     if name is None or name == GENERIC:
         if tokenizer is None:
@@ -107,6 +112,12 @@ def load_family(
     if spec is None:
         raise ConfigurationError(
             f"unknown model family {name!r}; known: {', '.join(known_families())}"
+        )
+    if tokenizer is None and spec.stand_in and not stand_in:
+        # Its ids are made up: exact context on them would send a real model wrong tokens.
+        raise ConfigurationError(
+            f"the {name} family has only a stand-in vocabulary here ({spec.stand_in}): give "
+            "the served model's tokenizer folder (--tokenizer DIR)"
         )
     if tokenizer is None:
         from rollstream.models.vocabularies import vocabulary_dir

@@ -38,7 +38,7 @@ _loaded: dict[str, Family] = {}
 
 def family(name: str) -> Family:
     if name not in _loaded:
-        _loaded[name] = load_family(name)
+        _loaded[name] = load_family(name, stand_in=True)
     return _loaded[name]
 
 
@@ -140,6 +140,15 @@ def test_an_unknown_family_lists_the_known_ones() -> None:
         load_family("qwen9")
     for name in known_families():
         assert name in str(caught.value)
+
+
+@pytest.mark.parametrize("name", [n for n, spec in FAMILIES.items() if spec.stand_in])
+def test_a_stand_in_vocabulary_is_only_loaded_when_asked_for(name: str) -> None:
+    with pytest.raises(ConfigurationError, match="only a stand-in vocabulary"):
+        load_family(name)
+    # Its folder given explicitly (as the development stack gives the backend's) is used.
+    folder = family(name).tokenizer.path
+    assert load_family(name, folder).tokenizer.path == folder
 
 
 def test_a_vocabulary_that_does_not_fit_the_family_is_refused() -> None:

@@ -87,7 +87,7 @@ def served_family(settings: BackendSettings) -> Family:
     folder = settings.tokenizer
     if folder is None and settings.family in (None, GENERIC):
         folder = default_tokenizer_dir()
-    return load_family(settings.family, folder)
+    return load_family(settings.family, folder, stand_in=True)
 
 
 class Backend:

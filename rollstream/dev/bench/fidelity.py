@@ -318,7 +318,7 @@ async def _run_family(
     progress: Progress,
 ) -> list[RunRow]:
     try:
-        family = load_family(family_name)
+        family = load_family(family_name, stand_in=True)
     except Exception as exc:  # e.g. a vocabulary that cannot be fetched here
         progress(f"  {family_name}: cannot load ({exc})")
         return [

@@ -40,7 +40,7 @@ _families: dict[str, Family] = {}
 def _family(name: str) -> Family:
     """A family, loaded once for the whole run (a real vocabulary takes seconds)."""
     if name not in _families:
-        _families[name] = load_family(name)
+        _families[name] = load_family(name, stand_in=True)
     return _families[name]
 
 

@@ -216,3 +216,11 @@ def test_exact_context_finds_the_family_from_the_upstream_model() -> None:
     assert exact.context is not None and exact.context.family.name == "qwen3-instruct"
     unknown = _upstream(context="exact", upstream_model="my-model")
     assert unknown.context is None and "no tokenizer" in unknown.unavailable
+
+
+@pytest.mark.parametrize("family", ["glm-4.5", "kimi-k2"])
+def test_a_stand_in_vocabulary_is_never_served_to_a_real_model(family: str) -> None:
+    # No registry ships these vocabularies; the cache's stand-in has made-up ids.
+    exact = _upstream(context="exact", family=family)
+    assert exact.context is None and "stand-in vocabulary" in exact.unavailable
+    assert "--tokenizer" in exact.unavailable
