@@ -31,6 +31,13 @@ from rollstream.apis.gemini import (
 )
 from rollstream.apis.gemini_answer import chat_to_gemini
 from rollstream.apis.gemini_stream import GeminiStreamTranslator
+from rollstream.apis.limits import (
+    OPENAI_OVERFLOW_CODE,
+    ContextOverflow,
+    anthropic_overflow_message,
+    context_overflow,
+    gemini_overflow_message,
+)
 from rollstream.apis.responses import (
     chat_to_responses,
     responses_error,
@@ -144,7 +151,10 @@ class Adapter:
         return ChatPassthrough(asked, request.get("model"))
 
     def error(self, status: int, message: str) -> JSON:
-        """An error body in the harness's format."""
+        """An error body in the harness's format; a context overflow in the API's own words."""
+        overflow = context_overflow(message) if status == 400 else None
+        if overflow is not None:
+            return self._overflow(overflow, message)
         if self.kind is ApiKind.ANTHROPIC_MESSAGES:
             return anthropic_error(status, message)
         if self.kind is ApiKind.RESPONSES:
@@ -152,6 +162,21 @@ class Adapter:
         if self.kind is ApiKind.GEMINI:
             return gemini_error(status, message)
         return chat_error(status, message)
+
+    def _overflow(self, overflow: ContextOverflow, message: str) -> JSON:
+        """The 400 each API answers a request over the context with (harnesses act on it)."""
+        if self.kind is ApiKind.ANTHROPIC_MESSAGES:
+            return anthropic_error(400, anthropic_overflow_message(overflow))
+        if self.kind is ApiKind.GEMINI:
+            return gemini_error(400, gemini_overflow_message(overflow))
+        body = (
+            responses_error(400, message, "input")
+            if self.kind is ApiKind.RESPONSES
+            else chat_error(400, message)
+        )
+        body["error"]["code"] = OPENAI_OVERFLOW_CODE
+        body["error"]["param"] = "input" if self.kind is ApiKind.RESPONSES else "messages"
+        return body
 
     def count_tokens_request(self, body: JSON, upstream_model: str) -> JSON:
         """A token-counting body (see :func:`count_tokens_adapter`) as a vLLM ``/tokenize`` body."""

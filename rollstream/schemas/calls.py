@@ -137,6 +137,9 @@ class CallRecord(AvroRecord):
     upstream_request_base: RequestBase | None = None
     context: ContextInfo | None = None
     left_out: list[LeftOut] = Field(default_factory=list)
+    #: What the interceptor changed in the request so the served model takes it (an output
+    #: limit above the served context lowered to it), one line each; empty when nothing.
+    adjusted: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _consistent(self) -> CallRecord:

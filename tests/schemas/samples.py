@@ -66,6 +66,7 @@ CALL = CallRecord(
     upstream_request_base=RequestBase(base_call_id="call-1", unchanged=["model"]),
     context=ContextInfo(mode=ContextMode.EXACT, appended_end_of_turn=True),
     left_out=[LeftOut(part="response", reason="record_too_large", size=20, sha256="ab" * 32)],
+    adjusted=["max_tokens 32000 above the served context of 8192 tokens: sent as 8192"],
 )
 
 TASK = Task(

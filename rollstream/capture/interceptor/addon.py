@@ -7,7 +7,6 @@ included; other paths are forwarded without a record.
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 from collections import Counter
@@ -26,12 +25,26 @@ from rollstream.apis.adapters import (
 )
 from rollstream.apis.chat import CaptureOptions, prepare_chat_request
 from rollstream.apis.errors import TranslationError
+from rollstream.apis.limits import clamp_output_tokens
 from rollstream.apis.synthesize import chunks_from_answer
+from rollstream.capture.interceptor.counting import (
+    COUNTING,
+    answer_count_tokens,
+    send_count_tokens,
+)
 from rollstream.capture.interceptor.exact.upstream import CONTEXT_HEADER, ExactUpstream
+from rollstream.capture.interceptor.flows import (
+    STATE,
+    headers_dict,
+    json_response,
+    sse_response,
+    upstream_message,
+)
 from rollstream.capture.interceptor.gate import Gate
 from rollstream.capture.interceptor.recorder import CallRecorder, Publish
 from rollstream.capture.interceptor.recording import ANONYMOUS, CallState
 from rollstream.capture.interceptor.registry import SessionRegistry
+from rollstream.capture.interceptor.served import ServedContext
 from rollstream.capture.interceptor.sessions import (
     AFFINITY_HEADER,
     SessionLedger,
@@ -48,7 +61,6 @@ from rollstream.schemas import ContextMode, jsonfast
 
 log = logging.getLogger(__name__)
 
-_STATE = "rollstream"
 _CONTEXT_HEADER_BYTES = CONTEXT_HEADER.encode()
 
 
@@ -82,6 +94,7 @@ class RollstreamAddon:
         self.gate = Gate()
         self.deadlines = UpstreamDeadlines(settings.upstream_timeout_s)
         self.exact = ExactUpstream(settings, self.sessions.context)
+        self.served = ServedContext(settings)
 
     # -- hooks ---------------------------------------------------------------------------
 
@@ -91,7 +104,7 @@ class RollstreamAddon:
 
     async def request(self, flow: http.HTTPFlow) -> None:
         """Translate an LLM call for the upstream, or forward anything else as it is."""
-        headers = _headers_dict(flow.request.headers)
+        headers = headers_dict(flow.request.headers)
         session, path = session_of(headers, flow.request.path)
         llm_call = adapter_for(path) is not None
         unknown = llm_call and session not in self.sessions
@@ -108,7 +121,7 @@ class RollstreamAddon:
         flow.request.path = path
         counting = count_tokens_adapter(path)
         if counting is not None:
-            self._count_tokens(flow, counting)
+            send_count_tokens(flow, counting, self.settings.upstream_model)
             return
         adapter = adapter_for(path)
         if adapter is None or flow.request.method != "POST":
@@ -130,7 +143,7 @@ class RollstreamAddon:
         state = CallState(
             adapter.kind, session or ANONYMOUS, body if isinstance(body, dict) else {}
         )
-        flow.metadata[_STATE] = state
+        flow.metadata[STATE] = state
         self.live[state.call_id] = state
         self.in_flight[state.session] += 1
         try:
@@ -141,8 +154,12 @@ class RollstreamAddon:
             upstream, state.asked = prepare_chat_request(chat, self.capture)
         except TranslationError as exc:
             state.fail("invalid_request", str(exc), 400, False)
-            flow.response = _json_response(400, adapter.error(400, str(exc)))
+            flow.response = json_response(400, adapter.error(400, str(exc)))
             return
+        self.served.read_if_due()
+        adjusted = clamp_output_tokens(upstream, self.served.max_model_len)
+        if adjusted is not None:
+            state.adjusted.append(adjusted)
         state.stream = bool(upstream.get("stream"))
         if state.stream and self.settings.stream_mode == "synthesize":
             # Asked whole, the upstream returns every capture field; the stream is rebuilt.
@@ -166,7 +183,7 @@ class RollstreamAddon:
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         """Stream a successful streamed answer through, translating event by event."""
         self.deadlines.stop(flow)
-        state: CallState | None = flow.metadata.get(_STATE)
+        state: CallState | None = flow.metadata.get(STATE)
         if state is None or flow.response is None or not state.stream or state.synthesized:
             return
         if flow.response.status_code >= 400:
@@ -177,19 +194,19 @@ class RollstreamAddon:
     def response(self, flow: http.HTTPFlow) -> None:
         """Translate a whole answer (or an upstream error) and record the call."""
         self.deadlines.stop(flow)
-        if flow.metadata.get("count_tokens"):  # not an LLM call: translated, never recorded
-            return self._count_tokens_answer(flow)
-        state: CallState | None = flow.metadata.get(_STATE)
+        if flow.metadata.get(COUNTING):  # not an LLM call: translated, never recorded
+            return answer_count_tokens(flow)
+        state: CallState | None = flow.metadata.get(STATE)
         if state is None or flow.response is None or state.recorded:
             return
         adapter = ADAPTER_BY_KIND[state.api]
         if flow.response.status_code >= 400:
-            message = _upstream_message(flow.response)
+            message = upstream_message(flow.response)
             status = flow.response.status_code
             timed_out = TIMEOUT_HEADER in flow.response.headers  # our own 504, see timeouts
             kind = "upstream_timeout" if timed_out else "upstream_http"
             state.fail(kind, message, status, status >= 500 or status == 429)
-            flow.response = _json_response(status, adapter.error(status, message))
+            flow.response = json_response(status, adapter.error(status, message))
         elif (not state.stream or state.synthesized) and state.error is None:
             self._whole_answer(flow, state, adapter)
         self._record(state)
@@ -201,7 +218,7 @@ class RollstreamAddon:
         been handed the whole answer.
         """
         self.deadlines.stop(flow)
-        state: CallState | None = flow.metadata.get(_STATE)
+        state: CallState | None = flow.metadata.get(STATE)
         if state is None or state.recorded:
             return
         message = flow.error.msg if flow.error else "connection error"
@@ -235,13 +252,13 @@ class RollstreamAddon:
             state.capture.add_response(answer)
             state.response = answer
             if state.synthesized:
-                flow.response = _sse_response(_replay(adapter, state, answer))
+                flow.response = sse_response(_replay(adapter, state, answer))
             else:
                 translated = adapter.answer(answer, state.harness_request, state.asked)
-                flow.response = _json_response(200, translated)
+                flow.response = json_response(200, translated)
         except Exception as exc:  # an answer of another shape: the call fails, recorded
             state.fail("bad_upstream_answer", str(exc), 502, True)
-            flow.response = _json_response(502, adapter.error(502, str(exc)))
+            flow.response = json_response(502, adapter.error(502, str(exc)))
 
     def _stream_function(
         self, state: CallState, adapter: Adapter
@@ -284,7 +301,7 @@ class RollstreamAddon:
         kind: str = "invalid_request",
     ) -> None:
         """Answer a call that cannot go upstream, and record it."""
-        flow.response = _json_response(status, adapter.error(status, message))
+        flow.response = json_response(status, adapter.error(status, message))
         state = CallState(adapter.kind, session or ANONYMOUS, {"rejected": message})
         state.fail(kind, message, status, False)
         self.in_flight[state.session] += 1
@@ -319,40 +336,6 @@ class RollstreamAddon:
             flow.request.headers["authorization"] = f"Bearer {key.get_secret_value()}"
         return context
 
-    def _count_tokens(self, flow: http.HTTPFlow, adapter: Adapter) -> None:
-        try:
-            body = json.loads(flow.request.get_text(strict=False) or "")
-            if not isinstance(body, dict):
-                raise TranslationError("the request body must be a JSON object")
-            body = adapter.harness_request(body)
-            model = self.settings.upstream_model or str(body.get("model") or "")
-            tokenize = adapter.count_tokens_request(body, model)
-        except (ValueError, TranslationError) as exc:
-            flow.response = _json_response(400, adapter.error(400, str(exc)))
-            return
-        flow.metadata["count_tokens"] = True
-        flow.metadata[_STATE] = CallState(adapter.kind, ANONYMOUS, body)
-        flow.metadata[_STATE].recorded = True  # token counting is not an LLM call
-        flow.request.path = "/tokenize"
-        flow.request.set_content(json.dumps(tokenize).encode())
-
-    def _count_tokens_answer(self, flow: http.HTTPFlow) -> None:
-        assert flow.response is not None
-        adapter = ADAPTER_BY_KIND[flow.metadata[_STATE].api]
-        if flow.response.status_code >= 400:
-            message = _upstream_message(flow.response)
-            flow.response = _json_response(
-                flow.response.status_code, adapter.error(flow.response.status_code, message)
-            )
-            return
-        try:
-            count = int(jsonfast.loads(flow.response.get_content(strict=False) or b"")["count"])
-        except (ValueError, KeyError, TypeError) as exc:
-            message = f"the upstream's /tokenize answer has no count: {exc}"
-            flow.response = _json_response(502, adapter.error(502, message))
-            return
-        flow.response = _json_response(200, adapter.count_tokens_answer(count))
-
 
 def _exact(state: CallState) -> bool:
     return state.context is not None and state.context.mode is ContextMode.EXACT
@@ -363,44 +346,3 @@ def _replay(adapter: Adapter, state: CallState, answer: dict[str, Any]) -> bytes
     translator = adapter.stream(state.harness_request, state.asked)
     events = [e for chunk in chunks_from_answer(answer) for e in translator.feed(chunk)]
     return b"".join(e.encode() for e in events + translator.finish())
-
-
-def _headers_dict(headers: http.Headers) -> dict[str, str]:
-    """``dict(headers)`` in one pass: mitmproxy's looks every name up again, a scan each."""
-    grouped: dict[bytes, tuple[bytes, list[bytes]]] = {}
-    for name, value in headers.fields:
-        entry = grouped.setdefault(name.lower(), (name, []))
-        entry[1].append(value)
-    return {
-        _native(name): ", ".join(_native(value) for value in values)
-        for name, values in grouped.values()
-    }
-
-
-def _native(raw: bytes) -> str:
-    return raw.decode("utf-8", "surrogateescape")  # as mitmproxy's Headers give str
-
-
-def _upstream_message(response: http.Response) -> str:
-    text = response.get_text(strict=False) or ""
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return text[:500] or f"upstream answered {response.status_code}"
-    if isinstance(body, dict):
-        error = body.get("error", body)
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])
-        if isinstance(body.get("message"), str):
-            return str(body["message"])
-    return text[:500]
-
-
-def _json_response(status: int, body: dict[str, Any]) -> http.Response:
-    return http.Response.make(status, jsonfast.dumps(body), {"content-type": "application/json"})
-
-
-def _sse_response(body: bytes) -> http.Response:
-    return http.Response.make(
-        200, body, {"content-type": "text/event-stream", "cache-control": "no-cache"}
-    )

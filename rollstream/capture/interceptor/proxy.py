@@ -100,6 +100,7 @@ class Interceptor:
         except (BrokerError, TimeoutError, OSError, Exception) as exc:  # the broker may be away
             log.warning("schemas not published yet (%s); readers use the shipped ones", exc)
         await self.addon.exact.check_upstream(self.settings)
+        await self.addon.served.start()
         await self.publisher.start()
         if self.policy is not None:
             await self.policy.start()
@@ -176,6 +177,7 @@ class Interceptor:
         if self.policy is not None:
             await self.policy.stop()
         self.addon.exact.close()
+        await self.addon.served.stop()
         await self.publisher.stop()
 
     async def _drain(self) -> None:

@@ -56,6 +56,7 @@ class CallState:
     error: CallError | None = None
     recorded: bool = False
     context: ContextInfo | None = None  # set when exact context was asked for
+    adjusted: list[str] = field(default_factory=list)  # request changes for the served model
     policy_version: int | None = None  # in force when the request went upstream; None: unsent
 
     def fail(self, kind: str, message: str, http_status: int | None, retriable: bool) -> None:
@@ -169,6 +170,7 @@ def _identity(
             ended_at=state.ended_at or _now(),
         ),
         "context": state.context,
+        "adjusted": list(state.adjusted),
     }
 
 

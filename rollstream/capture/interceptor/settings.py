@@ -57,6 +57,13 @@ class InterceptorSettings(BaseSettings):
         default=None, description="Model name sent upstream. Default: the harness's own."
     )
     backend: Literal["vllm", "sglang"] = Field(default="vllm", description="vllm or sglang.")
+    max_model_len: int | None = Field(
+        default=None,
+        ge=1,
+        description="The served model's context length in tokens; an output limit above it is"
+        " lowered to it (the record says so). Default: what the upstream's /v1/models says"
+        " (vLLM and SGLang do).",
+    )
     top_logprobs: int = Field(default=0, ge=0, le=20, description="Top logprobs to capture.")
     max_body_bytes: int = Field(
         default=32 * 1024 * 1024, ge=1024, description="Largest request body accepted."

@@ -196,18 +196,28 @@ class Backend:
             raise ApiError(400, f"cannot render the conversation: {exc}", param="messages") from exc
 
     def _budget(self, prompt_len: int, requested: int | None) -> int:
+        """The completion's length limit, as vLLM (0.32) decides it, with its errors.
+
+        A limit above the context is refused; a prompt over the context is refused; any other
+        limit is lowered to what the prompt leaves (or is that, when none was asked).
+        """
         limit = self.settings.max_model_len
-        max_tokens = requested if requested is not None else limit - prompt_len
-        if prompt_len + max_tokens > limit or max_tokens < 1:
+        if requested is not None and requested > limit:
             raise ApiError(
                 400,
-                f"This model's maximum context length is {limit} tokens. However, you "
-                f"requested {prompt_len + max_tokens} tokens ({prompt_len} in the prompt, "
-                f"{max_tokens} for the completion). Please reduce the length of the prompt "
-                "or the completion.",
-                param="messages",
+                f"max_tokens={requested} cannot be greater than max_model_len={limit}. "
+                "Please request fewer output tokens.",
+                param="max_tokens",
             )
-        return max_tokens
+        if prompt_len >= limit:
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {limit} tokens. However, your prompt "
+                f"contains {prompt_len} input tokens, which exceeds this limit even without "
+                "any output tokens. Please reduce the length of the input prompt.",
+                param="input_tokens",
+            )
+        return min(requested if requested is not None else limit, limit - prompt_len)
 
     def _start(self, request: GenerationRequest) -> Any:
         try:

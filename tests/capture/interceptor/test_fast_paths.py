@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from mitmproxy import http
 from mitmproxy.test import tflow, tutils
 
-from rollstream.capture.interceptor.addon import RollstreamAddon, _headers_dict
+from rollstream.capture.interceptor.addon import RollstreamAddon
+from rollstream.capture.interceptor.flows import headers_dict
 from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.schemas import CallRecord, jsonfast
 from tests.capture.interceptor.published import Published
@@ -132,4 +133,4 @@ header_values = st.binary(max_size=6).filter(lambda v: b"\r" not in v and b"\n" 
 def test_headers_are_read_as_mitmproxy_gives_them(fields: list[tuple[bytes, bytes]]) -> None:
     """Names case-insensitive (first spelling kept), repeated ones folded with ", "."""
     headers = http.Headers(fields)
-    assert _headers_dict(headers) == dict(headers)
+    assert headers_dict(headers) == dict(headers)

@@ -94,7 +94,7 @@ async def test_sdk_sees_openai_errors(sdk: openai.AsyncOpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as info:
         await sdk.chat.completions.create(model="gpt-9", messages=MESSAGES)
     assert "does not exist" in str(info.value)
-    with pytest.raises(openai.BadRequestError, match="maximum context length"):
+    with pytest.raises(openai.BadRequestError, match="cannot be greater than max_model_len"):
         await sdk.chat.completions.create(
             model="rollstream-tiny",
             messages=MESSAGES,

@@ -226,12 +226,12 @@ async def test_models_health_tokenize_detokenize(backend_factory: BackendFactory
         (
             {"model": MODEL, "messages": MESSAGES, "max_tokens": 5000},
             400,
-            "maximum context length is 4096",
+            "max_tokens=5000 cannot be greater than max_model_len=4096",
         ),
         (
             {"model": MODEL, "messages": [{"role": "user", "content": "x " * 5000}]},
             400,
-            "maximum context length",
+            "maximum context length is 4096 tokens. However, your prompt contains",
         ),
         ({"model": MODEL, "messages": MESSAGES, "temperature": -1}, 400, "temperature"),
     ],
