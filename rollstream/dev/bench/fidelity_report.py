@@ -47,7 +47,7 @@ def _summary(rows: list[dict[str, Any]]) -> list[str]:
     exact = [r for r in solved if r["mode"] == "exact" and "calls" in r]
     one_each = [r for r in exact if r["segments"] == r["threads"]]
     lines = [
-        f"- Harness runs that solved the task: {len(solved)} of {len(rows)}.",
+        f"- Harness runs that completed the scripted task: {len(solved)} of {len(rows)}.",
         f"- Invariant violations (strict `prefix_merge`): {violations} over {len(measured)} "
         "sessions.",
         f"- Exact mode, one segment per conversation thread: {len(one_each)} of {len(exact)} "

@@ -146,9 +146,12 @@ def _scale(result: Result) -> str:
 def _fidelity(result: Result) -> str:
     config, rows = result["config"], result["rows"]
     solved = sum(1 for row in rows if row.get("outcome") == "ok")
+    # The model is the reference backend playing a script: the harnesses completed the task it
+    # plays, which says the capture held, not that a model can solve anything.
     return (
         f"{len(config['families'])} families x {len(config['harnesses'])} real harnesses x "
-        f"{len(config['modes'])} context modes: {solved}/{len(rows)} sessions solved"
+        f"{len(config['modes'])} context modes: {solved}/{len(rows)} sessions completed the "
+        "scripted task (the reference backend plays the model)"
     )
 
 

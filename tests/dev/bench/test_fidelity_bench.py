@@ -57,7 +57,7 @@ async def test_a_small_matrix_runs_and_reports(
     text = markdown.read_text()
     assert HEADING in text
     assert "| qwen3 | pi | ordinary | ok |" in text and "| qwen3 | pi | exact | ok |" in text
-    assert "Harness runs that solved the task: 2 of 2." in text
+    assert "Harness runs that completed the scripted task: 2 of 2." in text
     json.dumps(data)  # plain data throughout
 
 
@@ -102,7 +102,7 @@ def test_the_section_has_one_row_per_run() -> None:
     # Runs without records say how they ended, their figures blank.
     assert "| kimi-k2 | claude-code | exact | timeout | - | - | - | - | - | - | - | - |" in lines
     assert "| glm-4.5 | codex | ordinary | error | - |" in text
-    assert "Harness runs that solved the task: 2 of 4." in text
+    assert "Harness runs that completed the scripted task: 2 of 4." in text
     assert "Invariant violations (strict `prefix_merge`): 0 over 2 sessions." in text
     assert "one segment per conversation thread: 1 of 1 successful sessions." in text
     assert "Failed (stderr tails in `bench/results.json`): kimi-k2/claude-code/exact, " in text
