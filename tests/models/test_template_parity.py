@@ -138,9 +138,15 @@ KNOWN: dict[str, tuple[str, frozenset[str]]] = {
 
 
 @cache
+def _family(name: str) -> Family:
+    """The family, loaded once a run (a vocabulary takes seconds to load)."""
+    return load_family(name, stand_in=True)
+
+
+@cache
 def _tokenizer(name: str) -> PreTrainedTokenizerFast:
     """The family's vocabulary folder as transformers loads it, its special tokens included."""
-    folder = load_family(name, stand_in=True).tokenizer.path
+    folder = _family(name).tokenizer.path
     loaded = PreTrainedTokenizerFast.from_pretrained(str(folder))
     assert isinstance(loaded, PreTrainedTokenizerFast)
     return loaded
@@ -175,7 +181,7 @@ def _first_difference(family: Family, ours: list[int], theirs: list[int]) -> str
 @pytest.mark.parametrize("conversation", list(CORPUS))
 @pytest.mark.parametrize("name", [n for n in FAMILY_TEMPLATES if n in FAMILIES])
 def test_the_renderer_renders_as_the_published_template(name: str, conversation: str) -> None:
-    family = load_family(name, stand_in=True)
+    family = _family(name)
     messages, tools = CORPUS[conversation]
     theirs = _published_ids(name, family, messages, tools)
     why, where = KNOWN.get(name, ("", frozenset()))

@@ -161,7 +161,12 @@ def install(paths: StatePaths | None = None, variant: Variant | None = None) -> 
             "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         }
         _run([sys.executable, "-m", "venv", str(venv)], "a venv of its own", env)
-        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--progress-bar", "off"]
+        # No bytecode ahead: torch and vLLM ship thousands of modules a server never imports,
+        # and compiling them all costs minutes of a 2-core machine's set-up.
+        pip = [
+            *(str(venv / "bin" / "python"), "-m", "pip", "install"),
+            *("--progress-bar", "off", "--no-compile"),
+        ]
         if variant == "gpu":
             _run([*pip, f"vllm=={VLLM_VERSION}"], f"vllm {VLLM_VERSION} and its dependencies", env)
         else:

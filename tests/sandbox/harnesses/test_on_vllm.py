@@ -26,10 +26,9 @@ Mode = Literal["ordinary", "exact"]
 #: (harness, family, context mode): each harness meets two families, each family two harnesses;
 #: exact context where the family renders as its published template (tests/models parity).
 RUNS: list[tuple[str, str, Mode]] = [
-    ("codex", "qwen3", "ordinary"),
     ("claude-code", "qwen3", "ordinary"),
-    ("pi", "qwen3", "ordinary"),
     ("gemini-cli", "qwen3", "ordinary"),
+    ("qwen-code", "qwen3", "ordinary"),
     ("codex", "qwen3", "exact"),
     ("pi", "qwen3", "exact"),
     ("codex", "qwen3-coder", "ordinary"),
