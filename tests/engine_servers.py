@@ -3,8 +3,8 @@
 A test that takes the ``engine_servers`` fixture is marked (conftest): it needs the set-up's
 ``engine`` build (vLLM installed, waited for outside its timeout), runs in the ``engine`` group
 (one worker starts the servers, each family once: the group comes sorted by family) and is
-timed without its fixtures' set-up (``timeout(func_only=True)``): a server's start, 50 s to
-3 min on these CPUs because vLLM compiles its graphs at every start, has its own bound
+timed without its fixtures' set-up (``timeout(func_only=True)``): a server's start, 45 s to
+3 min on these CPUs (torch and vLLM imported twice, the model loaded), has its own bound
 (EngineSettings.start_timeout_s) and fails the test with the server's log when it is exceeded.
 """
 

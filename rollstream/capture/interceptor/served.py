@@ -1,8 +1,10 @@
 """The served model's context length: given, or read from the upstream's ``/v1/models``.
 
 vLLM and SGLang list ``max_model_len`` per served model. The interceptor reads it at start;
-while it is unknown (the upstream not up yet, or a server that does not say), a call sets off
-one more read in the background, at most every RECHECK_S seconds, and goes out unchanged.
+while the upstream has not answered (not up yet, still loading), a call sets off one more read
+in the background, RECHECK_S seconds after the last and twice as long after each failed one (up
+to MAX_RECHECK_S), and goes out unchanged. A server that answers without saying is not asked
+again.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from rollstream.capture.interceptor.settings import InterceptorSettings
 
 log = logging.getLogger(__name__)
 
-#: Seconds between two reads of an upstream that has not said its context length.
+#: Seconds between two reads of an upstream that has not answered yet, at first and at most.
 RECHECK_S = 5.0
+MAX_RECHECK_S = 300.0
 
 
 class ServedContext:
@@ -29,8 +32,10 @@ class ServedContext:
         self._settings = settings
         self.max_model_len: int | None = settings.max_model_len
         self._read_at = 0.0
+        self._interval = RECHECK_S
         self._reading: asyncio.Task[None] | None = None
         self._started = False  # reads only between start() and stop()
+        self._unsaid = False  # the upstream answered without a length: not asked again
 
     async def start(self) -> None:
         """Read the context length once (unless it was given); an unknown one is read later."""
@@ -55,10 +60,13 @@ class ServedContext:
                 listed = await response.json() if response.status == 200 else None
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             log.info("the served context length is not known yet (%s: %s)", url, exc)
+            self._interval = min(self._interval * 2, MAX_RECHECK_S)
             return
         limit = model_context(listed, settings.upstream_model)
         if limit is None:
             log.info("the upstream's /v1/models does not say the served context length")
+            self._unsaid = listed is not None
+            self._interval = min(self._interval * 2, MAX_RECHECK_S)
             return
         if limit != self.max_model_len:
             log.info("served context: %d tokens (the upstream's /v1/models)", limit)
@@ -66,9 +74,9 @@ class ServedContext:
 
     def read_if_due(self) -> None:
         """While the length is unknown, read it again in the background if it is time."""
-        if not self._started or self.max_model_len is not None:
+        if not self._started or self.max_model_len is not None or self._unsaid:
             return
-        if time.monotonic() - self._read_at < RECHECK_S:
+        if time.monotonic() - self._read_at < self._interval:
             return
         if self._reading is None or self._reading.done():
             self._read_at = time.monotonic()

@@ -2,8 +2,9 @@
 
 The sampled token ids go to the family's parser (``Family.parse``, or its stream parser fed one
 id at a time), which splits them into content, reasoning and tool calls as vLLM's tool and
-reasoning parsers do. Reasoning goes out under both names vLLM has used (``reasoning_content``,
-then ``reasoning``). Text the parser could not read as a tool call stays content.
+reasoning parsers do. Reasoning goes out as vLLM 0.32 writes it: under ``reasoning`` only (older
+vLLM wrote ``reasoning_content``), its tokens counted in the usage. Text the parser could not
+read as a tool call stays content.
 """
 
 from __future__ import annotations
@@ -22,8 +23,30 @@ from rollstream.models.family import Family, ParsedTurn, StreamDelta
 from rollstream.models.template_family import TemplateFamily
 
 JSON = dict[str, Any]
-#: The two names of the reasoning field, older vLLM's and current vLLM's.
-REASONING_FIELDS = ("reasoning_content", "reasoning")
+#: The reasoning field of an answer, as vLLM 0.32 names it.
+REASONING_FIELDS = ("reasoning",)
+#: The tags whose span vLLM's reasoning parsers count as reasoning tokens.
+_THINK = ("<think>", "</think>")
+
+
+def reasoning_tokens(family: Family, token_ids: list[int]) -> int | None:
+    """Sampled tokens inside the reasoning tags, as vLLM counts them; None without reasoning.
+
+    vLLM reports ``completion_tokens_details.reasoning_tokens`` when it runs a reasoning parser
+    (here: a family that thinks), counting the tokens between the tags, nested or not.
+    """
+    if not family.thinks:
+        return None
+    start, end = (family.tokenizer.special_id(tag) for tag in _THINK)
+    count = depth = 0
+    for token in token_ids:
+        if token == start:
+            depth += 1
+        elif token == end:
+            depth = max(0, depth - 1)
+        elif depth:
+            count += 1
+    return count
 
 
 def parses(family: Family, req: ChatRequest) -> bool:
@@ -178,7 +201,11 @@ async def stream_chat(
         await send(
             response,
             api.usage_chunk(
-                header, "chat.completion.chunk", len(gen_request.prompt_ids), len(outcome.token_ids)
+                header,
+                "chat.completion.chunk",
+                len(gen_request.prompt_ids),
+                len(outcome.token_ids),
+                reasoning_tokens(family, outcome.token_ids),
             ),
         )
     await response.write(b"data: [DONE]\n\n")

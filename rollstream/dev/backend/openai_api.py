@@ -18,32 +18,42 @@ from rollstream.models.tokenizer import ChatTokenizer
 JSON = dict[str, Any]
 
 
+#: vLLM 0.32's error ``type`` by HTTP status (its exception's name).
+_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError"}
+
+
 class ApiError(Exception):
-    """An error answered in OpenAI's format with an HTTP status."""
+    """An error answered as vLLM (0.32) answers one: OpenAI's shape, the status as the code.
+
+    ``value``: the offending value of a parameter, which vLLM appends to the message.
+    """
 
     def __init__(
         self,
         status: int,
         message: str,
-        type_: str = "invalid_request_error",
+        type_: str | None = None,
         param: str | None = None,
-        code: str | None = None,
+        value: Any = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
-        self.type = type_
+        self.type = type_ or _ERROR_TYPES.get(status, "BadRequestError")
         self.param = param
-        self.code = code
+        self.value = value
 
     def body(self) -> JSON:
         """The JSON body: ``{"error": {message, type, param, code}}``."""
+        message = self.message
+        if self.param is not None and self.value is not None:
+            message += f" (parameter={self.param}, value={self.value})"
         return {
             "error": {
-                "message": self.message,
+                "message": message,
                 "type": self.type,
                 "param": self.param,
-                "code": self.code,
+                "code": self.status,
             }
         }
 
@@ -130,15 +140,44 @@ class Header:
         """The leading fields of a body of type ``obj``."""
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
+    def chunk_fields(self, obj: str) -> JSON:
+        """The leading fields of a streamed chunk: vLLM names the server in each."""
+        return self.fields(obj) | {"system_fingerprint": FINGERPRINT}
 
-def usage(prompt_tokens: int, completion_tokens: int) -> JSON:
-    """The ``usage`` object."""
+
+def model_permission() -> JSON:
+    """A model card's permission entry, as vLLM lists one (the defaults of OpenAI's)."""
     return {
+        "id": new_id("modelperm"),
+        "object": "model_permission",
+        "created": now(),
+        "allow_create_engine": False,
+        "allow_sampling": True,
+        "allow_logprobs": True,
+        "allow_search_indices": False,
+        "allow_view": True,
+        "allow_fine_tuning": False,
+        "organization": "*",
+        "group": None,
+        "is_blocking": False,
+    }
+
+
+#: The server's name in streamed chunks (vLLM writes ``vllm-<version>``).
+FINGERPRINT = "rollstream-reference-backend"
+
+
+def usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int | None = None) -> JSON:
+    """The ``usage`` object; with a reasoning parser, the reasoning tokens among the completion."""
+    body: JSON = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "prompt_tokens_details": None,
     }
+    if reasoning_tokens is not None:
+        body["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return body
 
 
 def _token_label(tokenizer: ChatTokenizer, token_id: int, as_ids: bool) -> str:
@@ -187,6 +226,7 @@ def chat_response(
     prompt_ids: list[int],
     token_ids: list[int],
     return_token_ids: bool,
+    reasoning_tokens: int | None = None,
 ) -> JSON:
     """A non-streaming ``chat.completion`` in vLLM's shape."""
     choice: JSON = {
@@ -198,7 +238,7 @@ def chat_response(
     }
     body: JSON = header.fields("chat.completion") | {
         "choices": [choice],
-        "usage": usage(len(prompt_ids), len(token_ids)),
+        "usage": usage(len(prompt_ids), len(token_ids), reasoning_tokens),
         "prompt_logprobs": None,
     }
     if return_token_ids:
@@ -228,15 +268,20 @@ def chat_chunk(
         choice["stop_reason"] = stop_reason
     if token_ids is not None:
         choice["token_ids"] = token_ids
-    chunk: JSON = header.fields("chat.completion.chunk") | {"choices": [choice]}
+    chunk: JSON = header.chunk_fields("chat.completion.chunk") | {"choices": [choice]}
     if prompt_ids is not None:
         chunk["prompt_token_ids"] = prompt_ids
     return chunk
 
 
-def usage_chunk(header: Header, obj: str, prompt: int, completion: int) -> JSON:
+def usage_chunk(
+    header: Header, obj: str, prompt: int, completion: int, reasoning_tokens: int | None = None
+) -> JSON:
     """The last chunk of a stream with ``include_usage``: no choices, the usage."""
-    return header.fields(obj) | {"choices": [], "usage": usage(prompt, completion)}
+    return header.chunk_fields(obj) | {
+        "choices": [],
+        "usage": usage(prompt, completion, reasoning_tokens),
+    }
 
 
 def completion_choice(
@@ -263,9 +308,12 @@ def completion_choice(
     return choice
 
 
-def completion_body(header: Header, choice: JSON, obj_usage: JSON | None) -> JSON:
-    """A ``text_completion`` response or stream chunk."""
-    body: JSON = header.fields("text_completion") | {"choices": [choice]}
+def completion_body(
+    header: Header, choice: JSON, obj_usage: JSON | None, chunk: bool = False
+) -> JSON:
+    """A ``text_completion`` response, or a stream's chunk (``chunk``)."""
+    fields = header.chunk_fields if chunk else header.fields
+    body: JSON = fields("text_completion") | {"choices": [choice]}
     if obj_usage is not None:
         body["usage"] = obj_usage
     return body

@@ -11,7 +11,13 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from rollstream.dev.backend import openai_api as api
-from rollstream.dev.backend.chat_output import chat_message, send, sse_response, stream_chat
+from rollstream.dev.backend.chat_output import (
+    chat_message,
+    reasoning_tokens,
+    send,
+    sse_response,
+    stream_chat,
+)
 from rollstream.dev.backend.engine import Latency, Outcome, Step, generate
 from rollstream.dev.backend.openai_api import ApiError, ChatRequest, CompletionRequest
 from rollstream.dev.backend.policies import make_policy
@@ -42,10 +48,10 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except ApiError as exc:
         return _error(exc)
     except web.HTTPException as exc:
-        return _error(ApiError(exc.status, exc.reason or "error", "invalid_request_error"))
+        return _error(ApiError(exc.status, exc.reason or "error"))
     except Exception:
         log.exception("unhandled error serving %s", request.path)
-        return _error(ApiError(500, "internal server error", "server_error"))
+        return _error(ApiError(500, "internal server error"))
 
 
 def _session(request: web.Request) -> str | None:
@@ -63,7 +69,8 @@ async def _json(request: web.Request) -> dict[str, Any]:
     try:
         body = await request.json(loads=json.loads)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"malformed JSON body: {exc}") from exc
+        # vLLM's (FastAPI's) validation error names the body.
+        raise ApiError(400, f"malformed JSON body: {exc}", "Bad Request", "body") from exc
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     return body
@@ -143,7 +150,9 @@ class Backend:
                         "created": api.now(),
                         "owned_by": "rollstream",
                         "root": self.settings.model,
+                        "parent": None,
                         "max_model_len": self.settings.max_model_len,
+                        "permission": [api.model_permission()],
                     }
                 ],
             }
@@ -183,10 +192,8 @@ class Backend:
         if name != self.settings.model:
             raise ApiError(
                 404,
-                f"The model `{name}` does not exist. Served: `{self.settings.model}`.",
-                "not_found_error",
-                "model",
-                "model_not_found",
+                f"The model `{name}` does not exist. Valid aliases: {self.settings.model}.",
+                param="model",
             )
 
     def _render(self, messages: Any, tools: Any, add_generation_prompt: bool) -> list[int]:
@@ -208,14 +215,18 @@ class Backend:
                 f"max_tokens={requested} cannot be greater than max_model_len={limit}. "
                 "Please request fewer output tokens.",
                 param="max_tokens",
+                value=requested,
             )
         if prompt_len >= limit:
+            # vLLM tokenizes at most one token past the context, so it counts "at least" that.
+            counted = f"at least {limit + 1}" if prompt_len > limit else str(prompt_len)
             raise ApiError(
                 400,
                 f"This model's maximum context length is {limit} tokens. However, your prompt "
-                f"contains {prompt_len} input tokens, which exceeds this limit even without "
+                f"contains {counted} input tokens, which exceeds this limit even without "
                 "any output tokens. Please reduce the length of the input prompt.",
                 param="input_tokens",
+                value=min(prompt_len, limit + 1),
             )
         return min(requested if requested is not None else limit, limit - prompt_len)
 
@@ -273,6 +284,7 @@ class Backend:
                 prompt_ids=prompt_ids,
                 token_ids=outcome.token_ids,
                 return_token_ids=req.return_token_ids,
+                reasoning_tokens=reasoning_tokens(self.family, outcome.token_ids),
             )
         )
 
@@ -347,7 +359,7 @@ class Backend:
             )
             offset += len(step.text)
             first = False
-            await send(response, api.completion_body(header, choice, None))
+            await send(response, api.completion_body(header, choice, None, chunk=True))
         closing = api.completion_choice(
             text="",
             logprobs=None,
@@ -356,7 +368,7 @@ class Backend:
             prompt_ids=prompt_ids if req.return_token_ids and first else None,
             token_ids=[] if req.return_token_ids else None,
         )
-        await send(response, api.completion_body(header, closing, None))
+        await send(response, api.completion_body(header, closing, None, chunk=True))
         if req.include_usage:
             await send(
                 response,

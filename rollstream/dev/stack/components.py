@@ -188,7 +188,7 @@ def _engine(settings: StackSettings, served: Served) -> Component:
         endpoint=f"{upstream}/v1 (vLLM)",
         url=upstream,
         listens=("engine",),
-        # vLLM compiles its graphs at every start: up to 3 minutes on a busy 2-core machine.
+        # Up to 3 minutes on a busy 2-core machine (torch and vLLM imported twice).
         start_timeout_s=max(settings.start_timeout_s, 600.0),
     )
 

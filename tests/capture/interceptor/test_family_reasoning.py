@@ -98,7 +98,7 @@ async def _chat(url: str, session: str) -> None:
     async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=session, max_retries=0) as client:
         first = await client.chat.completions.create(model=MODEL, messages=messages, tools=tools)
         message = first.choices[0].message
-        assert THOUGHT in (message.model_extra or {}).get("reasoning_content", "")
+        assert THOUGHT in (message.model_extra or {}).get("reasoning", "")
         assert message.tool_calls
         call = message.tool_calls[0]
         assert call.type == "function" and call.function.name == "bash"
@@ -111,7 +111,7 @@ async def _chat(url: str, session: str) -> None:
         async for chunk in stream:
             if chunk.choices:
                 delta = chunk.choices[0].delta
-                reasoning += (delta.model_extra or {}).get("reasoning_content") or ""
+                reasoning += (delta.model_extra or {}).get("reasoning") or ""
                 text += delta.content or ""
     assert reasoning and text == "Done."
 

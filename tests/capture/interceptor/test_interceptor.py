@@ -396,6 +396,8 @@ async def test_a_harness_hanging_up_mid_stream_is_recorded_as_cancelled(
 async def _proxy(
     upstream: str, kafka: KafkaSettings, tmp_path: Path, **options: Any
 ) -> AsyncIterator[Interceptor]:
+    # Upstreams that never answer are given the context length (``max_model_len``): asked for
+    # it, they would hold the start and count one more connection.
     settings = InterceptorSettings(upstream=upstream, port=0, admin_port=0, **options)
     paths = StatePaths(state_dir=tmp_path / "state")
     async with Interceptor(settings, kafka, PublisherSettings(), paths) as proxy:
@@ -430,7 +432,9 @@ async def test_a_slow_upstream_is_a_504_in_the_harness_format_and_recorded(
     messages: Any = [{"role": "user", "content": "hi"}]
     async with (
         _backend(backend) as upstream,
-        _proxy(upstream, kafka_settings, tmp_path, upstream_timeout_s=0.5) as proxy,
+        _proxy(
+            upstream, kafka_settings, tmp_path, upstream_timeout_s=0.5, max_model_len=4096
+        ) as proxy,
     ):
         claude = anthropic.AsyncAnthropic(base_url=proxy.url, api_key="sess-slow", max_retries=0)
         with pytest.raises(anthropic.APIStatusError) as info:
@@ -543,7 +547,9 @@ async def test_streamed_calls_to_a_silent_upstream_get_a_504_and_it_is_hung_up_o
     messages: Any = [{"role": "user", "content": "hi"}]
     async with (
         SilentUpstream() as upstream,
-        _proxy(upstream.url, kafka_settings, tmp_path, upstream_timeout_s=0.5) as proxy,
+        _proxy(
+            upstream.url, kafka_settings, tmp_path, upstream_timeout_s=0.5, max_model_len=4096
+        ) as proxy,
         openai.AsyncOpenAI(
             base_url=f"{proxy.url}/v1", api_key="sess-silent", max_retries=0
         ) as client,
@@ -595,7 +601,9 @@ async def test_a_connect_that_hangs_is_given_up_with_a_504(
             filler.connect(("127.0.0.1", port))
     try:
         upstream = f"http://127.0.0.1:{port}"
-        async with _proxy(upstream, kafka_settings, tmp_path, upstream_timeout_s=0.5) as proxy:
+        async with _proxy(
+            upstream, kafka_settings, tmp_path, upstream_timeout_s=0.5, max_model_len=4096
+        ) as proxy:
             claude = anthropic.AsyncAnthropic(base_url=proxy.url, api_key="sess-x", max_retries=0)
             with pytest.raises(anthropic.APIStatusError) as info:
                 await claude.messages.create(
