@@ -81,10 +81,11 @@ typecheck: venv
 
 # Everything but the tests marked long (the longer cluster faults), which `make chaos` runs.
 # Most tests wait on brokers, harnesses and subprocesses more than they compute, so they run
-# in TEST_WORKERS processes (pytest-xdist; each has its own session broker). One worker runs
-# all the cluster's tests in turn, one all the Docker ones, one the reliability suite's faults
-# (tests/conftest.py groups them).
-TEST_WORKERS ?= 2
+# in TEST_WORKERS processes (pytest-xdist; each has its own session broker), more than the
+# machine's two cores: a worker waiting on a broker or a harness leaves its core to another.
+# One worker runs all the cluster's tests in turn, one all the Docker ones, one the reliability
+# suite's faults, one the real vLLM's (tests/conftest.py groups them).
+TEST_WORKERS ?= 3
 # The type check (about 2 min of one core) runs beside the set-up and the tests, which mostly
 # wait on the network, brokers and subprocesses; its output comes after theirs. At normal
 # priority: at nice 19 beside two busy processes it got about 1% of a core and ran for hours.

