@@ -33,12 +33,13 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def matches(presented: str | None, token: SecretStr) -> bool:
     """Whether an Authorization header carries ``token`` (constant time in the token's length)."""
-    if presented is None:
+    wanted = token.get_secret_value()
+    if presented is None or not wanted.strip():  # an empty token is no secret: nothing matches
         return False
     scheme, _, value = presented.partition(" ")
     if scheme.lower() != "bearer":
         return False
-    return hmac.compare_digest(value.strip().encode(), token.get_secret_value().encode())
+    return hmac.compare_digest(value.strip().encode(), wanted.encode())
 
 
 def unauthorized(reason: str) -> web.Response:
@@ -63,6 +64,12 @@ def bearer_middleware(
     control token, whose holder may read the metrics too. ``token`` None leaves the routes
     open: the service was started without one (its settings say how to set it).
     """
+    for given in (token, metrics_token):
+        if given is not None and not given.get_secret_value().strip():
+            raise ConfigurationError(
+                "an empty bearer token would let any caller in: give a token, or None for an"
+                " open port"
+            )
     opened = frozenset(open_paths)
 
     @web.middleware
@@ -104,7 +111,8 @@ def auth_headers(token: SecretStr | None) -> dict[str, str]:
 def token_file(path: Path) -> SecretStr:
     """The token kept in ``path``, made (32 random bytes, URL-safe) with mode 0600 if missing.
 
-    An existing file readable by others is refused: its token may have been read.
+    An existing file readable by others is refused (its token may have been read), an empty
+    one too (it would let any caller in).
     """
     if path.exists():
         mode = path.stat().st_mode & 0o777
@@ -113,7 +121,10 @@ def token_file(path: Path) -> SecretStr:
                 f"{path} is readable by others (mode {mode:o}): its token may have been read;"
                 " chmod 600 it, or delete it to have a new one made"
             )
-        return SecretStr(path.read_text().strip())
+        kept = path.read_text().strip()
+        if not kept:  # Authorization: Bearer would pass
+            raise ConfigurationError(f"{path} is empty: delete it to have a token made")
+        return SecretStr(kept)
     path.parent.mkdir(parents=True, exist_ok=True)
     made = secrets.token_urlsafe(32)
     partial = path.with_name(f".{path.name}.{os.getpid()}")

@@ -10,9 +10,9 @@ import json
 import os
 import ssl
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import AfterValidator, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -21,6 +21,20 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 def env_name(cls: type[BaseSettings], field: str) -> str:
     """The environment variable that sets ``field`` of ``cls``."""
     return f"{cls.model_config.get('env_prefix', '')}{field}".upper()
+
+
+def _bearer_token(token: SecretStr | None) -> SecretStr | None:
+    # An empty token is not "no token": set from an unset shell variable it would otherwise
+    # guard the port with a secret every caller knows (``Authorization: Bearer``).
+    if token is not None and not token.get_secret_value().strip():
+        raise ValueError(
+            "an empty bearer token would let any caller in: set a token, or unset the variable"
+        )
+    return token
+
+
+#: A bearer token a service requires (or, for a client, sends); None: the port is open.
+BearerToken = Annotated[SecretStr | None, AfterValidator(_bearer_token)]
 
 
 def _xdg(var: str, fallback: str) -> Path:

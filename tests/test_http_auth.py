@@ -14,10 +14,14 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
+from rollstream.capture.interceptor.settings import InterceptorSettings
+from rollstream.capture.node.settings import NodeSettings
+from rollstream.dev.backend.settings import BackendSettings
 from rollstream.errors import ConfigurationError
 from rollstream.http_auth import auth_headers, bearer_middleware, matches, token_file
+from rollstream.settings import env_name
 
 TOKEN = SecretStr("control-token-0123456789")
 METRICS = SecretStr("metrics-token-9876543210")
@@ -86,22 +90,77 @@ async def test_a_refusal_is_logged_without_the_token(
     assert "control-token" not in caplog.text
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    header=st.one_of(
-        st.none(),
-        st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=80),
-        st.sampled_from(["Bearer ", "Basic ", "bearer "]).map(
-            lambda scheme: scheme + TOKEN.get_secret_value()
-        ),
+SECRET = TOKEN.get_secret_value()
+
+
+def _near_misses(secret: str) -> st.SearchStrategy[str]:
+    """Values that are not ``secret``: one character changed, dropped or added, a prefix."""
+    at = st.integers(0, len(secret) - 1)
+    return st.one_of(
+        at.map(lambda i: secret[:i] + ("x" if secret[i] != "x" else "y") + secret[i + 1 :]),
+        at.map(lambda i: secret[:i] + secret[i + 1 :]),
+        st.sampled_from("0aZ-").map(lambda extra: secret + extra),
+        at.map(lambda i: secret[:i]),
     )
+
+
+#: (header, whether it must pass): the oracle is RFC 6750's form, not the code under test.
+HEADERS = st.one_of(
+    # the token under the scheme, in any case, after one or more spaces
+    st.tuples(
+        st.sampled_from(["Bearer", "bearer", "BEARER"]), st.integers(1, 3), st.just(SECRET)
+    ).map(lambda t: (f"{t[0]}{' ' * t[1]}{t[2]}", True)),
+    st.none().map(lambda _: (None, False)),
+    # anything printable that does not hold the token
+    st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=80)
+    .filter(lambda text: SECRET not in text)
+    .map(lambda text: (text, False)),
+    # the token without the scheme, under another scheme, or glued to it
+    st.sampled_from([SECRET, f"Basic {SECRET}", f"Token {SECRET}", f"Bearer{SECRET}"]).map(
+        lambda header: (header, False)
+    ),
+    # near misses of the token under the right scheme
+    _near_misses(SECRET).map(lambda value: (f"Bearer {value}", False)),
 )
-async def test_no_other_header_has_an_effect(ask: Ask, header: str | None) -> None:
-    expected_pass = header is not None and matches(header, TOKEN)
+
+
+@settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=HEADERS)
+async def test_only_the_token_under_the_bearer_scheme_passes(
+    ask: Ask, case: tuple[str | None, bool]
+) -> None:
+    header, must_pass = case
     status, _ = await ask("POST", "/admin/pause", header=header)
-    assert (status == 200) == expected_pass
-    assert matches(f"bearer {TOKEN.get_secret_value()}", TOKEN)
-    assert not matches(TOKEN.get_secret_value(), TOKEN)  # the scheme is required
+    assert status == (200 if must_pass else 401), header
+
+
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_token_guards_nothing_open_and_is_refused_where_it_is_set(
+    empty: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert not matches("Bearer ", SecretStr(empty))
+    assert not matches(f"Bearer {empty}", SecretStr(empty))
+    with pytest.raises(ConfigurationError, match="empty bearer token"):
+        bearer_middleware(SecretStr(empty))
+    with pytest.raises(ConfigurationError, match="empty bearer token"):
+        bearer_middleware(TOKEN, metrics_token=SecretStr(empty))
+    kept = tmp_path / "admin.token"
+    kept.write_text(empty + "\n")
+    kept.chmod(0o600)
+    with pytest.raises(ConfigurationError, match="is empty"):
+        token_file(kept)
+    # every service's token settings, set from an unset shell variable
+    for cls, name in (
+        (InterceptorSettings, "admin_token"),
+        (InterceptorSettings, "metrics_token"),
+        (NodeSettings, "api_token"),
+        (NodeSettings, "metrics_token"),
+        (BackendSettings, "admin_token"),
+    ):
+        monkeypatch.setenv(env_name(cls, name), empty)
+        with pytest.raises(ValidationError, match="empty bearer token"):
+            cls()
+        monkeypatch.delenv(env_name(cls, name))
 
 
 async def test_without_a_token_the_routes_stay_open() -> None:

@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rollstream.settings import BearerToken
+
 
 class InterceptorSettings(BaseSettings):
     """Where the interceptor listens, what it forwards to, and what it captures."""
@@ -39,13 +41,13 @@ class InterceptorSettings(BaseSettings):
         description="Name of this interceptor's spool and session registry under the state"
         " directory. Default: interceptor-<port>. A worker pool names its workers' itself.",
     )
-    admin_token: SecretStr | None = Field(
+    admin_token: BearerToken = Field(
         default=None,
         description="Bearer token the admin port requires on every route but /health (pause,"
         " policy version, sessions, metrics). Unset: the port takes any caller, with a warning"
         " at start; `rollstream up` sets a generated one.",
     )
-    metrics_token: SecretStr | None = Field(
+    metrics_token: BearerToken = Field(
         default=None,
         description="Bearer token for GET /metrics alone, for a scraper that must not hold the"
         " admin token. Unset: /metrics takes the admin token.",

@@ -6,8 +6,10 @@ import socket
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from rollstream.settings import BearerToken
 
 
 class NodeSettings(BaseSettings):
@@ -82,17 +84,17 @@ class NodeSettings(BaseSettings):
     )
     host: str = Field(default="127.0.0.1", description="Address of the node's HTTP API.")
     port: int = Field(default=8200, ge=0, le=65535, description="Port of the HTTP API; 0: any.")
-    api_token: SecretStr | None = Field(
+    api_token: BearerToken = Field(
         default=None,
         description="Bearer token the node's API requires on every route but /health (tasks run "
         "commands); `rollstream run` sends it. Unset: the API takes any caller, with a warning "
         "at start; `rollstream up` sets a generated one.",
     )
-    metrics_token: SecretStr | None = Field(
+    metrics_token: BearerToken = Field(
         default=None,
         description="Bearer token for GET /metrics alone (a scraper). Unset: the API token.",
     )
-    interceptor_token: SecretStr | None = Field(
+    interceptor_token: BearerToken = Field(
         default=None,
         description="The interceptor's admin token (its ROLLSTREAM_INTERCEPTOR_ADMIN_TOKEN), "
         "sent when registering sessions there. Never given to a harness.",

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from rollstream.settings import BearerToken
 
 
 class BackendSettings(BaseSettings):
@@ -19,7 +21,7 @@ class BackendSettings(BaseSettings):
     host: str = Field(default="127.0.0.1", description="Address to listen on.")
     port: int = Field(default=8000, ge=0, le=65535, description="Port (0: any free port).")
     model: str = Field(default="rollstream-tiny", description="The served model name.")
-    admin_token: SecretStr | None = Field(
+    admin_token: BearerToken = Field(
         default=None,
         description="Bearer token /admin/weights requires (reading and loading the policy's "
         "weights); inference stays open. Unset: open, with a warning at start.",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from rollstream.settings import BearerToken
 
 
 class ExampleTrainerSettings(BaseSettings):
@@ -22,11 +24,11 @@ class ExampleTrainerSettings(BaseSettings):
         description="The interceptor's admin URL: paused (drained) during each weight sync. "
         "None: no pause.",
     )
-    interceptor_token: SecretStr | None = Field(
+    interceptor_token: BearerToken = Field(
         default=None,
         description="The interceptor's admin token (its ROLLSTREAM_INTERCEPTOR_ADMIN_TOKEN).",
     )
-    backend_token: SecretStr | None = Field(
+    backend_token: BearerToken = Field(
         default=None,
         description="The backend's admin token for its weights (ROLLSTREAM_BACKEND_ADMIN_TOKEN).",
     )
