@@ -104,7 +104,12 @@ class KafkaSettings(BaseSettings):
         default="PLAIN", description="SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."
     )
     sasl_username: str | None = Field(default=None, description="SASL user name.")
-    sasl_password: SecretStr | None = Field(default=None, description="SASL password.")
+    sasl_password: SecretStr | None = Field(
+        default=None,
+        description="SASL password.",
+        # A child process is given the file, not what was read from it (pool_worker.settings_env).
+        json_schema_extra={"read_from": "sasl_password_file"},
+    )
     sasl_password_file: Path | None = Field(
         default=None,
         description="A file holding the SASL password, instead of SASL_PASSWORD (a Docker or "

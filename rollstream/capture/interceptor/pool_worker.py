@@ -36,14 +36,19 @@ def settings_env(settings: BaseSettings) -> dict[str, str | None]:
     """Every field of ``settings`` as the environment variable that sets it (None: unset).
 
     Passing the resolved values, not the command line, gives a child process the same
-    settings whichever source (flag, environment, default) each came from.
+    settings whichever source (flag, environment, default) each came from. A field read from a
+    file (``json_schema_extra={"read_from": <the file's field>}``) is passed as the file when
+    one was given: the child reads it as its parent did, the secret stays out of environments,
+    and the settings' "not both" check holds.
     """
     prefix = str(settings.model_config.get("env_prefix", ""))
     env: dict[str, str | None] = {}
-    for name in type(settings).model_fields:
+    for name, info in type(settings).model_fields.items():
         value = getattr(settings, name)
         key = f"{prefix}{name}".upper()
-        if value is None:
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        source = extra.get("read_from")
+        if value is None or (isinstance(source, str) and getattr(settings, source) is not None):
             env[key] = None
         elif isinstance(value, SecretStr):
             env[key] = value.get_secret_value()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -265,6 +266,33 @@ def test_a_worker_gets_every_setting_through_its_environment(
         if key.startswith("ROLLSTREAM_"):
             monkeypatch.setenv(key, value)
     assert InterceptorSettings() == settings
+
+
+@pytest.mark.parametrize("by", ["file", "value"])
+def test_a_worker_gets_the_kafka_password_as_its_pool_did(
+    by: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = tmp_path / "interceptor"
+    secret.write_text("s3cret-pw\n")
+    given = {"sasl_password_file": secret} if by == "file" else {"sasl_password": "s3cret-pw"}
+    kafka = KafkaSettings(
+        bootstrap_servers="h:1",
+        security_protocol="SASL_SSL",
+        sasl_username="interceptor",
+        **given,  # type: ignore[arg-type]
+    )
+    pool = InterceptorPool(InterceptorSettings(workers=2), kafka, PublisherSettings())
+    env = pool._env(WorkerProcess(0, "127.0.0.1", 9000, 9100, "p-w0"))
+    if by == "file":  # the file, never what was read from it (both: "not both", refused)
+        assert "ROLLSTREAM_SASL_PASSWORD" not in env
+        assert env["ROLLSTREAM_SASL_PASSWORD_FILE"] == str(secret)
+        assert not any("s3cret-pw" in value for value in env.values())
+    for key in [k for k in os.environ if k.startswith("ROLLSTREAM_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        if key.startswith("ROLLSTREAM_"):
+            monkeypatch.setenv(key, value)
+    assert KafkaSettings() == kafka  # as the worker reads its environment
 
 
 def test_no_two_workers_share_a_spool_a_registry_or_a_port(tmp_path: Path) -> None:

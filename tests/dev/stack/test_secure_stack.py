@@ -41,6 +41,11 @@ def _environment(pid: int) -> dict[str, str]:
     return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
 
 
+def _children(pid: int) -> list[int]:
+    tasks = Path(f"/proc/{pid}/task")
+    return [int(c) for t in tasks.iterdir() for c in (t / "children").read_text().split()]
+
+
 def test_a_task_runs_through_a_stack_whose_services_each_have_their_principal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -51,6 +56,8 @@ def test_a_task_runs_through_a_stack_whose_services_each_have_their_principal(
         "ROLLSTREAM_KAFKA_DATA_DIR": str(tmp_path / "kafka"),
         "ROLLSTREAM_STATE_DIR": str(tmp_path / "state"),
         "ROLLSTREAM_CACHE_DIR": str(JAR_CACHE),
+        # a pool: its workers reach the broker as the interceptor, by the same password file
+        "ROLLSTREAM_STACK_WORKERS": "2",
     }
     env.pop("ROLLSTREAM_BOOTSTRAP_SERVERS", None)
     ports = ["--backend-port", "0", "--interceptor-port", "0", "--admin-port", "0"]
@@ -61,6 +68,15 @@ def test_a_task_runs_through_a_stack_whose_services_each_have_their_principal(
         assert state is not None and state.kafka_secure is not None
         assert "(secure)" in up.stderr
         environments = {c.name: _environment(c.pid) for c in state.components}
+        pool = next(c.pid for c in state.components if c.name == "interceptor")
+        workers = _children(pool)
+        assert len(workers) == 2, workers
+        for worker in workers:
+            assert "ROLLSTREAM_SASL_PASSWORD" not in _environment(worker)
+            assert (
+                _environment(worker)["ROLLSTREAM_SASL_PASSWORD_FILE"]
+                == (environments["interceptor"]["ROLLSTREAM_SASL_PASSWORD_FILE"])
+            )
         held = {name: env.get("ROLLSTREAM_SASL_USERNAME") for name, env in environments.items()}
         # Each password by its file, none by value.
         assert not any("ROLLSTREAM_SASL_PASSWORD" in env for env in environments.values())
