@@ -279,7 +279,7 @@ def test_a_worker_gets_the_kafka_password_as_its_pool_did(
         bootstrap_servers="h:1",
         security_protocol="SASL_SSL",
         sasl_username="interceptor",
-        **given,  # type: ignore[arg-type]
+        **given,
     )
     pool = InterceptorPool(InterceptorSettings(workers=2), kafka, PublisherSettings())
     env = pool._env(WorkerProcess(0, "127.0.0.1", 9000, 9100, "p-w0"))
