@@ -9,9 +9,9 @@ loaded, so an interceptor restarted mid-run still accepts the sessions running, 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from rollstream.durable import append_durably, make_directory, replace_durably
 from rollstream.errors import RollstreamError
 
 
@@ -62,22 +62,17 @@ class SessionRegistry:
                 self._sessions[session] = context or None
             elif line.startswith("-"):
                 self._sessions.pop(line[1:], None)
-        # Compact: a journal of the live sessions only, replaced atomically.
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(_line(s, c) for s, c in sorted(self._sessions.items())))
-        with tmp.open("rb+") as fh:
-            os.fsync(fh.fileno())
-        tmp.replace(path)
+        # Compact: a journal of the live sessions only, replaced atomically (and private: an
+        # older journal written with the default umask is made so here).
+        live = "".join(_line(s, c) for s, c in sorted(self._sessions.items()))
+        replace_durably(path, live.encode())
 
     def _append(self, line: str) -> None:
         if self.path is None:
             return
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a") as fh:
-                fh.write(line)
-                fh.flush()
-                os.fsync(fh.fileno())
+            make_directory(self.path.parent)
+            append_durably(self.path, line.encode())
         except OSError as exc:
             raise RegistryError(f"cannot write the session registry {self.path}: {exc}") from exc
 

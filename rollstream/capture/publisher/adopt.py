@@ -36,7 +36,15 @@ CHUNK_RECORDS = 1000
 GAP_S = 2 * spool_dir.POLL_S
 
 #: What a spool directory holds of its own; anything else (rejected records) keeps it.
-_SPOOL_FILES = ("spool-*.log", "spool-*.done", "spool-*.tmp", spool_dir.META_FILE, "meta.tmp")
+_SPOOL_FILES = (
+    "spool-*.log",
+    "spool-*.done",
+    ".spool-*.tmp",  # rollstream.durable's partial replacements
+    f".{spool_dir.META_FILE}.tmp",
+    "spool-*.tmp",  # those of earlier releases
+    "meta.tmp",
+    spool_dir.META_FILE,
+)
 
 
 class _Refused(Exception):

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from rollstream.capture.publisher.spool import (
     SpoolError,
-    append_durably,
     encode_frames,
     parse_frames,
 )
+from rollstream.durable import append_durably, make_directory
 
 #: Past this much in ``rejected.log``, only the line in ``rejected.jsonl`` is kept (``offset``
 #: null): a stream of oversized records must not fill the disk the spool needs.
@@ -48,7 +48,7 @@ class RejectedRecords:
 
     def add(self, topic: str, key: bytes | None, value: bytes, reason: str) -> None:
         """Set one record aside durably; SpoolError if the disk refuses."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_directory(self.directory)
         kept = self.records.stat().st_size if self.records.exists() else 0
         try:
             offset = None

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from rollstream.capture.publisher import spool_dir
+from rollstream.durable import append_durably, make_directory, remove_durably, replace_durably
 from rollstream.errors import RollstreamError
 
 log = logging.getLogger(__name__)
@@ -84,29 +85,6 @@ def encode_frames(records: list[tuple[bytes | None, bytes]]) -> bytes:
     return bytes(frames)
 
 
-def append_durably(path: Path, data: bytes) -> int:
-    """Append ``data`` to ``path`` and fsync; the offset it starts at.
-
-    On failure the file is cut back to its size before the append (OSError either way): a
-    partial write would otherwise leave a torn frame that hides every later one.
-    """
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        before = os.fstat(fd).st_size
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        except OSError:
-            os.ftruncate(fd, before)  # freeing space: works on a full disk
-            os.fsync(fd)
-            raise
-        return before
-    finally:
-        os.close(fd)
-
-
 def _serialized[F: Callable[..., Any]](method: F) -> F:
     # Adoption appends from a worker thread while publish() may spool on the event loop.
     @functools.wraps(method)
@@ -135,7 +113,7 @@ class Spool:
         self.directory = directory
         self.segment_bytes = segment_bytes
         self._mutex = threading.RLock()
-        directory.mkdir(parents=True, exist_ok=True)
+        make_directory(directory)
         self._release: Callable[[], object] = lambda: None
         if lock_timeout_s is not None:
             fd = _lock(directory, lock_timeout_s)
@@ -271,21 +249,17 @@ class Spool:
     def _mark_sent(self, segment: Path, offset: int) -> None:
         self._pending = None
         self._done[segment] = offset
-        done = segment.with_suffix(".done")
-        tmp = done.with_suffix(".tmp")
         try:
-            tmp.write_text(str(offset))
-            with tmp.open("rb+") as fh:
-                os.fsync(fh.fileno())
-            tmp.replace(done)
+            replace_durably(segment.with_suffix(".done"), str(offset).encode())
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise SpoolError(f"cannot record the sent offset in {self.directory}: {exc}") from exc
 
     def _remove(self, segment: Path) -> None:
         self._pending = None
-        segment.unlink(missing_ok=True)
-        segment.with_suffix(".done").unlink(missing_ok=True)
+        # The segment before its offset: a crash between them leaves an offset without a
+        # segment (ignored), never a sent segment without its offset (sent again).
+        with contextlib.suppress(OSError):  # removed again at the next read
+            remove_durably(segment, segment.with_suffix(".done"))
         self._done.pop(segment, None)
 
     @property

@@ -16,6 +16,8 @@ import os
 import time
 from pathlib import Path
 
+from rollstream.durable import PRIVATE_FILE, replace_durably
+
 log = logging.getLogger(__name__)
 
 LOCK_FILE = "lock"
@@ -56,7 +58,7 @@ def try_lock(directory: Path) -> int | None:
     path = directory / LOCK_FILE
     while True:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
         except FileNotFoundError:
             # An adopter removed the emptied directory meanwhile: ours to create again.
             directory.mkdir(parents=True, exist_ok=True)
@@ -106,15 +108,9 @@ def write_topic(directory: Path, topic: str) -> None:
     """Record the topic (durably; a failure is only logged: the spool then is not adopted)."""
     if read_topic(directory) == topic:
         return
-    meta = directory / META_FILE
-    tmp = meta.with_suffix(".tmp")
     try:
-        tmp.write_text(json.dumps({"topic": topic}))
-        with tmp.open("rb+") as fh:
-            os.fsync(fh.fileno())
-        tmp.replace(meta)
+        replace_durably(directory / META_FILE, json.dumps({"topic": topic}).encode())
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         log.warning("cannot record the topic of the spool in %s: %s", directory, exc)
 
 
