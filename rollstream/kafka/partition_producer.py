@@ -9,15 +9,46 @@ state no longer needs get their tombstones.
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
-from aiokafka.errors import ProducerFenced
+from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 from aiokafka.structs import TopicPartition
 
+from rollstream.errors import BrokerError
 from rollstream.kafka.batches import Transaction
 from rollstream.kafka.clients import make_producer
 from rollstream.kafka.state import state_key, state_records
 from rollstream.schemas import AvroSerializer
 from rollstream.settings import KafkaSettings
+
+
+class ProducerFailed(BrokerError):
+    """A partition's transactional producer failed for good, for a reason other than fencing.
+
+    Not retriable as such: an ACL refusal (a transactional id no longer authorised) needs an
+    operator; the processor stops with it, naming the cause, and a restart re-reads the input.
+    """
+
+    retriable = False
+
+
+def fatal_cause(producer: Any) -> BaseException | None:
+    """What ended an aiokafka producer's sender task (its fatal error), if it has ended."""
+    task = getattr(getattr(producer, "_sender", None), "sender_task", None)
+    if task is None or not task.done() or task.cancelled():
+        return None
+    cause: BaseException | None = task.exception()
+    return cause
+
+
+def is_fencing(error: BaseException) -> bool:
+    """Whether ``error`` (or what it was raised from) says another producer took the id."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ProducerFenced | InvalidProducerEpoch):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 class PartitionProducer:
@@ -60,12 +91,20 @@ class PartitionProducer:
         try:
             await self._commit(transaction, states)
         except Exception as exc:
-            # Once fenced, aiokafka fails the transaction's other calls with other errors (a
-            # send "not in transaction"); the producer is done for in every such case.
+            # Once its producer failed for good, aiokafka fails the transaction's other calls
+            # with other errors (a send "not in transaction"): the cause is what ended its
+            # sender. Only a fencing is another member's ownership; an ACL refusal or a broken
+            # sequence must not pass for one (logged as a normal handover, cause lost).
             txn_manager = getattr(self.producer, "_txn_manager", None)
-            if txn_manager is not None and txn_manager.is_fatal_error():
+            if txn_manager is None or not txn_manager.is_fatal_error():
+                raise
+            cause = fatal_cause(self.producer) or exc
+            if is_fencing(cause):
                 raise ProducerFenced() from exc
-            raise
+            raise ProducerFailed(
+                f"the transactional producer of {self.tp.topic}[{self.tp.partition}] failed "
+                f"for good: {type(cause).__name__}: {cause}"
+            ) from cause
         if states:
             self.state_chunks = sum(value is not None for _, value in states)
 

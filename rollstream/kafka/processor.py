@@ -64,7 +64,7 @@ from rollstream.kafka.clients import (
     ordinary_tasks,
     seek_to_committed,
 )
-from rollstream.kafka.partition_producer import PartitionProducer
+from rollstream.kafka.partition_producer import PartitionProducer, ProducerFailed
 from rollstream.kafka.schema_store import SchemaStore
 from rollstream.kafka.state import load_states
 from rollstream.schemas import AvroSerializer
@@ -282,6 +282,8 @@ class TransactionalProcessor[T]:
             if fenced:
                 await self._fenced(fenced)
             if failed is not None:
+                if isinstance(failed, ProducerFailed):  # not an ownership change: say why
+                    log.error("%s: %s; stopping", self.group_id, failed)
                 raise failed  # that transaction was aborted: a restart re-reads its input
         return True
 
