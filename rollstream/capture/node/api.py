@@ -6,12 +6,17 @@ any node of the group may take it; ``GET`` and ``DELETE`` act on the sessions th
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 from aiohttp import web
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
 from rollstream.capture.interceptor.registry import CONTEXT_MODES
@@ -26,6 +31,12 @@ from rollstream.schemas import Task, utcnow
 
 if TYPE_CHECKING:
     from rollstream.capture.node.service import Node
+
+
+log = logging.getLogger(__name__)
+
+#: How long a submission waits for the broker before it is refused (503).
+SUBMIT_TIMEOUT_S = 15.0
 
 
 def task_from_document(doc: Any) -> Task:
@@ -71,6 +82,27 @@ class NodeApi:
 
     def __init__(self, node: Node) -> None:
         self.node = node
+        self.tasks_refused = 0  # submissions the broker refused (503)
+        self._producer: AIOKafkaProducer | None = None  # one for every submission
+        self._starting = asyncio.Lock()
+
+    async def _started(self) -> AIOKafkaProducer:
+        async with self._starting:
+            if self._producer is None:
+                producer = make_producer(self.node.kafka)
+                try:
+                    await asyncio.wait_for(producer.start(), SUBMIT_TIMEOUT_S)
+                except BaseException:
+                    await producer.stop()
+                    raise
+                self._producer = producer
+            return self._producer
+
+    async def _close(self, _: web.Application | None = None) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                await producer.stop()
 
     def app(self) -> web.Application:
         """The aiohttp application, behind the node's bearer tokens."""
@@ -83,6 +115,7 @@ class NodeApi:
         app.router.add_delete("/tasks/{task_id}", self.cancel)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics)
+        app.on_cleanup.append(self._close)
         return app
 
     async def submit(self, request: web.Request) -> web.Response:
@@ -92,16 +125,19 @@ class NodeApi:
         except (yaml.YAMLError, ValueError, ValidationError) as exc:
             return web.json_response({"error": f"invalid task: {exc}"}, status=400)
         node = self.node
-        producer = make_producer(node.kafka)
         try:
-            await producer.start()
-            await producer.send_and_wait(
-                node.names.tasks, node.serializer.encode(task), key=task.task_id.encode()
+            producer = await self._started()
+            await asyncio.wait_for(
+                producer.send_and_wait(
+                    node.names.tasks, node.serializer.encode(task), key=task.task_id.encode()
+                ),
+                SUBMIT_TIMEOUT_S,
             )
-        except (OSError, RollstreamError, Exception) as exc:
-            return web.json_response({"error": f"the broker refused the task: {exc}"}, status=503)
-        finally:
-            await producer.stop()
+        except (OSError, RollstreamError, KafkaError, TimeoutError) as exc:
+            self.tasks_refused += 1
+            log.warning("task %s not submitted, the broker refused it: %r", task.task_id, exc)
+            await self._close()  # a fresh producer for the next submission
+            return web.json_response({"error": f"the broker refused the task: {exc!r}"}, status=503)
         body = {"task_id": task.task_id, "group_id": task.group_id, "samples": task.samples}
         return web.json_response(body, status=202)
 
@@ -152,6 +188,14 @@ class NodeApi:
             f"rollstream_node_samples_withdrawn_total {intake.samples_withdrawn}",
             "# TYPE rollstream_node_sessions_handed_back_total counter",
             f"rollstream_node_sessions_handed_back_total {intake.sessions_handed_back}",
+            "# TYPE rollstream_node_tasks_refused_total counter",
+            f"rollstream_node_tasks_refused_total {self.tasks_refused}",
+            "# TYPE rollstream_node_dead_letters_total counter",
+            f"rollstream_node_dead_letters_total {self.node.intake.letters.sent}",
+            "# TYPE rollstream_node_dead_letters_failed_total counter",
+            f"rollstream_node_dead_letters_failed_total {self.node.intake.letters.failed}",
+            "# TYPE rollstream_node_dead_letters_held gauge",
+            f"rollstream_node_dead_letters_held {self.node.intake.letters.held}",
             "# TYPE rollstream_node_commits_failed_total counter",
             f"rollstream_node_commits_failed_total {intake.commits_failed}",
             "# TYPE rollstream_node_loop_failures_total counter",

@@ -28,24 +28,22 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
+from rollstream.capture.node.letters import DeadLetters
 from rollstream.capture.node.pool import NodeScheduler
 from rollstream.capture.node.progress import PartitionProgress, TaskEntry
 from rollstream.capture.node.session import Session
 from rollstream.capture.node.settings import NodeSettings
 from rollstream.errors import SerializationError
-from rollstream.kafka.clients import make_consumer, make_producer, ordinary_tasks
-from rollstream.kafka.deadletters import dead_letter
+from rollstream.kafka.clients import make_consumer, ordinary_tasks
 from rollstream.schemas import AvroSerializer, Task, TopicNames
 from rollstream.schemas.sessions import HANDED_BACK
 from rollstream.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
-_LETTER_TIMEOUT_S = 10.0
-_LETTER_BACKOFF_S = 60.0
 _COMMIT_RETRY_S = 5.0  # a partition behind (a failed commit) is tried again this often
 # How long a commit waits for the lifecycle records before it: past the publisher's ack wait
 # (send_timeout_s, 10 s by default), after which they are spooled, hence safe, anyway.
@@ -102,8 +100,7 @@ class TaskIntake(ConsumerRebalanceListener):  # type: ignore[misc]
         self._commit_lock = asyncio.Lock()  # commits in the order their progress was read
         self._dirty = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._letters: AIOKafkaProducer | None = None  # dead letters, made on first use
-        self._letters_retry_at = 0.0  # loop time before which dead letters are not tried
+        self.letters = DeadLetters(kafka, serializer, settings.group, self.names.deadletters)
 
     async def start(self) -> None:
         """Join the group and start taking tasks."""
@@ -148,8 +145,7 @@ class TaskIntake(ConsumerRebalanceListener):  # type: ignore[misc]
         await self.hand_over(set(self._progress))
         if self._consumer is not None:
             await self._consumer.stop()
-        if self._letters is not None:
-            await self._letters.stop()
+        await self.letters.stop()
 
     @property
     def partitions_behind(self) -> int:
@@ -303,7 +299,8 @@ class TaskIntake(ConsumerRebalanceListener):  # type: ignore[misc]
                             self._consumer.seek(tp, message.offset)
                             break
                         await self._take_one(tp, progress, message)
-            if batch:
+                written = await self.letters.retry(self._progress)
+            if batch or written:
                 self._dirty.set()  # a dead-lettered record alone moves the commit point
 
     async def _take_one(
@@ -311,10 +308,19 @@ class TaskIntake(ConsumerRebalanceListener):  # type: ignore[misc]
     ) -> None:
         if progress.seen(message.offset):
             return
-        task = await self._decode(message)
-        entry = progress.take(message.offset, task.samples if task is not None else 0)
-        if task is None:
-            return  # dead-lettered: nothing to run
+        try:
+            task = self.serializer.decode_as(message.value or b"", Task)
+        except SerializationError as exc:
+            log.error(
+                "task record %s[%d]@%d cannot be decoded, dead-lettered: %s",
+                message.topic,
+                message.partition,
+                message.offset,
+                exc,
+            )
+            await self.letters.take(tp, progress, message, exc)
+            return
+        entry = progress.take(message.offset, task.samples)
         self.metrics.tasks += 1
         todo = entry.todo()
         if len(todo) < task.samples:
@@ -327,54 +333,3 @@ class TaskIntake(ConsumerRebalanceListener):  # type: ignore[misc]
             )
         for session in self.scheduler.submit(task, todo) if todo else []:
             self._origins[session.session_id] = _Origin(tp, entry, session)
-
-    async def _decode(self, message: ConsumerRecord) -> Task | None:
-        try:
-            return self.serializer.decode_as(message.value or b"", Task)
-        except SerializationError as exc:
-            log.error(
-                "task record %s[%d]@%d cannot be decoded, dead-lettered: %s",
-                message.topic,
-                message.partition,
-                message.offset,
-                exc,
-            )
-            await self._dead_letter(message, exc)
-            return None
-
-    async def _dead_letter(self, message: ConsumerRecord, exc: Exception) -> None:
-        """Write the record to the dead-letter topic; if the broker refuses, the log says so.
-
-        Sent before the offset is committed past it. Poison is rare: the producer is made on
-        first use.
-        """
-        loop = asyncio.get_running_loop()
-        if loop.time() < self._letters_retry_at:
-            # The broker refused a moment ago: the intake must not stall on every poison record.
-            log.error("not dead-lettered (retrying later): %s@%d", message.topic, message.offset)
-            return
-        letter = self.serializer.encode(dead_letter(message, exc, self.settings.group))
-        try:
-            producer = await self._letter_producer()
-            await asyncio.wait_for(
-                producer.send_and_wait(self.names.deadletters, letter, key=message.key),
-                _LETTER_TIMEOUT_S,
-            )
-        except (KafkaError, TimeoutError, OSError) as error:
-            self._letters_retry_at = loop.time() + _LETTER_BACKOFF_S
-            log.error("could not dead-letter %s@%d: %s", message.topic, message.offset, error)
-
-    async def _letter_producer(self) -> AIOKafkaProducer:
-        """The dead-letter producer, started once it could start (a failed start is retried)."""
-        if self._letters is not None:
-            return self._letters
-        producer = make_producer(self.kafka)
-        try:
-            with ordinary_tasks():
-                await asyncio.wait_for(producer.start(), _LETTER_TIMEOUT_S)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await producer.stop()
-            raise
-        self._letters = producer
-        return producer
