@@ -1,12 +1,10 @@
 """TrajectoryStream: a trainer's consumer group over the scored topic, yielding GRPO groups.
 
-Delivery is at-least-once. :meth:`TrajectoryStream.commit` commits, per partition, the offset
-up to which every record was delivered or dropped, never past a record of a group still being
-assembled, so a restart re-reads everything an unfinished group needs, and also re-delivers
-the groups delivered after the last commit whose records lie past that offset. For
-exactly-once training keep :meth:`TrajectoryStream.positions` inside the training checkpoint
-(written atomically with the weights) and resume with ``start_offsets=`` that position: it
-holds the offsets and the trajectories past them already delivered, which are then skipped.
+Delivery is at-least-once: :meth:`TrajectoryStream.commit` never passes a record of a group
+still being assembled, so a restart re-reads what such a group needs and the groups delivered
+past it. For exactly-once training keep :meth:`TrajectoryStream.positions` in the checkpoint
+(written with the weights) and resume with ``start_offsets=`` it: the offsets, and the
+trajectories past them already delivered, skipped (also after rebalances, until a commit).
 
 The stream polls the broker each time it is asked for a group, also when groups completed by
 an earlier poll are waiting (it then reads one record), so ``max_poll_interval_ms`` bounds the
@@ -54,13 +52,11 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.owner = owner
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        # The next owner (maybe this process again) re-reads from the committed offsets,
-        # which never pass a pending record; what was delivered stays remembered here.
+        # The next owner re-reads from the committed offsets; what was delivered is remembered.
         self.owner._assembler.release((tp.topic, tp.partition) for tp in revoked)
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        # aiokafka logs and swallows what a listener raises: keep it for __anext__ to raise,
-        # rather than read from the wrong place.
+        # aiokafka logs and swallows what a listener raises: kept for __anext__ to raise.
         try:
             await self.owner._place(assigned)
         except Exception as exc:
@@ -226,8 +222,8 @@ class TrajectoryStream:
         """Commit, per assigned partition, the offset up to which all was delivered or dropped.
 
         Never past a record of a group still incomplete or not yet yielded: after a restart
-        those are read again. Groups delivered after that offset may be delivered again too
-        (at-least-once); see :meth:`positions` for exactly-once. Returns what was committed.
+        those are read again, and groups delivered past that offset too (at-least-once; see
+        :meth:`positions` for exactly-once). Returns what was committed.
         """
         consumer = self._require()
         assignment = consumer.assignment()
@@ -243,6 +239,8 @@ class TrajectoryStream:
                 raise BrokerError(
                     f"trainer stream {self.group}: commit failed: {exc}", retriable=True
                 ) from exc
+            for tp in offsets:  # the group's offset is this stream's now
+                self._seek.pop((tp.topic, tp.partition), None)
         return {(tp.topic, tp.partition): offset for tp, offset in offsets.items()}
 
     def positions(self) -> StreamPosition:
@@ -321,7 +319,9 @@ class TrajectoryStream:
         start = self.settings.start
         unplaced: list[TopicPartition] = []
         for tp in assigned:
-            offset = self._seek.pop((tp.topic, tp.partition), None)
+            # Kept until a commit covers it: a later rebalance would place the partition at the
+            # group's offset, maybe past what the checkpoint trained (re-reads are skipped).
+            offset = self._seek.get((tp.topic, tp.partition))
             if offset is not None:
                 consumer.seek(tp, offset)
             elif isinstance(start, datetime):

@@ -22,6 +22,7 @@ from rollstream.trainer import (
 from tests.conftest import ConsumerFactory, ProducerFactory
 from tests.kafka_reading import read_records
 from tests.trainer.records import group_of, scored
+from tests.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -326,3 +327,38 @@ async def test_a_failure_taking_fetched_records_asks_for_a_restart_not_a_retry(
                     while True:
                         await anext(stream)
             assert failed.value.retriable is False
+
+
+async def test_a_checkpointed_position_holds_through_a_rebalance_until_a_commit(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    producer_factory: ProducerFactory,
+) -> None:
+    """A rank joining (and leaving) after a resume: the checkpoint's partitions are not skipped.
+
+    Before: the checkpoint's offsets were sought once; the rebalance placed the partitions at
+    the group's committed offset, past what the checkpoint had trained, and "b" was lost.
+    """
+    topic = rollstream_topics.scored
+    producer = await producer_factory()
+    await produce(producer, topic, [*sentinel("a"), *sentinel("b")])
+    async with TrajectoryStream(TrainerSettings(), "trainer-rb", kafka_settings) as stream:
+        await collect_until(stream, "a")
+        checkpoint = stream.positions()  # saved with the weights trained on "a"
+        await collect_until(stream, "b")
+        await stream.commit()  # then the process died before its next checkpoint
+
+    def held(*streams: TrajectoryStream) -> list[int]:
+        return [len(s._require().assignment()) for s in streams]
+
+    async with TrajectoryStream(
+        TrainerSettings(), "trainer-rb", kafka_settings, start_offsets=checkpoint
+    ) as resumed:
+        await until(lambda: held(resumed) == [3], timeout=60, what="the resumed stream's join")
+        async with TrajectoryStream(TrainerSettings(), "trainer-rb", kafka_settings) as rank:
+            await until(
+                lambda: sorted(held(resumed, rank)) == [1, 2], timeout=60, what="a rebalance"
+            )
+        await until(lambda: held(resumed) == [3], timeout=60, what="the rank's leave")
+        got = await collect_until(resumed, "b")
+        assert members(got) == {"b": ids(group_of("b", 3))}
