@@ -21,7 +21,6 @@ from rollstream.apis.adapters import (
     ADAPTER_BY_KIND,
     Adapter,
     adapter_for,
-    count_tokens_adapter,
 )
 from rollstream.apis.chat import CaptureOptions, prepare_chat_request
 from rollstream.apis.errors import TranslationError
@@ -40,7 +39,9 @@ from rollstream.capture.interceptor.flows import (
     sse_response,
     upstream_message,
 )
+from rollstream.capture.interceptor.forward import is_passthrough
 from rollstream.capture.interceptor.gate import Gate
+from rollstream.capture.interceptor.policy import Decision, Route, decide
 from rollstream.capture.interceptor.recorder import CallRecorder, Publish
 from rollstream.capture.interceptor.recording import ANONYMOUS, CallState
 from rollstream.capture.interceptor.registry import SessionRegistry
@@ -92,6 +93,7 @@ class RollstreamAddon:
         self.live: dict[str, CallState] = {}  # by call id: calls not yet recorded
         self.policy_version = settings.policy_version
         self.gate = Gate()
+        self.refused: Counter[int] = Counter()  # requests the proxy policy refused, by status
         self.deadlines = UpstreamDeadlines(settings.upstream_timeout_s)
         self.exact = ExactUpstream(settings, self.sessions.context)
         self.served = ServedContext(settings)
@@ -105,8 +107,16 @@ class RollstreamAddon:
     async def request(self, flow: http.HTTPFlow) -> None:
         """Translate an LLM call for the upstream, or forward anything else as it is."""
         headers = headers_dict(flow.request.headers)
-        session, path = session_of(headers, flow.request.path)
-        llm_call = adapter_for(path) is not None
+        session, raw = session_of(headers, flow.request.path)
+        if is_passthrough(flow):  # forward mode's other traffic: not the upstream's
+            self._rewrite_credentials(flow, None)
+            return
+        decision = decide(flow.request.method, raw)
+        if decision.route is Route.REFUSED:
+            self._refuse(flow, decision, session)
+            return
+        path = decision.path  # what the upstream reads, so what goes upstream
+        llm_call = decision.route is Route.LLM_CALL
         unknown = llm_call and session not in self.sessions
         if unknown and self.settings.strict_sessions:
             self._unknown_session(flow, path, session)
@@ -119,12 +129,12 @@ class RollstreamAddon:
             await self.gate.wait()  # held while the trainer swaps weights
         asked_context = self._rewrite_credentials(flow, session if llm_call else None)
         flow.request.path = path
-        counting = count_tokens_adapter(path)
-        if counting is not None:
-            send_count_tokens(flow, counting, self.settings.upstream_model)
+        if decision.route is Route.COUNT_TOKENS:
+            assert decision.adapter is not None
+            send_count_tokens(flow, decision.adapter, self.settings.upstream_model)
             return
-        adapter = adapter_for(path)
-        if adapter is None or flow.request.method != "POST":
+        adapter = decision.adapter
+        if adapter is None:  # an auxiliary route on the allowlist: forwarded
             return
         size = len(flow.request.raw_content or b"")
         if size > self.settings.max_body_bytes:
@@ -306,6 +316,19 @@ class RollstreamAddon:
         state.fail(kind, message, status, False)
         self.in_flight[state.session] += 1
         self._record(state)
+
+    def _refuse(self, flow: http.HTTPFlow, decision: Decision, session: str | None) -> None:
+        """A request the policy refuses: the caller's API error, a record, a log line."""
+        assert decision.adapter is not None
+        self.refused[decision.status] += 1
+        log.warning(
+            "refused %s %s: %s",
+            flow.request.method,
+            decision.path.partition("?")[0],
+            decision.reason,
+        )
+        known = session if session in self.sessions else None  # never an unknown credential
+        self._reject(flow, decision.adapter, known, decision.status, decision.reason, "refused")
 
     def _unknown_session(self, flow: http.HTTPFlow, path: str, session: str | None) -> None:
         """Strict mode: a 401 for a session nobody registered, recorded without its credential.

@@ -110,6 +110,7 @@ def metrics_text(addon: RollstreamAddon, publisher: CapturePublisher) -> str:
         ("rollstream_pause_leases_expired_total", "counter", addon.gate.leases_expired),
         ("rollstream_policy_version", "gauge", addon.policy_version),
         ("rollstream_exact_sessions_evicted_total", "counter", exact.evicted if exact else 0),
+        ("rollstream_requests_refused_total", "counter", sum(addon.refused.values())),
         ("rollstream_records_published_total", "counter", m.published),
         ("rollstream_publish_batches_total", "counter", m.batches),
         ("rollstream_records_spooled_total", "counter", m.spooled),

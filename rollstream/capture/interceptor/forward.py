@@ -16,7 +16,7 @@ from typing import Literal
 from mitmproxy import http
 from mitmproxy.net import server_spec
 
-from rollstream.apis.adapters import adapter_for, count_tokens_adapter
+from rollstream.capture.interceptor.policy import Route, decide
 from rollstream.capture.interceptor.sessions import credential_headers, session_of
 from rollstream.errors import ConfigurationError
 
@@ -45,9 +45,18 @@ def upstream_target(upstream: str) -> Target:
 
 
 def is_llm_path(path: str) -> bool:
-    """Whether the addon treats a request path as an LLM call (or token counting)."""
+    """Whether the addon treats a request path as an LLM call (or token counting).
+
+    Decided by the proxy policy on the path as an upstream would read it: an encoded LLM
+    path to a third party is ours too (recorded), not passed through unseen.
+    """
     _, bare = session_of({}, path)  # a /s/{session}/ prefix does not hide the API path
-    return adapter_for(bare) is not None or count_tokens_adapter(bare) is not None
+    return decide("POST", bare).route in (Route.LLM_CALL, Route.COUNT_TOKENS)
+
+
+def is_passthrough(flow: http.HTTPFlow) -> bool:
+    """Whether ``flow`` is other traffic forwarded to where it was going (not the upstream's)."""
+    return _PASSTHROUGH in flow.metadata
 
 
 def retarget(path: str, upstream: Target) -> Target | None:

@@ -27,10 +27,10 @@ CHAT: Any = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 CLAUDE: Any = CHAT | {"max_tokens": 5}
 
 
-def _flow(path: str, headers: dict[str, str], body: Any) -> http.HTTPFlow:
+def _flow(path: str, headers: dict[str, str], body: Any, method: str = "POST") -> http.HTTPFlow:
     content = json.dumps(body).encode()
     fields = http.Headers([(k.encode(), v.encode()) for k, v in headers.items()])
-    request = http.Request.make("POST", f"http://127.0.0.1:8100{path}", content, fields)
+    request = http.Request.make(method, f"http://127.0.0.1:8100{path}", content, fields)
     return tflow.tflow(req=request)
 
 
@@ -108,7 +108,7 @@ async def test_strict_mode_lets_registered_sessions_and_other_paths_through() ->
     await addon.request(flow)
     assert flow.response is None and flow.request.path == "/v1/chat/completions"
     assert "authorization" not in flow.request.headers
-    models = _flow("/v1/models", {"authorization": "Bearer unknown"}, {})
+    models = _flow("/v1/models", {"authorization": "Bearer unknown"}, {}, "GET")
     await addon.request(models)
     assert models.response is None  # not an LLM call: forwarded (without the key)
     registry.forget("sess-1")

@@ -1,0 +1,190 @@
+"""The proxy policy: paths decided as the upstream reads them, everything unknown refused.
+
+The oracle is a hand-written table of routes by their plain spelling; the property spells each
+one in ways an upstream decodes to the same route (percent-encoding, dot segments, doubled
+slashes, a trailing slash) and requires the same decision. The integration test sends such a
+corpus through a real interceptor in strict mode to a real aiohttp upstream (which decodes
+paths as vLLM's Starlette does) and counts what reached it: before the policy,
+``/v1/chat/%63ompletions`` and ``/v1/completions`` were served without a record or a session.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from hypothesis import given
+from hypothesis import strategies as st
+from yarl import URL
+
+from rollstream.capture.interceptor.policy import Route, UnreadablePath, decide, normalise
+from rollstream.capture.interceptor.proxy import Interceptor
+from rollstream.capture.interceptor.settings import InterceptorSettings
+from rollstream.capture.publisher.client import PublisherSettings
+from rollstream.schemas import CallRecord, TopicNames
+from rollstream.settings import KafkaSettings, StatePaths
+from tests.harness_stack import register
+from tests.kafka_reading import read_records
+
+#: (method, plain path) -> route: the oracle.
+TABLE: dict[tuple[str, str], Route] = {
+    ("POST", "/v1/chat/completions"): Route.LLM_CALL,
+    ("POST", "/chat/completions"): Route.LLM_CALL,
+    ("POST", "/v1/messages"): Route.LLM_CALL,
+    ("POST", "/v1/responses"): Route.LLM_CALL,
+    ("POST", "/v1beta/models/gemini-x:generateContent"): Route.LLM_CALL,
+    ("POST", "/v1beta/models/gemini-x:streamGenerateContent?alt=sse"): Route.LLM_CALL,
+    ("POST", "/v1/messages/count_tokens"): Route.COUNT_TOKENS,
+    ("POST", "/v1beta/models/gemini-x:countTokens"): Route.COUNT_TOKENS,
+    ("GET", "/v1/models"): Route.AUXILIARY,
+    ("GET", "/v1/models/qwen3"): Route.AUXILIARY,
+    ("GET", "/health"): Route.AUXILIARY,
+    ("POST", "/tokenize"): Route.AUXILIARY,
+    ("POST", "/detokenize"): Route.AUXILIARY,
+    # An engine's own routes, and generation routes the interceptor cannot record.
+    ("POST", "/v1/completions"): Route.REFUSED,
+    ("POST", "/completions"): Route.REFUSED,
+    ("POST", "/v1/load_lora_adapter"): Route.REFUSED,
+    ("POST", "/sleep"): Route.REFUSED,
+    ("POST", "/reset_prefix_cache"): Route.REFUSED,
+    ("POST", "/collective_rpc"): Route.REFUSED,
+    ("POST", "/admin/weights"): Route.REFUSED,
+    ("POST", "/v1/embeddings"): Route.REFUSED,
+    ("GET", "/metrics"): Route.REFUSED,
+    ("POST", "/V1/chat/completions"): Route.REFUSED,  # the upstreams' routers match case
+    ("GET", "/v1/chat/completions"): Route.REFUSED,  # an LLM route by another method
+    ("POST", "/v1/models"): Route.REFUSED,
+}
+#: Decoded by the upstream, these reach an LLM route: each must be an LLM call or refused.
+LLM_ROUTES = {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses"}
+
+
+def spell(path: str, rng: random.Random) -> str:
+    """``path`` written another way the upstream decodes to the same route (query kept)."""
+    path, mark, query = path.partition("?")
+    segments = path.strip("/").split("/")
+    out: list[str] = []
+    for segment in segments:
+        if rng.random() < 0.3:
+            out.append(".")
+        if rng.random() < 0.2:
+            out += ["junk", ".."]
+        chars = [f"%{ord(c):02X}" if rng.random() < 0.3 else c for c in segment]
+        out.append("".join(chars))
+    joined = ("//" if rng.random() < 0.2 else "/").join(out)
+    separator = "%2F" if rng.random() < 0.2 else "/"
+    joined = joined.replace("/", separator, 1) if "/" in joined else joined
+    return "/" + joined + ("/" if rng.random() < 0.3 else "") + mark + query
+
+
+@pytest.mark.parametrize(("method", "path"), sorted(TABLE))
+def test_each_route_is_decided_as_the_table_says(method: str, path: str) -> None:
+    assert decide(method, path).route is TABLE[(method, path)]
+
+
+@given(key=st.sampled_from(sorted(TABLE)), seed=st.integers(0, 2**32 - 1))
+def test_a_route_spelled_another_way_is_decided_the_same(key: tuple[str, str], seed: int) -> None:
+    method, path = key
+    spelled = spell(path, random.Random(seed))
+    decision = decide(method, spelled)
+    assert decision.route is TABLE[key], spelled
+    if decision.route is not Route.REFUSED:
+        assert decision.path == path  # forwarded as the upstream reads it
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/../v1/chat/completions", "/v1/chat/completions%00", "/v1/chat/%2563ompletions", "/v1\\x"],
+)
+def test_a_path_no_route_can_match_is_refused_as_unreadable(path: str) -> None:
+    with pytest.raises(UnreadablePath):
+        normalise(path)
+    decision = decide("POST", path)
+    assert (decision.route, decision.status) == (Route.REFUSED, 400)
+
+
+def _body(path: str) -> dict[str, object]:
+    """A valid request of the API at ``path`` (any body for the other routes)."""
+    user = [{"role": "user", "content": "x"}]
+    if "/v1beta/" in path:
+        return {"contents": [{"role": "user", "parts": [{"text": "x"}]}]}
+    if path.startswith("/v1/messages"):
+        return {"model": "m", "max_tokens": 5, "messages": user}
+    if path == "/v1/responses":
+        return {"model": "m", "input": "x"}
+    return {"model": "m", "messages": user}
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[tuple[str, list[tuple[str, str]]]]:
+    """A real aiohttp upstream: every route answers; what it served (decoded paths), in order."""
+    served: list[tuple[str, str]] = []
+
+    async def any_route(request: web.Request) -> web.Response:
+        served.append((request.method, request.path))  # decoded, as Starlette routes it
+        return web.json_response({"served": request.path})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", any_route)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    yield str(server.make_url("")).rstrip("/"), served
+    await server.close()
+
+
+@pytest.mark.integration
+async def test_no_llm_route_of_the_upstream_is_reached_unrecorded(
+    upstream: tuple[str, list[tuple[str, str]]],
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    tmp_path: Path,
+) -> None:
+    url, served = upstream
+    settings = InterceptorSettings(upstream=url, port=0, admin_port=0, strict_sessions=True)
+    rng = random.Random(7)
+    corpus = [(key, spell(key[1], rng)) for key in sorted(TABLE) for _ in range(6)]
+    corpus += [(key, key[1]) for key in sorted(TABLE)]
+    async with (
+        Interceptor(
+            settings, kafka_settings, PublisherSettings(), StatePaths(state_dir=tmp_path)
+        ) as proxy,
+        aiohttp.ClientSession() as client,
+    ):
+        register(proxy, "sess-known")
+        expected_records = forwarded_calls = 0
+        for session in ("sess-unknown", "sess-known"):
+            for (method, plain), path in corpus:
+                route = TABLE[(method, plain)]
+                async with client.request(
+                    method,
+                    URL(proxy.url + path, encoded=True),  # sent as spelled, not normalised
+                    data=json.dumps(_body(plain)),
+                    headers={"authorization": f"Bearer {session}"},
+                ) as response:
+                    body = await response.read()
+                if route is Route.REFUSED:
+                    assert response.status in (400, 404, 405), (path, response.status)
+                    assert "error" in json.loads(body), (path, body)  # the API's own shape
+                expected_records += route in (Route.REFUSED, Route.LLM_CALL)
+                forwarded_calls += route is Route.LLM_CALL and session == "sess-known"
+    # The upstream's generation routes were reached only by the registered session's LLM
+    # calls, once each; nothing reached the engine's own routes.
+    reached = [p for _, p in served if p in LLM_ROUTES]
+    assert reached == ["/v1/chat/completions"] * forwarded_calls
+    assert not [s for s in served if TABLE.get(s) is Route.REFUSED], served
+    # Every LLM call and every refusal has its record (strict mode: unknown keys anonymous).
+    records = await read_records(
+        kafka_settings, rollstream_topics.events, CallRecord, expected_records
+    )
+    assert len(records) == expected_records
+    assert {r.session_id for r in records} == {"sess-known", "anonymous"}
+    refused = [r for r in records if r.error is not None and r.error.type == "refused"]
+    assert len(refused) == 2 * sum(
+        route is Route.REFUSED for (key, _) in corpus for route in [TABLE[key]]
+    )
