@@ -24,7 +24,6 @@ from rollstream.dev.backend.tokenizer import default_tokenizer_dir
 from rollstream.dev.bench.fidelity import MODEL as MODEL
 from rollstream.dev.bench.fidelity import SCENARIOS, TASK
 from rollstream.dev.engine.serve import EngineServer
-from rollstream.models.families import load_family
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.sandbox.harnesses.install import PACKAGES, install
 from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext
@@ -34,6 +33,7 @@ from rollstream.schemas import CallRecord, TopicNames
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.conftest import JAR_CACHE
 from tests.kafka_reading import read_records
+from tests.loaded_families import loaded_family
 
 #: Write hello.txt with the shell tool, read it back, answer: the fidelity bench's task.
 SOLVE_SCENARIOS = SCENARIOS
@@ -71,7 +71,7 @@ async def scripted_interceptor(
     ``admin_token`` guards its admin port; ``strict`` accepts registered sessions only.
     """
     scenarios = _write_scenarios(state_dir)
-    served = load_family(family, stand_in=True) if family else None
+    served = loaded_family(family) if family else None
     folder = served.tokenizer.path if served else default_tokenizer_dir()
     tokenizer = served.tokenizer if served else ChatTokenizer(folder)
     # The harnesses' system prompts and tool lists are long in this small vocabulary

@@ -12,6 +12,10 @@ from rollstream.capture.interceptor.exact.sessions import ExactContext
 from rollstream.errors import ConfigurationError
 from rollstream.models.families import FAMILIES, known_families, load_family
 from rollstream.models.family import AnsweredTurn, ContinuationError, Family
+from tests.loaded_families import loaded_family
+
+#: One worker holds every vocabulary these modules load (about 2.5 GB), not each worker.
+pytestmark = pytest.mark.xdist_group("models")
 
 Message = dict[str, Any]
 TOOLS: list[dict[str, Any]] = [
@@ -33,13 +37,9 @@ HISTORY: list[Message] = [
     {"role": "user", "content": "Create hello.txt containing polar."},
 ]
 
-_loaded: dict[str, Family] = {}
-
 
 def family(name: str) -> Family:
-    if name not in _loaded:
-        _loaded[name] = load_family(name, stand_in=True)
-    return _loaded[name]
+    return loaded_family(name)
 
 
 def call_turn(f: Family, command: str = "echo polar > hello.txt") -> Message:

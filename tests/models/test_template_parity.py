@@ -17,6 +17,10 @@ from transformers import PreTrainedTokenizerFast
 from rollstream.dev.engine.templates import FAMILY_TEMPLATES, published
 from rollstream.models.families import FAMILIES, load_family
 from rollstream.models.family import Family
+from tests.loaded_families import loaded_family
+
+#: One worker holds every vocabulary these modules load (about 2.5 GB), not each worker.
+pytestmark = pytest.mark.xdist_group("models")
 
 Message = dict[str, Any]
 SHELL: list[dict[str, Any]] = [
@@ -137,10 +141,9 @@ KNOWN: dict[str, tuple[str, frozenset[str]]] = {
 }
 
 
-@cache
 def _family(name: str) -> Family:
     """The family, loaded once a run (a vocabulary takes seconds to load)."""
-    return load_family(name, stand_in=True)
+    return loaded_family(name)
 
 
 @cache

@@ -37,6 +37,9 @@ from rollstream.models.vocabularies import (
 )
 from rollstream.settings import StatePaths
 
+#: One worker holds every vocabulary these modules load (about 2.5 GB), not each worker.
+pytestmark = pytest.mark.xdist_group("models")
+
 CACHE = StatePaths().cache_dir
 NAMES = list(VOCABULARIES)
 

@@ -19,10 +19,11 @@ from rollstream.dev.backend.prompt_reader import PromptReader, probe_tool
 from rollstream.dev.backend.server import Backend, served_family
 from rollstream.dev.backend.settings import BackendSettings
 from rollstream.errors import ConfigurationError
-from rollstream.models.families import FAMILIES, load_family
+from rollstream.models.families import FAMILIES
 from rollstream.models.family import AnsweredTurn, Family
 from rollstream.models.template_family import TemplateFamily
 from tests.dev.backend.conftest import SHELL_TOOL, BackendFactory
+from tests.loaded_families import loaded_family
 
 MODEL = "rollstream-tiny"
 MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "Create hello.txt containing polar."}]
@@ -34,14 +35,10 @@ NATIVE = {
     "qwen3-coder": ["<tool_call>", "<function=bash>", "<parameter=command>"],
 }
 
-_families: dict[str, Family] = {}
-
 
 def _family(name: str) -> Family:
     """A family, loaded once for the whole run (a real vocabulary takes seconds)."""
-    if name not in _families:
-        _families[name] = load_family(name, stand_in=True)
-    return _families[name]
+    return loaded_family(name)
 
 
 @pytest.fixture(params=FAMILY_NAMES)

@@ -15,11 +15,11 @@ from typing import Literal
 
 import pytest
 
-from rollstream.models.families import load_family
 from rollstream.processing.reconstruct.fidelity import fidelity_row
 from rollstream.schemas import CallRecord, CallStatus, TopicNames
 from rollstream.settings import KafkaSettings
 from tests.harness_stack import harnesses_installed, scripted_interceptor, solve_session
+from tests.loaded_families import loaded_family
 from tests.sandbox.harnesses.conftest import FidelityReport
 
 pytestmark = pytest.mark.integration
@@ -56,7 +56,7 @@ async def test_a_family_trains_faithfully_in_both_modes(
     tmp_path: Path,
     fidelity_report: FidelityReport,
 ) -> None:
-    served = load_family(family, stand_in=True)
+    served = loaded_family(family)
     rows = {}
     for mode in ("exact", "ordinary"):
         records = await _session(
