@@ -268,7 +268,8 @@ async def test_the_bad_input_corpus_gets_protocol_errors_records_and_flat_memory
                 }
                 results = await asyncio.gather(*calls.values())
                 outcomes.update(zip(calls, results, strict=True))
-                # Not LLM calls: forwarded as they are, answered by the upstream, unrecorded.
+                # Not LLM calls: refused by the proxy policy (an unknown route, an LLM route by
+                # GET), in the caller's format, and recorded.
                 async with http.post(f"{proxy.url}/v1/no-such-api", json={}) as response:
                     others.append(response.status)
                 async with http.get(f"{proxy.url}/v1/chat/completions") as response:
@@ -296,11 +297,14 @@ async def test_the_bad_input_corpus_gets_protocol_errors_records_and_flat_memory
     assert wrong == []
     assert others == [404, 405] * ROUNDS
 
-    # Every LLM call recorded once, with its error.
+    # Every LLM call recorded once, with its error, and every refused request.
     expected = ROUNDS * len(CASES) * len(APIS)
-    records = await read_records(
-        kafka_settings, rollstream_topics.events, CallRecord, expected, settle_s=1.0
+    everything = await read_records(
+        kafka_settings, rollstream_topics.events, CallRecord, expected + len(others), settle_s=1.0
     )
+    refused = [r for r in everything if r.error is not None and r.error.type == "refused"]
+    assert sorted(r.error.http_status or 0 for r in refused if r.error) == sorted(others)
+    records = [r for r in everything if r not in refused]
     assert len(records) == expected
     by_session = {r.session_id: r for r in records}
     anonymous = [r for r in records if r.session_id == "anonymous"]
