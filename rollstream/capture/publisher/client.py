@@ -161,7 +161,10 @@ class CapturePublisher:
     # -- the harness-facing side -------------------------------------------------------------
 
     def publish(self, key: bytes | None, value: bytes) -> None:
-        """Enqueue a record; never blocks and never raises for a broker or disk problem.
+        """Enqueue a record; never waits for the broker, never raises for a broker or disk problem.
+
+        When the queue is full the record and the queue go to the spool here, on the caller's
+        loop (an fsync'd append: disk time, not broker time).
 
         A record over the record budget is set aside at once (see ``rejected``): no broker
         would take it, and its callers (the interceptor) record what fits instead.
