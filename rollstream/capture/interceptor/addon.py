@@ -2,7 +2,8 @@
 
 The logic lives in pure functions (``translate/``, ``recording``); this class only moves bytes
 between mitmproxy's flow and them. Every LLM call ends in exactly one CallRecord, failed ones
-included; other paths are forwarded without a record.
+included; what else passes is the proxy policy's to decide (``policy``): the allowlisted
+routes are forwarded without a record, everything else is refused and recorded.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ class RollstreamAddon:
         self.deadlines.master = loader.master
 
     async def request(self, flow: http.HTTPFlow) -> None:
-        """Translate an LLM call for the upstream, or forward anything else as it is."""
+        """Translate an LLM call for the upstream, forward an allowlisted route, refuse the rest."""
         headers = headers_dict(flow.request.headers)
         session, raw = session_of(headers, flow.request.path)
         if is_passthrough(flow):  # forward mode's other traffic: not the upstream's
