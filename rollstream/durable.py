@@ -16,6 +16,12 @@ PRIVATE_FILE = 0o600
 PRIVATE_DIR = 0o700
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:  # a write may take less than asked (a signal, a nearly full disk)
+        view = view[os.write(fd, view) :]
+
+
 def sync_directory(directory: Path) -> None:
     """Fsync ``directory``: the names created, renamed or removed in it become durable."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -44,9 +50,7 @@ def append_durably(path: Path, data: bytes) -> int:
     try:
         before = os.fstat(fd).st_size
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, data)
             os.fsync(fd)
         except OSError:
             os.ftruncate(fd, before)  # freeing space: works on a full disk
@@ -65,9 +69,7 @@ def replace_durably(path: Path, data: bytes) -> None:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
