@@ -46,6 +46,9 @@ from rollstream.settings import StatePaths
 log = logging.getLogger(__name__)
 
 _IDENTITY_FILE = "rollstream-broker.json"
+# How long a killed JVM of ours may take to die: its ports stay taken until every thread exits,
+# although /proc shows it as gone as soon as its main thread has.
+REAP_TIMEOUT_S = 10.0
 
 
 class LocalBroker:
@@ -103,7 +106,7 @@ class LocalBroker:
         once a quorum of controllers runs.
         """
         if self._proc is not None:
-            self._proc.poll()  # reap a previous process of ours that died (e.g. killed)
+            self._reap()  # a previous process of ours that was killed: its ports are free after
             self._proc = None
         began = time.monotonic()
         java = require_tool(
@@ -197,11 +200,9 @@ class LocalBroker:
         # Never the pid of self.info unchecked: if the broker died, it may be another program's.
         info = self.running()
         if info is None:
-            # A child of ours that was killed: reaped before returning, since its ports stay
-            # taken while its threads exit although /proc already shows it as gone.
-            if self._proc is not None and self._proc.poll() is None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self._proc.wait(timeout)
+            # Given its own bound, not ``timeout``: that is how long a live broker may take to
+            # shut down; a killed one needs the time its threads take to exit.
+            self._reap()
             return False
         with contextlib.suppress(ProcessLookupError):
             os.kill(info.pid, signal.SIGTERM)
@@ -212,6 +213,19 @@ class LocalBroker:
             self.wait_exit(info.pid, 10.0)
         self.forget()
         return True
+
+    def _reap(self) -> None:
+        """Wait for a child of ours that was killed to exit, so that its ports are free."""
+        if self._proc is None or self._proc.poll() is not None:
+            return
+        try:
+            self._proc.wait(REAP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            log.warning(
+                "broker %d still exits after %.0fs, killing it", self._proc.pid, REAP_TIMEOUT_S
+            )
+            self._proc.kill()
+            self._proc.wait()
 
     def forget(self) -> None:
         """Drop the records of this broker (once its process is gone)."""

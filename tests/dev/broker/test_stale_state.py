@@ -20,6 +20,7 @@ from click.testing import CliRunner, Result
 from rollstream.cli import cli
 from rollstream.dev.broker import BrokerSettings, LocalBroker, LocalCluster
 from rollstream.dev.broker.records import is_kafka_process
+from rollstream.host import MissingToolError
 from rollstream.settings import StatePaths
 from tests.conftest import JAR_CACHE
 
@@ -62,6 +63,33 @@ def test_only_kafka_on_its_own_config_counts_as_the_broker(
     assert not is_kafka_process(impostor.pid, props)
     assert not is_kafka_process(os.getpid(), props)
     assert not is_kafka_process(0, props) and not is_kafka_process(-1, props)
+
+
+def _slow_to_die(seconds: float) -> subprocess.Popen[bytes]:
+    """A child of ours that takes ``seconds`` to exit: a killed JVM whose threads still exit."""
+    return subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"])
+
+
+def test_stop_waits_for_a_killed_child_however_short_its_shutdown_timeout(
+    paths: StatePaths,
+) -> None:
+    broker = LocalBroker(_settings(), paths, outlive_parent=False)
+    dying = _slow_to_die(1.0)
+    broker._proc = dying
+    # Not a running broker (no record), so nothing is signalled: only the wait is asked for.
+    assert broker.stop(0.1) is False
+    # Reaped before stop returned: the ports it held are free for the next start.
+    assert dying.returncode == 0
+
+
+def test_a_new_launch_reaps_the_previous_child_before_it_starts(paths: StatePaths) -> None:
+    settings = BrokerSettings(port=0, heap="384m", java="no-such-java-here")
+    broker = LocalBroker(settings, paths, outlive_parent=False)
+    dying = _slow_to_die(1.0)
+    broker._proc = dying
+    with pytest.raises(MissingToolError, match="no-such-java-here"):
+        broker.launch()
+    assert dying.returncode == 0
 
 
 @pytest.mark.integration
