@@ -5,13 +5,21 @@ Records held in memory are moved to the spool, still in order, once the disk tak
 (tried at most once per retry interval: each try writes to a full disk), or sent straight from
 memory if the broker comes back first. Beyond the bound they are dropped, with an error in the
 log and the ``dropped`` counter.
+
+Every operation touches the disk (fsync'd appends, offset commits, segment reads), so the
+publisher runs them on a thread of their own (``DiskThread``), in the order it asks for them,
+and never on the event loop that forwards the harness's streams.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from rollstream.capture.publisher.metrics import PublisherMetrics
 from rollstream.capture.publisher.spool import Spool, SpooledRecord, SpoolError
@@ -29,8 +37,41 @@ class Taken:
     spooled: list[SpooledRecord]  # where they are in the spool; empty when held in memory
 
 
+class DiskThread:
+    """One thread running disk work in the order it was submitted (the spool's single writer)."""
+
+    def __init__(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capture-spool")
+
+    def submit[T](self, fn: Callable[..., T], *args: object) -> Future[T]:
+        """Queue ``fn(*args)`` after everything submitted before; returns at once.
+
+        A failure nobody awaits is logged: a lost exception would hide a lost record.
+        """
+        future = self._executor.submit(fn, *args)
+        future.add_done_callback(_log_failure)
+        return future
+
+    async def run[T](self, fn: Callable[..., T], *args: object) -> T:
+        """``fn(*args)`` after everything submitted before, awaited without blocking the loop."""
+        return await asyncio.wrap_future(self.submit(fn, *args))
+
+    def close(self) -> None:
+        """Finish what was submitted and stop the thread."""
+        self._executor.shutdown(wait=True)
+
+
+def _log_failure(future: Future[Any]) -> None:
+    if not future.cancelled() and (exc := future.exception()) is not None:
+        log.error("spool operation failed", exc_info=exc)
+
+
 class Backlog:
-    """The spool and the records held in memory behind it, with the publisher's counters."""
+    """The spool and the records held in memory behind it, with the publisher's counters.
+
+    Used from one thread at a time (the publisher's ``DiskThread``). The event loop only reads
+    ``waiting``, ``added`` and ``held``, each written by that thread alone.
+    """
 
     def __init__(
         self, spool: Spool, metrics: PublisherMetrics, memory_limit: int, retry_interval_s: float
@@ -41,6 +82,11 @@ class Backlog:
         self.retry_interval_s = retry_interval_s
         self._memory: list[Record] = []
         self._disk_retry_at = 0.0
+        #: Records passed to ``add`` so far (spooled, held or dropped): the publisher counts
+        #: what it submitted minus this as still on its way to the disk.
+        self.added = 0
+        #: Whether anything waits, as of the last operation (read without touching the disk).
+        self.waiting = not self.empty()
 
     def empty(self) -> bool:
         """Whether nothing waits."""
@@ -55,18 +101,21 @@ class Backlog:
         """Add records after every waiting one: to the spool, or to memory if it is unwritable."""
         if not records:
             return
+        # ``waiting`` is set (by _update) before ``added`` counts the records: a reader never
+        # sees them neither on their way nor waiting.
         self.flush()
         if self._memory or not self._disk_due():
             self._hold(records)
-            return
-        try:
-            self.spool.append(records)
-        except SpoolError as exc:
-            self._spool_failed(exc)
-            self._hold(records)
-            return
-        self.metrics.spooled += len(records)
-        self._spool_ok()
+        else:
+            try:
+                self.spool.append(records)
+            except SpoolError as exc:
+                self._spool_failed(exc)
+                self._hold(records)
+            else:
+                self.metrics.spooled += len(records)
+                self._spool_ok()
+        self.added += len(records)
 
     def flush(self, force: bool = False) -> None:
         """Move the records held in memory to the spool, if it takes them (``force``: try now)."""
@@ -157,6 +206,11 @@ class Backlog:
             self.metrics.spool_alarm = False
         self._update()
 
+    def refresh(self) -> None:
+        """Read the spool's state again (records were added to it from outside: adoption)."""
+        self._update()
+
     def _update(self) -> None:
         self.metrics.spool_bytes = self.spool.pending_bytes
         self.metrics.held = len(self._memory)
+        self.waiting = bool(self._memory) or self.metrics.spool_bytes > 0

@@ -8,6 +8,9 @@ spool and, while the spool cannot be written (a full disk), records held in memo
 beyond the memory bound are counted as dropped rather than crashing the interceptor. When it can
 make no progress the task waits (``retry_interval_s``); it never spins on the event loop.
 
+Disk work (fsync'd appends, offset commits, segment reads) runs in order on a thread of its own
+(``DiskThread``): the loop forwarding the harness's streams never waits on the disk.
+
 A record too large for the topic is not an outage: it is set aside next to the spool with its
 reason (``rejected``), counted as ``rejected``, and later records flow on. A
 batch the task holds when ``stop()`` gives up on the broker is spooled, not lost (at least once).
@@ -24,12 +27,12 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rollstream.capture.publisher.adopt import adopt_orphans
-from rollstream.capture.publisher.backlog import Backlog, Record
+from rollstream.capture.publisher.backlog import Backlog, DiskThread, Record
 from rollstream.capture.publisher.connection import BrokerConnection
 from rollstream.capture.publisher.delivery import deliver
 from rollstream.capture.publisher.metrics import PublisherMetrics
 from rollstream.capture.publisher.rejected import RejectedRecords
-from rollstream.capture.publisher.spool import LOCK_TIMEOUT_S, Spool, SpoolError
+from rollstream.capture.publisher.spool import LOCK_TIMEOUT_S, Spool
 from rollstream.errors import RecordTooLargeError
 from rollstream.schemas.topics import check_record_size
 from rollstream.settings import KafkaSettings
@@ -91,6 +94,8 @@ class CapturePublisher:
         self._backlog = Backlog(
             self.spool, self.metrics, settings.max_queue_records, settings.retry_interval_s
         )
+        self._disk = DiskThread()
+        self._submitted = 0  # records handed to the disk thread; minus Backlog.added: on their way
         self._queue: asyncio.Queue[Record] = asyncio.Queue(settings.max_queue_records)
         # The batch being sent: spooled ahead of anything spooled meanwhile, or at stop().
         self._in_flight: list[Record] = []
@@ -123,8 +128,8 @@ class CapturePublisher:
         what ours holds and before anything new, so the order per key holds for a session
         that moved here from a worker that is gone.
         """
-        self.metrics.adopted += await asyncio.to_thread(adopt_orphans, self.spool, self.topic)
-        self.metrics.spool_bytes = self.spool.pending_bytes
+        self.metrics.adopted += await self._disk.run(adopt_orphans, self.spool, self.topic)
+        await self._disk.run(self._backlog.refresh)
         self._task = asyncio.create_task(self._run(), name="capture-publisher")
 
     async def stop(self, timeout: float = 10.0) -> None:
@@ -143,12 +148,14 @@ class CapturePublisher:
                     await task
             elif not task.cancelled() and task.exception() is not None:
                 log.error("the sending task failed", exc_info=task.exception())
+        # After whatever the cancelled task left running on the disk thread: it runs in order.
         self._spool_queue()  # the batch in hand first, then the queue
-        self._backlog.flush(force=True)
-        if lost := self._backlog.drop_held():
+        self._disk.submit(self._backlog.flush, True)
+        if lost := await self._disk.run(self._backlog.drop_held):
             self.metrics.dropped += lost
             log.error("stopping with the spool unwritable: %d records held in memory lost", lost)
-        self.spool.close()  # for the next owner or an adopter; a publisher is not restarted
+        await self._disk.run(self.spool.close)  # for the next owner or an adopter
+        self._disk.close()
         await self._connection.close()
 
     async def __aenter__(self) -> CapturePublisher:
@@ -163,8 +170,8 @@ class CapturePublisher:
     def publish(self, key: bytes | None, value: bytes) -> None:
         """Enqueue a record; never waits for the broker, never raises for a broker or disk problem.
 
-        When the queue is full the record and the queue go to the spool here, on the caller's
-        loop (an fsync'd append: disk time, not broker time).
+        When the queue is full the record and the queue are handed to the spool's disk thread
+        (the append happens there, not on the caller's loop).
 
         A record over the record budget is set aside at once (see ``rejected``): no broker
         would take it, and its callers (the interceptor) record what fits instead.
@@ -208,7 +215,11 @@ class CapturePublisher:
 
     def _unsettled(self) -> int:
         in_hand = 0 if self._in_flight_spooled else len(self._in_flight)
-        return self._queue.qsize() + len(self._building) + in_hand + self._backlog.held
+        # ``added`` before ``held``: records the disk thread moves from one to the other
+        # meanwhile are then counted twice (a later answer), never zero times.
+        on_their_way = self._submitted - self._backlog.added
+        held = self._backlog.held
+        return self._queue.qsize() + len(self._building) + in_hand + on_their_way + held
 
     # -- the sending task --------------------------------------------------------------------
 
@@ -229,7 +240,8 @@ class CapturePublisher:
                 await self._send_in_hand(batch)
 
     def _pending_spool(self) -> bool:
-        return not self._backlog.empty()
+        # Read from memory: the backlog's own answer may touch the disk (and wait on its thread).
+        return self._submitted != self._backlog.added or self._backlog.waiting
 
     async def _next_record(self) -> Record | None:
         """The next queued record, waiting for it; None on stop() or a queue overflow.
@@ -315,7 +327,7 @@ class CapturePublisher:
         if spooled_meanwhile:
             # The queue overflowed during the send, so the batch went to the spool ahead of
             # it: drop the copies of what was dealt with; the rest is sent from there.
-            self._backlog.drop_copies(batch[:settled])
+            self._disk.submit(self._backlog.drop_copies, batch[:settled])
         else:
             self._spool(batch[settled:])
 
@@ -345,18 +357,19 @@ class CapturePublisher:
         if seconds < self.settings.send_timeout_s + self.settings.retry_interval_s:
             self._connection.unavailable(TimeoutError(f"no acknowledgement within {seconds:g} s"))
         self._spool_queue()  # the batch in hand first, then the queue
-        self._backlog.flush()
+        self._disk.submit(self._backlog.flush)
 
     async def _drain_spool(self) -> bool:
         """Send waiting records in order; False if no progress can be made now."""
-        self._backlog.flush()
-        while (taken := self._backlog.take(self.settings.batch_records)) is not None:
+        self._disk.submit(self._backlog.flush)
+        limit = self.settings.batch_records
+        while (taken := await self._disk.run(self._backlog.take, limit)) is not None:
             settled, sent = await self._send(taken.records)
             self.metrics.drained += sent
-            self._backlog.commit(taken, settled)
+            await self._disk.run(self._backlog.commit, taken, settled)
             if settled < len(taken.records):
                 return False
-        return self._backlog.empty()
+        return not self._pending_spool()
 
     async def _pause(self) -> None:
         with contextlib.suppress(TimeoutError):
@@ -377,22 +390,11 @@ class CapturePublisher:
             # its send succeed after all, _send_in_hand drops these copies again.
             records = self._in_flight + records
             self._in_flight_spooled = True
-        self._backlog.add(records)
+        if records:
+            self._submitted += len(records)
+            self._disk.submit(self._backlog.add, records)
 
     def _reject(self, key: bytes | None, value: bytes, reason: str) -> None:
-        """Set a record no broker takes aside with its reason, count it, and carry on."""
+        """Set a record no broker takes aside with its reason (on the disk thread), and carry on."""
         self.metrics.rejected += 1
-        where = f"set aside in {self.rejected.index}"
-        try:
-            self.rejected.add(self.topic, key, value, reason)
-        except SpoolError as exc:
-            self.metrics.spool_errors += 1
-            where = f"LOST, not set aside ({exc})"
-        log.error(
-            "record for %s (key %r, %d bytes) rejected: %s; %s",
-            self.topic,
-            key,
-            len(value),
-            reason,
-            where,
-        )
+        self._disk.submit(self.rejected.set_aside, self.topic, key, value, reason, self.metrics)

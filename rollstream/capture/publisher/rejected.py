@@ -9,16 +9,20 @@ line gives. The publisher carries on with later records; nothing reads this back
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rollstream.capture.publisher.metrics import PublisherMetrics
 from rollstream.capture.publisher.spool import (
     SpoolError,
     encode_frames,
     parse_frames,
 )
 from rollstream.durable import append_durably, make_directory
+
+log = logging.getLogger(__name__)
 
 #: Past this much in ``rejected.log``, only the line in ``rejected.jsonl`` is kept (``offset``
 #: null): a stream of oversized records must not fill the disk the spool needs.
@@ -67,6 +71,30 @@ class RejectedRecords:
             raise SpoolError(
                 f"cannot set a rejected record aside in {self.directory}: {exc}"
             ) from exc
+
+    def set_aside(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        reason: str,
+        metrics: PublisherMetrics,
+    ) -> None:
+        """Add a record and log where it went; a disk that refuses it is counted, not raised."""
+        where = f"set aside in {self.index}"
+        try:
+            self.add(topic, key, value, reason)
+        except SpoolError as exc:
+            metrics.spool_errors += 1
+            where = f"LOST, not set aside ({exc})"
+        log.error(
+            "record for %s (key %r, %d bytes) rejected: %s; %s",
+            topic,
+            key,
+            len(value),
+            reason,
+            where,
+        )
 
     def read(self) -> list[RejectedRecord]:
         """Everything set aside so far, oldest first (for operators and tests)."""

@@ -208,15 +208,17 @@ class Spool:
         """
         for segment in self._segments():
             start = self._done_offset(segment)
-            data = segment.read_bytes()
-            if start >= len(data):
+            if start >= segment.stat().st_size:
                 if segment != self._segments()[-1]:
                     self._remove(segment)
                     continue
                 return []
-            records = _parse(data, start, segment, limit)
+            # From the sent offset on, only as far as ``limit`` frames reach: a segment is up
+            # to 64 MiB and a drain takes it 500 records at a time.
+            records = _read_frames(segment, start, limit)
             if records:
                 return records
+            data = segment.read_bytes()  # damage: the whole segment, to find the next frame
             if segment == self._segments()[-1] and self._torn:
                 self._repair()
                 return self.read(limit)
@@ -311,6 +313,29 @@ def _whole_frames(segment: Path, start: int) -> bool:
 def parse_frames(data: bytes, segment: Path) -> list[SpooledRecord]:
     """Every whole frame of ``data`` from its start (also used for rejected records)."""
     return _parse(data, 0, segment, limit=len(data))
+
+
+def _read_frames(segment: Path, start: int, limit: int) -> list[SpooledRecord]:
+    """Up to ``limit`` whole frames of ``segment`` from ``start``, reading no further."""
+    records: list[SpooledRecord] = []
+    pos = start
+    with segment.open("rb") as fh:
+        fh.seek(start)
+        while len(records) < limit:
+            header = fh.read(_HEADER.size)
+            if len(header) < _HEADER.size:
+                break
+            key_len, value_len = _HEADER.unpack(header)
+            k = key_len if key_len != _NO_KEY else 0
+            # A damaged length can ask for more than the file holds: read() stops at its end.
+            rest = fh.read(k + value_len + _CRC.size)
+            frame = header + rest
+            parsed = _parse(frame, 0, segment, 1)
+            if not parsed:
+                break
+            pos += len(frame)
+            records.append(SpooledRecord(parsed[0].key, parsed[0].value, segment, pos))
+    return records
 
 
 def _parse(data: bytes, start: int, segment: Path, limit: int) -> list[SpooledRecord]:

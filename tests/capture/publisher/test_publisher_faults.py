@@ -9,6 +9,7 @@ test_publisher.py and tests/chaos.
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -244,7 +245,8 @@ async def test_a_batch_spooled_while_in_flight_keeps_its_place_and_is_not_sent_t
         await until(lambda: len(broker.hanging) == 1)  # b"0" is in flight
         for value in _values(3, 1):  # the third overflows the queue: all to the spool
             publisher.publish(b"k", value)
-        assert [r.value for r in Spool(tmp_path).read()] == _values(4)
+        # Written by the spool's own thread, the batch in flight first.
+        await until(lambda: [r.value for r in Spool(tmp_path).read()] == _values(4))
         broker.release(None if outcome == "acknowledged" else KafkaConnectionError("reset"))
         await until(lambda: publisher.spool.empty() and len(broker.log) >= 4)
     assert broker.log == _values(4)  # once each, in order
@@ -305,3 +307,43 @@ async def test_held_records_moved_to_the_spool_while_being_sent_are_not_sent_twi
         await until(lambda: publisher.spool.empty() and publisher.metrics.held == 0)
         await asyncio.sleep(0.1)  # time for a copy to go out, if one were to
     assert broker.log == _values(3)
+
+
+async def test_the_disk_work_of_an_outage_never_runs_on_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Appends, reads, commits and set-asides run on the spool's own thread, in order.
+
+    The loop forwards the harness's streams: an fsync there stalls every stream of the
+    interceptor, and during a long outage they come every second.
+    """
+    loop_thread = threading.get_ident()
+    on_loop: list[str] = []
+
+    def watch(owner: type, name: str) -> None:
+        original = getattr(owner, name)
+
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() == loop_thread:
+                on_loop.append(name)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, watched)
+
+    for name in ("append", "read", "commit"):
+        watch(Spool, name)
+    watch(RejectedRecords, "add")
+    broker = FakeBroker()
+    broker.topic_limit = 100
+    publisher = OnFakeBroker(tmp_path, broker, max_queue_records=2)
+    async with publisher:
+        broker.up = False
+        for value in _values(5):  # the queue overflows: publish() hands records to the spool
+            publisher.publish(b"k", value)
+        await until(lambda: publisher.metrics.spooled >= 5)
+        publisher.publish(b"k", b"x" * 200)  # no broker takes it: set aside
+        publisher.publish(b"k", b"5")
+        broker.up = True  # the spool drains: reads and commits
+        await until(lambda: broker.log == _values(6) and publisher.metrics.rejected == 1)
+    assert on_loop == []
+    assert [r.value for r in RejectedRecords(tmp_path).read()] == [b"x" * 200]

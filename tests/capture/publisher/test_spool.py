@@ -180,3 +180,27 @@ def test_damage_in_the_middle_is_skipped_with_a_count_not_a_stall(tmp_path: Path
     first.write_bytes(bytes(data))
     assert [r.value for r in spool.read()] == [b"b"]
     assert spool.skipped_bytes == len(data)
+
+
+def _bytes_read() -> int:
+    """Bytes this process has read through system calls so far (Linux /proc)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
+def test_a_read_takes_only_the_frames_it_returns_not_the_whole_segment(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    value = b"x" * 16_384
+    spool.append([(b"k", value)] * 2_000)  # one segment of about 32 MiB
+    drained = 0
+    before = _bytes_read()
+    for _ in range(10):  # a drain's steps from the middle of the segment on
+        records = spool.read(5)
+        drained += len(records)
+        spool.commit(records[-1])
+    read = _bytes_read() - before
+    assert drained == 50 and spool.read(1)[0].value == value
+    # 50 frames of 16 KiB, not ten reads of 32 MiB: a drain of a full segment stays linear.
+    assert read < 4 * 1024 * 1024
