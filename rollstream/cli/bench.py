@@ -369,9 +369,10 @@ def _register_more() -> None:
     from rollstream.cli.bench_scale import scale
     from rollstream.cli.bench_scaleout import cluster, instances
     from rollstream.cli.bench_stream import stream
-    from rollstream.cli.bench_suite import all_benchmarks, pipeline, publisher, wall
+    from rollstream.cli.bench_suite import all_benchmarks, outage, pipeline, publisher, wall
 
-    commands = (publisher, cluster, pipeline, instances, scale, stream, wall, all_benchmarks)
+    commands = (publisher, outage, cluster, pipeline, instances, scale, stream, wall)
+    commands += (all_benchmarks,)
     for command in commands:
         bench.add_command(command)
 

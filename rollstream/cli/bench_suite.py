@@ -1,4 +1,4 @@
-"""``rollstream bench publisher``, ``bench pipeline`` and ``bench all``.
+"""``rollstream bench publisher``, ``bench outage``, ``bench pipeline`` and ``bench all``.
 
 Registered on the ``bench`` group by :mod:`rollstream.cli.bench`, which stays small this way.
 """
@@ -14,6 +14,7 @@ import click
 
 from rollstream.cli.bench_common import delete_topics, output_options
 from rollstream.cli.options import settings_options
+from rollstream.dev.bench.outage import OutageBenchConfig, run_outage_bench
 from rollstream.dev.bench.pipeline import PipelineBenchConfig, run_pipeline_bench
 from rollstream.dev.bench.publisher import PublisherBenchConfig, run_publisher_bench
 from rollstream.dev.bench.report import record, write_markdown
@@ -64,6 +65,36 @@ def publisher(
     click.echo("publisher: CallRecords/s and session bytes on the broker, per encoding")
     result = asyncio.run(run_publisher_bench(config, _bench_kafka(kafka), click.echo))
     data = record(json_path, "publisher", result)
+    write_markdown(data, markdown)
+    click.echo(f"results in {json_path}, summary in {markdown}")
+
+
+@click.command(name="outage")
+@output_options
+@click.option(
+    "--outage-s",
+    type=click.FloatRange(0, min_open=True),
+    default=OutageBenchConfig.outage_s,
+    show_default=True,
+    help="How long the broker is away.",
+)
+@click.option(
+    "--rate",
+    type=click.FloatRange(0, min_open=True),
+    default=OutageBenchConfig.rate,
+    show_default=True,
+    help="Records a second, throughout.",
+)
+def outage(json_path: Path, markdown: Path, outage_s: float, rate: float) -> None:
+    """How late the event loop wakes while the publisher spools and drains, per disk mode.
+
+    The spool's disk work on the loop (the old way) against on the publisher's disk thread,
+    side by side; starts brokers of its own (no running broker needed).
+    """
+    config = OutageBenchConfig(outage_s=outage_s, rate=rate)
+    click.echo("outage: the publisher's disk work on the event loop, against on its own thread")
+    result = asyncio.run(run_outage_bench(config, click.echo))
+    data = record(json_path, "outage", result)
     write_markdown(data, markdown)
     click.echo(f"results in {json_path}, summary in {markdown}")
 
@@ -188,8 +219,9 @@ def all_benchmarks(
 ) -> None:
     """Every benchmark with its default configuration, one after another, then RESULTS.md.
 
-    Runs backend, interceptor, stream, node, wall, reconstruct, publisher, cluster, pipeline,
-    instances, scale and fidelity (those that exist), each merging its results into --json;
+    Runs backend, interceptor, stream, node, wall, reconstruct, publisher, outage, cluster,
+    pipeline, instances, scale and fidelity (those that exist), each merging its results into
+    --json;
     regenerates --markdown once at the end, with the machine description at the top. A
     benchmark that fails does not stop the others; the command then exits with 1. Needs a broker
     (`rollstream kafka start`); cluster starts brokers of its own besides.

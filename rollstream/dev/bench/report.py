@@ -10,6 +10,7 @@ from rollstream.dev.bench.cluster_report import cluster_section
 from rollstream.dev.bench.common import machine
 from rollstream.dev.bench.fidelity_report import fidelity_section
 from rollstream.dev.bench.instances_report import instances_section
+from rollstream.dev.bench.outage import outage_section
 from rollstream.dev.bench.pipeline_report import pipeline_section
 from rollstream.dev.bench.publisher_report import publisher_section
 from rollstream.dev.bench.reconstruct_long import long_sessions_section
@@ -334,6 +335,7 @@ SECTIONS = {
     "node": _node_section,
     "reconstruct": _reconstruct_and_long_section,
     "publisher": publisher_section,
+    "outage": outage_section,
     "cluster": cluster_section,
     "pipeline": pipeline_section,
     "instances": instances_section,

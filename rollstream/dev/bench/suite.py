@@ -19,6 +19,7 @@ ORDER = (
     "wall",
     "reconstruct",
     "publisher",
+    "outage",
     "cluster",
     "pipeline",
     "instances",
