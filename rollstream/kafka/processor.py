@@ -379,6 +379,10 @@ class TransactionalProcessor[T]:
             producers[tp].state_chunks = int(states[tp].get("chunks", 1)) if tp in states else 0
             self.app.assigned(tp, states.get(tp), committed[tp])
         self._producers.update(producers)
+        # A batch polled before now may hold records of these partitions from before the seek
+        # above (processed by the owner just fenced), and a decode awaiting the schema store
+        # would take them for ours: such a batch is read again.
+        self.generation += 1
 
     async def _close(self, tps: list[TopicPartition]) -> None:
         for producer in [self._producers.pop(tp) for tp in tps if tp in self._producers]:

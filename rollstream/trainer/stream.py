@@ -32,16 +32,15 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 from rollstream.errors import (
     BrokerError,
     ConfigurationError,
-    SerializationError,
-    UnknownSchemaError,
 )
 from rollstream.kafka.clients import make_consumer, ordinary_tasks, topic_partitions
 from rollstream.kafka.control import publish_policy_version
 from rollstream.kafka.schema_store import SchemaStore
-from rollstream.schemas import AvroSerializer, PolicyVersion, Scored, TopicNames, Trajectory
+from rollstream.schemas import AvroSerializer, PolicyVersion, TopicNames
 from rollstream.settings import KafkaSettings
 from rollstream.trainer.groups import Group, GroupAssembler, RecordBatch, StreamMetrics
 from rollstream.trainer.ledger import Partition, PartitionPosition, StreamPosition
+from rollstream.trainer.records import as_scored
 from rollstream.trainer.settings import TrainerSettings
 
 log = logging.getLogger(__name__)
@@ -53,6 +52,7 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
         # The next owner re-reads from the committed offsets; what was delivered is remembered.
+        self.owner._generation += 1  # records fetched before are read again: see _take
         self.owner._assembler.release((tp.topic, tp.partition) for tp in revoked)
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
@@ -111,6 +111,7 @@ class TrajectoryStream:
         self._stopped = False
         self._failure: Exception | None = None  # raised by the rebalance listener
         self._feeding: asyncio.Future[None] | None = None  # records being taken (_poll)
+        self._generation = 0  # rebalances so far
 
     @property
     def policy_version(self) -> int:
@@ -299,13 +300,13 @@ class TrajectoryStream:
     async def _feed(
         self, consumer: AIOKafkaConsumer, batch: Mapping[TopicPartition, list[ConsumerRecord]]
     ) -> None:
-        now = time.monotonic()
-        assignment = consumer.assignment()
+        now, generation, assignment = time.monotonic(), self._generation, consumer.assignment()
         for tp, messages in batch.items():
             if tp not in assignment:  # fetched just before a revocation: not ours now
                 continue
             for message in messages:
-                await self._take((tp.topic, tp.partition), message, now)
+                if not await self._take((tp.topic, tp.partition), message, now, generation):
+                    return
         self._assembler.expire(now)
 
     async def _place(self, assigned: Iterable[TopicPartition]) -> None:
@@ -348,18 +349,29 @@ class TrajectoryStream:
             raise ConfigurationError("the stream is not started: use `async with` or start()")
         return self._consumer
 
-    async def _take(self, partition: Partition, message: ConsumerRecord, now: float) -> None:
+    async def _take(
+        self, partition: Partition, message: ConsumerRecord, now: float, generation: int
+    ) -> bool:
         """Hand one record to the assembler; one that cannot be used is skipped, never raised.
 
         A record that raised here would be met again by every restart (the commit never
-        passes it), so a trainer would crash-loop on it: only broker errors go up.
+        passes it), so a trainer would crash-loop on it: only broker errors go up. False, and
+        nothing taken, after a rebalance since ``generation`` (during a schema refresh, say):
+        positions went back to the committed offsets, so the batch's records come again.
         """
         try:
-            record = await self._decode(partition, message)
+            where = f"{partition[0]}[{partition[1]}]@{message.offset}"
+            record = await as_scored(
+                self._serializer, self._store, self.group, where, message.value
+            )
+            if self._generation != generation:
+                return False
             self._assembler.add(partition, message.offset, record, now)
         except BrokerError:
             raise
         except Exception:
+            if self._generation != generation:
+                return False
             log.exception(
                 "trainer stream %s: skipping the record at %s[%d]@%d, which could not be used",
                 self.group,
@@ -368,33 +380,4 @@ class TrajectoryStream:
                 message.offset,
             )
             self._assembler.skip(partition, message.offset)
-
-    async def _decode(self, partition: Partition, message: ConsumerRecord) -> Scored | None:
-        """The record as Scored (a Trajectory gets reward None); None, logged, if it is not one."""
-        where = f"{partition[0]}[{partition[1]}]@{message.offset}"
-        if message.value is None:
-            log.warning("trainer stream %s: skipping a tombstone at %s", self.group, where)
-            return None
-        try:
-            try:
-                record = self._serializer.decode(message.value)
-            except UnknownSchemaError:
-                assert self._store is not None
-                await self._store.refresh()  # a newer writer: its schema is in the store by now
-                record = self._serializer.decode(message.value)
-        except SerializationError as exc:
-            log.warning("trainer stream %s: skipping undecodable %s: %s", self.group, where, exc)
-            return None
-        except KafkaError as exc:  # the schema store could not be read: the broker, not the record
-            raise BrokerError(f"trainer stream {self.group}: {exc}", retriable=True) from exc
-        if isinstance(record, Scored):
-            return record
-        if isinstance(record, Trajectory):
-            return Scored(trajectory=record, reward=None, evaluator="", scored_at=record.created_at)
-        log.warning(
-            "trainer stream %s: skipping %s at %s (neither Scored nor Trajectory)",
-            self.group,
-            type(record).avro_name,
-            where,
-        )
-        return None
+        return True
