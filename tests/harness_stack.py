@@ -114,6 +114,7 @@ async def engine_interceptor(
     server: EngineServer,
     family: str,
     context: Literal["ordinary", "exact"] = "ordinary",
+    strict: bool = False,
 ) -> AsyncIterator[Interceptor]:
     """An interceptor (free ports) in front of a real vLLM serving ``family``'s tiny model."""
     interceptor = Interceptor(
@@ -124,6 +125,7 @@ async def engine_interceptor(
             upstream_model=server.model,
             context=context,
             family=family,
+            strict_sessions=strict,
         ),
         kafka,
         PublisherSettings(),

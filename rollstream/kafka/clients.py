@@ -184,3 +184,41 @@ def ordinary_tasks() -> Iterator[None]:
                 loop.set_task_factory(saved)
         else:
             _suspended[loop] = (depth - 1, saved)
+
+
+class LazyProducer:
+    """A producer started at its first use, shared by all later records of its sender.
+
+    For senders that may never send (dead letters, task submissions); a failed start is
+    retried at the next use. ``get()`` waits at most ``start_timeout_s`` for the start;
+    ``close()`` stops it (the next ``get()`` makes a new one: how a sender recovers from a
+    producer that failed).
+    """
+
+    def __init__(self, settings: KafkaSettings, start_timeout_s: float) -> None:
+        self.settings = settings
+        self.start_timeout_s = start_timeout_s
+        self._producer: AIOKafkaProducer | None = None
+        self._starting = asyncio.Lock()
+
+    async def get(self) -> AIOKafkaProducer:
+        """The started producer (started now if it was not)."""
+        async with self._starting:
+            if self._producer is None:
+                producer = make_producer(self.settings)
+                try:
+                    with ordinary_tasks():
+                        await asyncio.wait_for(producer.start(), self.start_timeout_s)
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        await producer.stop()
+                    raise
+                self._producer = producer
+            return self._producer
+
+    async def close(self) -> None:
+        """Stop the producer, if one was started."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                await producer.stop()

@@ -9,6 +9,10 @@ session publishes its SessionStarted and SessionEnded (the call count the interc
 for it) through a capture publisher of its own, as the rollout node does; both publishers spool
 while the broker is away and drain when it is back.
 
+A probe on the test's event loop (which the in-process interceptor forwards every stream on)
+measures how late a 10 ms sleep wakes before, during and after the outage: the delay a
+streamed chunk meets behind the capture publisher's spooling and draining (reported in the row).
+
 Counted afterwards: every chat call the backend served is in the events topic (by call id; the
 publishers are at least once, so the batch the broker wrote but never acknowledged before the
 kill comes again: those copies are counted and must be identical), every session has exactly
@@ -32,6 +36,7 @@ from rollstream.capture.interceptor.proxy import Interceptor
 from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.capture.publisher.client import CapturePublisher, PublisherSettings
 from rollstream.dev.bench.instances_gate import GroupWatch
+from rollstream.dev.bench.outage import LoopProbe
 from rollstream.dev.broker import BrokerInfo, BrokerSettings, LocalBroker
 from rollstream.dev.demo import agent
 from rollstream.host import free_port
@@ -67,6 +72,23 @@ SESSIONS = 50
 LAUNCH_EVERY_S = 0.7  # 50 sessions over 35 s: they start, call and end all through the outage
 KILL_AFTER_S = 5.0  # after the first launch
 DOWN_S = 30.0
+
+
+@dataclass
+class Outcome:
+    """What the outage cost: the broker's restart, the records spooled, the loop's lateness."""
+
+    restart_s: float
+    spooled: int
+    probe: LoopProbe
+
+    def lateness(self) -> str:
+        """The event loop's lateness per phase, as the row says it."""
+        parts = []
+        for phase in ("before", "outage", "after"):
+            s = self.probe.summary(phase)
+            parts.append(f"{phase} p99 {s['p99_ms']:.0f} / max {s['max_ms']:.0f}")
+        return "stream chunks delayed (ms): " + ", ".join(parts)
 
 
 @dataclass
@@ -190,14 +212,19 @@ async def test_broker_sigkilled_for_30s_loses_no_call_and_duplicates_no_trajecto
             lifecycle = CapturePublisher(
                 kafka, PublisherSettings(), names.events, state / "spool" / "lifecycle"
             )
+            probe, probing = LoopProbe(0.01, "before"), asyncio.Event()
             async with lifecycle:
-                restart_s = await _run_through_outage(
-                    own_broker, started_broker, interceptor, lifecycle, tmp_path, seen
-                )
+                watching = asyncio.create_task(probe.run(probing))
+                try:
+                    restart_s = await _run_through_outage(
+                        own_broker, started_broker, interceptor, lifecycle, tmp_path, seen, probe
+                    )
+                finally:
+                    probing.set()
+                    await watching
                 spooled = interceptor.publisher.metrics.spooled + lifecycle.metrics.spooled
-                await _count(
-                    kafka, names, backend, seen, reconstructor, chaos_report, restart_s, spooled
-                )
+                outcome = Outcome(restart_s, spooled, probe)
+                await _count(kafka, names, backend, seen, reconstructor, chaos_report, outcome)
     finally:
         reconstructor.stop()
 
@@ -209,6 +236,7 @@ async def _run_through_outage(
     lifecycle: CapturePublisher,
     tmp_path: Path,
     seen: Harnesses,
+    probe: LoopProbe,
 ) -> float:
     """Launch the sessions, SIGKILL the broker mid-run, restart it 30 s later; the restart's s."""
 
@@ -223,12 +251,14 @@ async def _run_through_outage(
     running = asyncio.create_task(launch())
     await asyncio.sleep(KILL_AFTER_S)
     os.kill(info.pid, signal.SIGKILL)
+    probe.phase = "outage"
     assert interceptor.publisher.metrics.published > 0  # records reached it before the fault
     await asyncio.sleep(DOWN_S)
     assert not running.done()  # sessions still calling when the broker comes back
     again = await asyncio.to_thread(broker.start)
     assert again.port == info.port and again.pid != info.pid
     assert again.cluster_id == info.cluster_id  # the same data directory, not re-formatted
+    probe.phase = "after"  # the spools drain meanwhile
     await running
     return again.startup_seconds
 
@@ -240,9 +270,9 @@ async def _count(
     seen: Harnesses,
     reconstructor: Service,
     chaos_report: ChaosReport,
-    restart_s: float,
-    spooled: int,
+    outcome: Outcome,
 ) -> None:
+    spooled = outcome.spooled
     async with topic_readers(kafka, names.events, names.trajectories) as (events, trajectories):
         async with asyncio.timeout(90):
             while len({t.session_id for t in trajectories.of(Trajectory)}) < SESSIONS:
@@ -266,9 +296,9 @@ async def _count(
     failed_calls = [c for c in by_id.values() if c[0].error is not None]
     errors = len(seen.errors) + sum(1 for code in seen.exit_codes.values() if code != 0)
     chaos_report(
-        fault=f"broker SIGKILL, down {DOWN_S:.0f} s + {restart_s:.0f} s restart",
+        fault=f"broker SIGKILL, down {DOWN_S:.0f} s + {outcome.restart_s:.0f} s restart",
         load=f"{SESSIONS} sessions, {backend.served.ok} calls; {spooled} records spooled, "
-        f"{resent} re-sent (at least once; readers drop copies)",
+        f"{resent} re-sent (at least once; readers drop copies); {outcome.lateness()}",
         lost=lost_calls + lost_trajectories,
         duplicated=duplicate_trajectories,
         errors=str(errors + len(failed_calls) + backend.served.failed),

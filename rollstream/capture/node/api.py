@@ -7,7 +7,6 @@ any node of the group may take it; ``GET`` and ``DELETE`` act on the sessions th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from pathlib import Path
@@ -15,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 from aiohttp import web
-from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
@@ -24,7 +22,7 @@ from rollstream.capture.node.history import SessionSummary
 from rollstream.capture.node.session import CONTEXT_METADATA, harness_options
 from rollstream.errors import RollstreamError
 from rollstream.http_auth import bearer_middleware, warn_if_open
-from rollstream.kafka.clients import make_producer
+from rollstream.kafka.clients import LazyProducer
 from rollstream.sandbox.harnesses.presets import HarnessContext, preset
 from rollstream.sandbox.workspace import WorkspaceError, check_workspace
 from rollstream.schemas import Task, utcnow
@@ -83,26 +81,10 @@ class NodeApi:
     def __init__(self, node: Node) -> None:
         self.node = node
         self.tasks_refused = 0  # submissions the broker refused (503)
-        self._producer: AIOKafkaProducer | None = None  # one for every submission
-        self._starting = asyncio.Lock()
-
-    async def _started(self) -> AIOKafkaProducer:
-        async with self._starting:
-            if self._producer is None:
-                producer = make_producer(self.node.kafka)
-                try:
-                    await asyncio.wait_for(producer.start(), SUBMIT_TIMEOUT_S)
-                except BaseException:
-                    await producer.stop()
-                    raise
-                self._producer = producer
-            return self._producer
+        self._producer = LazyProducer(node.kafka, SUBMIT_TIMEOUT_S)  # one for every submission
 
     async def _close(self, _: web.Application | None = None) -> None:
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            with contextlib.suppress(Exception):
-                await producer.stop()
+        await self._producer.close()
 
     def app(self) -> web.Application:
         """The aiohttp application, behind the node's bearer tokens."""
@@ -126,7 +108,7 @@ class NodeApi:
             return web.json_response({"error": f"invalid task: {exc}"}, status=400)
         node = self.node
         try:
-            producer = await self._started()
+            producer = await self._producer.get()
             await asyncio.wait_for(
                 producer.send_and_wait(
                     node.names.tasks, node.serializer.encode(task), key=task.task_id.encode()

@@ -11,16 +11,14 @@ commit. Each refusal is logged and counted (``rollstream_node_dead_letters_faile
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from rollstream.capture.node.progress import PartitionProgress, TaskEntry
-from rollstream.kafka.clients import make_producer, ordinary_tasks
+from rollstream.kafka.clients import LazyProducer
 from rollstream.kafka.deadletters import dead_letter
 from rollstream.schemas import AvroSerializer
 from rollstream.settings import KafkaSettings
@@ -55,7 +53,7 @@ class DeadLetters:
         self.sent = 0
         self.failed = 0  # attempts the broker refused or did not answer in time
         self._held: list[_Held] = []
-        self._producer: AIOKafkaProducer | None = None  # made on first use: poison is rare
+        self._producer = LazyProducer(kafka, LETTER_TIMEOUT_S)  # poison is rare
         self._retry_at = 0.0  # loop time before which no letter is tried
 
     @property
@@ -94,9 +92,7 @@ class DeadLetters:
 
     async def stop(self) -> None:
         """Close the producer; held letters stay unwritten (their records are not committed)."""
-        if self._producer is not None:
-            await self._producer.stop()
-            self._producer = None
+        await self._producer.close()
 
     async def _send(self, message: ConsumerRecord, error: Exception) -> bool:
         loop = asyncio.get_running_loop()
@@ -106,7 +102,7 @@ class DeadLetters:
             return False
         letter = self.serializer.encode(dead_letter(message, error, self.group))
         try:
-            producer = await self._started()
+            producer = await self._producer.get()
             await asyncio.wait_for(
                 producer.send_and_wait(self.topic, letter, key=message.key), LETTER_TIMEOUT_S
             )
@@ -117,18 +113,3 @@ class DeadLetters:
             return False
         self.sent += 1
         return True
-
-    async def _started(self) -> AIOKafkaProducer:
-        """The producer, started once it could start (a failed start is retried)."""
-        if self._producer is not None:
-            return self._producer
-        producer = make_producer(self.kafka)
-        try:
-            with ordinary_tasks():
-                await asyncio.wait_for(producer.start(), LETTER_TIMEOUT_S)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await producer.stop()
-            raise
-        self._producer = producer
-        return producer

@@ -42,13 +42,22 @@ class DiskThread:
 
     def __init__(self) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capture-spool")
+        self._closed = False
 
     def submit[T](self, fn: Callable[..., T], *args: object) -> Future[T]:
         """Queue ``fn(*args)`` after everything submitted before; returns at once.
 
-        A failure nobody awaits is logged: a lost exception would hide a lost record.
+        A failure nobody awaits is logged: a lost exception would hide a lost record. After
+        ``close()`` (a publisher stopped twice) the work runs at once on the caller's thread.
         """
-        future = self._executor.submit(fn, *args)
+        if self._closed:
+            future: Future[T] = Future()
+            try:
+                future.set_result(fn(*args))
+            except Exception as exc:
+                future.set_exception(exc)
+        else:
+            future = self._executor.submit(fn, *args)
         future.add_done_callback(_log_failure)
         return future
 
@@ -58,6 +67,7 @@ class DiskThread:
 
     def close(self) -> None:
         """Finish what was submitted and stop the thread."""
+        self._closed = True
         self._executor.shutdown(wait=True)
 
 

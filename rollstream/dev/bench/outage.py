@@ -60,20 +60,29 @@ class InlineDisk(DiskThread):
         return future
 
 
-class _Probe:
-    """How late a sleep of ``interval_s`` wakes on this loop, per phase."""
+class LoopProbe:
+    """How late a sleep of ``interval_s`` wakes on this loop, per ``phase`` (set by the caller).
 
-    def __init__(self, interval_s: float) -> None:
+    What a streamed chunk forwarded on the same loop waits behind whatever else runs there.
+    """
+
+    def __init__(self, interval_s: float, phase: str) -> None:
         self.interval_s = interval_s
-        self.phase = "outage"
-        self.lags: dict[str, list[float]] = {"outage": [], "drain": []}
+        self.phase = phase
+        self.lags: dict[str, list[float]] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Sleep and measure until ``stop`` is set."""
         loop = asyncio.get_running_loop()
         while not stop.is_set():
             began = loop.time()
             await asyncio.sleep(self.interval_s)
-            self.lags[self.phase].append(loop.time() - began - self.interval_s)
+            late = loop.time() - began - self.interval_s
+            self.lags.setdefault(self.phase, []).append(late)
+
+    def summary(self, phase: str) -> dict[str, float]:
+        """``phase``'s lateness: samples, p50, p99 and max in ms, and wakes over 100 ms."""
+        return lateness(self.lags.get(phase, []))
 
 
 async def _load(publisher: CapturePublisher, rate: float, size: int, stop: asyncio.Event) -> int:
@@ -89,7 +98,8 @@ async def _load(publisher: CapturePublisher, rate: float, size: int, stop: async
     return sent
 
 
-def _summary(lags: list[float]) -> dict[str, float]:
+def lateness(lags: list[float]) -> dict[str, float]:
+    """Samples, p50, p99 and max of ``lags`` (seconds) in ms, and how many are over 100 ms."""
     ordered = sorted(lags) or [0.0]
     return {
         "samples": len(lags),
@@ -116,7 +126,7 @@ async def one_variant(
     publisher = CapturePublisher(kafka, PublisherSettings(), topic, workdir / "spool")
     if variant == "inline":
         publisher._disk = InlineDisk()  # the old behaviour, for comparison
-    probe, stop = _Probe(config.probe_ms / 1000), asyncio.Event()
+    probe, stop = LoopProbe(config.probe_ms / 1000, "outage"), asyncio.Event()
     await publisher.start()
     probing = asyncio.create_task(probe.run(stop))
     loading = asyncio.create_task(_load(publisher, config.rate, config.record_bytes, stop))
@@ -153,8 +163,8 @@ async def one_variant(
         "acknowledged": m.published + m.drained,
         "lost": sent - m.published - m.drained,
         "drain_s": round(drained_s, 1),
-        "outage": _summary(probe.lags["outage"]),
-        "drain": _summary(probe.lags["drain"]),
+        "outage": probe.summary("outage"),
+        "drain": probe.summary("drain"),
     }
 
 

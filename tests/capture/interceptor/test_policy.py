@@ -10,12 +10,15 @@ paths as vLLM's Starlette does) and counts what reached it: before the policy,
 
 from __future__ import annotations
 
+import collections
 import json
 import random
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import httpx
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -24,12 +27,14 @@ from hypothesis import strategies as st
 from yarl import URL
 
 from rollstream.capture.interceptor.policy import Route, UnreadablePath, decide, normalise
+from rollstream.capture.interceptor.pool_metrics import Family, parse_metrics
 from rollstream.capture.interceptor.proxy import Interceptor
 from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.schemas import CallRecord, TopicNames
 from rollstream.settings import KafkaSettings, StatePaths
-from tests.harness_stack import register
+from tests.engine_servers import EngineServers
+from tests.harness_stack import engine_interceptor, register
 from tests.kafka_reading import read_records
 
 #: (method, plain path) -> route: the oracle.
@@ -188,3 +193,71 @@ async def test_no_llm_route_of_the_upstream_is_reached_unrecorded(
     assert len(refused) == 2 * sum(
         route is Route.REFUSED for (key, _) in corpus for route in [TABLE[key]]
     )
+
+
+def _served(metrics_text: str) -> tuple[collections.Counter[tuple[str, str]], float]:
+    """What a vLLM server says it served: requests by (method, route), and generations run."""
+    families = parse_metrics(metrics_text)
+    by_route: collections.Counter[tuple[str, str]] = collections.Counter()
+    for sample in families.get("http_requests_total", Family("counter", [])).samples:
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', sample.labels))
+        by_route[(labels["method"], labels["handler"])] += int(sample.value)
+    success = families.get("vllm:request_success_total", Family("counter", [])).samples
+    return by_route, sum(s.value for s in success)
+
+
+@pytest.mark.parametrize("family", ["qwen3"])
+async def test_on_vllm_no_generation_runs_without_its_record(
+    family: str,
+    engine_servers: EngineServers,
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    tmp_path: Path,
+) -> None:
+    """The corpus through a strict interceptor in front of a real vLLM, counted by vLLM itself.
+
+    vLLM's own metrics say which of its routes served what (``http_requests_total`` by route,
+    as Starlette matched the decoded path) and how many generations it ran: every generation
+    must be a recorded LLM call of the registered session, and no refused route reached it.
+    """
+    server = engine_servers.get(family)
+    rng = random.Random(11)
+    corpus = [(key, spell(key[1], rng)) for key in sorted(TABLE) for _ in range(3)]
+    corpus += [(key, key[1]) for key in sorted(TABLE)]
+    async with httpx.AsyncClient(timeout=120) as client:
+        before = _served((await client.get(f"{server.url}/metrics")).text)
+        state = tmp_path / "state"
+        async with engine_interceptor(kafka_settings, state, server, family, strict=True) as proxy:
+            register(proxy, "sess-known")
+            expected_records = forwarded_calls = 0
+            for session in ("sess-unknown", "sess-known"):
+                for (method, plain), path in corpus:
+                    route = TABLE[(method, plain)]
+                    body = _body(plain) | {"model": server.model}
+                    response = await client.request(
+                        method,
+                        proxy.url + path,
+                        content=json.dumps(body),
+                        headers={"authorization": f"Bearer {session}"},
+                    )
+                    if route is Route.REFUSED:
+                        assert response.status_code in (400, 404, 405), (path, response.text)
+                    elif route is Route.LLM_CALL and session == "sess-known":
+                        assert response.status_code == 200, (path, response.text)
+                    expected_records += route in (Route.REFUSED, Route.LLM_CALL)
+                    forwarded_calls += route is Route.LLM_CALL and session == "sess-known"
+        after = _served((await client.get(f"{server.url}/metrics")).text)
+    requests, generations = after[0] - before[0], after[1] - before[1]
+    # Every generation vLLM ran is one of the registered session's LLM calls.
+    assert generations == forwarded_calls
+    assert requests[("POST", "/v1/chat/completions")] == forwarded_calls
+    engine_routes = {p for (m, p), route in TABLE.items() if route is Route.REFUSED}
+    assert not [
+        key for key in requests if key[1] in engine_routes | LLM_ROUTES - {"/v1/chat/completions"}
+    ], requests
+    records = await read_records(
+        kafka_settings, rollstream_topics.events, CallRecord, expected_records
+    )
+    assert len(records) == expected_records
+    recorded_ok = [r for r in records if r.session_id == "sess-known" and r.error is None]
+    assert len(recorded_ok) == forwarded_calls

@@ -10,6 +10,7 @@ import asyncio
 from pathlib import Path
 
 from rollstream.capture.publisher.client import CapturePublisher, PublisherSettings, Record
+from rollstream.capture.publisher.spool import Spool
 from rollstream.settings import KafkaSettings
 from tests.waiting import until
 
@@ -52,3 +53,14 @@ async def test_records_queued_after_an_overflow_never_overtake_the_spooled_ones(
         await until(lambda: len(publisher.sent) == 100)
     expected = [f"{burst}-{i}".encode() for burst in range(20) for i in range(5)]
     assert publisher.sent == expected
+
+
+async def test_a_publisher_stopped_twice_stops_quietly_with_its_records_spooled(
+    tmp_path: Path,
+) -> None:
+    publisher = Recording(tmp_path, max_queue_records=5, linger_ms=0)
+    publisher.publish(b"k", b"queued")
+    await publisher.start()
+    await publisher.stop()
+    await publisher.stop()  # a second stop (a supervisor's and an exit handler's) is harmless
+    assert [r.value for r in Spool(tmp_path).read()] + publisher.sent == [b"queued"]

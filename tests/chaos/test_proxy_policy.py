@@ -1,0 +1,121 @@
+"""The proxy policy under a corpus of path spellings, through an interceptor process.
+
+Every route of the policy's table (tests/capture/interceptor/test_policy.py) spelled as an
+upstream decodes it (percent-encoding, dot segments, doubled slashes, trailing slashes), sent
+by a registered and an unregistered session to ``rollstream interceptor --strict-sessions``
+in front of a real aiohttp upstream that answers every route and notes what it served, decoded
+as vLLM's Starlette decodes it. Counted afterwards: a generation route the upstream served
+without a CallRecord is a lost call; a call recorded twice is a duplicate; the refusals each
+caller got in its own API's error shape are the errors the harnesses saw (expected).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from yarl import URL
+
+from rollstream.capture.interceptor.policy import Route
+from rollstream.schemas import CallRecord, TopicNames
+from rollstream.settings import KafkaSettings
+from tests.capture.interceptor.test_policy import LLM_ROUTES, TABLE, _body, spell
+from tests.chaos.conftest import ChaosReport
+from tests.chaos.interceptor_proc import InterceptorProcess
+from tests.kafka_reading import read_records
+
+pytestmark = [pytest.mark.integration, pytest.mark.chaos]
+
+SPELLINGS = 8  # per route, besides its plain spelling
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[tuple[str, list[tuple[str, str]]]]:
+    """Every route answers; what was served (method, decoded path), in order."""
+    served: list[tuple[str, str]] = []
+
+    async def any_route(request: web.Request) -> web.Response:
+        served.append((request.method, request.path))
+        return web.json_response({"served": request.path})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", any_route)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    yield str(server.make_url("")).rstrip("/"), served
+    await server.close()
+
+
+async def test_no_request_on_any_spelling_reaches_a_generation_route_unrecorded(
+    upstream: tuple[str, list[tuple[str, str]]],
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    tmp_path: Path,
+    chaos_report: ChaosReport,
+) -> None:
+    url, served = upstream
+    rng = random.Random(36)
+    corpus = [(key, spell(key[1], rng)) for key in sorted(TABLE) for _ in range(SPELLINGS)]
+    corpus += [(key, key[1]) for key in sorted(TABLE)]
+    proxy = InterceptorProcess(
+        url,
+        kafka_settings,
+        tmp_path / "state",
+        tmp_path / "interceptor.log",
+        options=["--strict-sessions"],
+    )
+    await proxy.start()
+    statuses: Counter[int] = Counter()
+    sent = llm_calls = refused = 0
+    try:
+        await proxy.register("sess-known")
+        async with aiohttp.ClientSession() as client:
+            for session in ("sess-unknown", "sess-known"):
+                for (method, plain), path in corpus:
+                    route = TABLE[(method, plain)]
+                    async with client.request(
+                        method,
+                        URL(proxy.url + path, encoded=True),
+                        data=json.dumps(_body(plain)),
+                        headers={"authorization": f"Bearer {session}"},
+                    ) as response:
+                        await response.read()
+                    statuses[response.status] += 1
+                    sent += 1
+                    refused += route is Route.REFUSED
+                    llm_calls += route is Route.LLM_CALL
+    finally:
+        await proxy.stop()
+    generations = [p for _, p in served if p in LLM_ROUTES]
+    expected = refused + llm_calls  # strict mode: the unknown session's calls are refused too
+    records = await read_records(kafka_settings, rollstream_topics.events, CallRecord, expected)
+    by_call = Counter(r.call_id for r in records)
+    forwarded = [r for r in records if r.error is None]
+    lost = len(generations) - len(forwarded)
+    duplicated = sum(n - 1 for n in by_call.values())
+    chaos_report(
+        fault=f"requests on {len(TABLE)} routes x {SPELLINGS + 1} spellings (percent-encoded, "
+        "dot segments, doubled and trailing slashes), registered and unknown session, through "
+        "a strict interceptor (issue 36, point 1)",
+        load=f"{sent} requests: {len(generations)} generations served upstream, "
+        f"{len(records)} records ({refused} refused, {llm_calls - len(forwarded)} calls of the "
+        "unknown session refused)",
+        lost=lost,
+        duplicated=duplicated,
+        errors=", ".join(
+            f"{n} x {status}" for status, n in sorted(statuses.items()) if status >= 400
+        )
+        + " (refusals in each API's error shape, expected)",
+    )
+    assert lost == 0 and duplicated == 0
+    assert len(records) == expected
+    # Only the registered session's LLM calls reached a generation route, each once.
+    assert len(generations) == len(forwarded) == llm_calls // 2
+    assert not [s for s in served if TABLE.get(s) is Route.REFUSED], served
