@@ -20,7 +20,7 @@ from click.testing import CliRunner, Result
 from rollstream.cli import cli
 from rollstream.dev.broker import BrokerSettings, LocalBroker, LocalCluster
 from rollstream.dev.broker.records import is_kafka_process
-from rollstream.host import MissingToolError
+from rollstream.errors import MissingToolError
 from rollstream.settings import StatePaths
 from tests.conftest import JAR_CACHE
 
