@@ -46,7 +46,6 @@ class DeadLetters:
     def __init__(
         self, kafka: KafkaSettings, serializer: AvroSerializer, group: str, topic: str
     ) -> None:
-        self.kafka = kafka
         self.serializer = serializer
         self.group = group
         self.topic = topic
@@ -55,6 +54,15 @@ class DeadLetters:
         self._held: list[_Held] = []
         self._producer = LazyProducer(kafka, LETTER_TIMEOUT_S)  # poison is rare
         self._retry_at = 0.0  # loop time before which no letter is tried
+
+    @property
+    def kafka(self) -> KafkaSettings:
+        """The cluster letters go to (the producer's: the next producer made uses a new one)."""
+        return self._producer.settings
+
+    @kafka.setter
+    def kafka(self, kafka: KafkaSettings) -> None:
+        self._producer.settings = kafka
 
     @property
     def held(self) -> int:

@@ -21,6 +21,7 @@ from pydantic import SecretStr, ValidationError
 
 from rollstream.capture.node.api import NodeApi, task_from_document
 from rollstream.capture.node.settings import NodeSettings
+from rollstream.settings import KafkaSettings
 from tests.strategies import PATH_CHARS, header_values, json_values
 
 TOKEN = "node-fuzz-token-0123456789abcdef"
@@ -48,7 +49,8 @@ Client = TestClient[Any, Any]
 @pytest.fixture
 async def api() -> AsyncIterator[Client]:
     settings_ = NodeSettings(api_token=SecretStr(TOKEN))
-    node = cast(Any, SimpleNamespace(settings=settings_))  # no handler may reach further
+    # No handler may reach further than the settings (the producer is made at first use).
+    node = cast(Any, SimpleNamespace(settings=settings_, kafka=KafkaSettings()))
     async with TestClient(TestServer(NodeApi(node).app(), host="127.0.0.1")) as client:
         yield client
 
