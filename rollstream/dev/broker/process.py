@@ -46,8 +46,7 @@ from rollstream.settings import StatePaths
 log = logging.getLogger(__name__)
 
 _IDENTITY_FILE = "rollstream-broker.json"
-# How long a killed JVM of ours may take to die: its ports stay taken until every thread exits,
-# although /proc shows it as gone as soon as its main thread has.
+# How long a killed JVM of ours may take to die: its ports are taken until all its threads exit.
 REAP_TIMEOUT_S = 10.0
 
 
@@ -188,9 +187,7 @@ class LocalBroker:
 
     def kill_launched(self) -> None:
         """SIGKILL the process :meth:`launch` started, if it still runs (a failed start)."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
-            self._proc.wait()
+        self._reap(grace=0.0)
 
     def stop(self, timeout: float = 30.0) -> bool:
         """Stop the broker: SIGTERM (controlled shutdown), SIGKILL after ``timeout``.
@@ -200,9 +197,7 @@ class LocalBroker:
         # Never the pid of self.info unchecked: if the broker died, it may be another program's.
         info = self.running()
         if info is None:
-            # Given its own bound, not ``timeout``: that is how long a live broker may take to
-            # shut down; a killed one needs the time its threads take to exit.
-            self._reap()
+            self._reap()  # its own bound: ``timeout`` is a live broker's, for its shutdown
             return False
         with contextlib.suppress(ProcessLookupError):
             os.kill(info.pid, signal.SIGTERM)
@@ -214,16 +209,13 @@ class LocalBroker:
         self.forget()
         return True
 
-    def _reap(self) -> None:
-        """Wait for a child of ours that was killed to exit, so that its ports are free."""
+    def _reap(self, grace: float = REAP_TIMEOUT_S) -> None:
+        """Wait up to ``grace`` for a child of ours to exit, then SIGKILL it: its ports are free."""
         if self._proc is None or self._proc.poll() is not None:
             return
-        try:
-            self._proc.wait(REAP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            log.warning(
-                "broker %d still exits after %.0fs, killing it", self._proc.pid, REAP_TIMEOUT_S
-            )
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(grace)
+        if self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
 
@@ -386,8 +378,7 @@ class LocalBroker:
             if logged_ready and _run_sync(probe_metadata(layout.bootstrap_servers, 2.0, security)):
                 return
             time.sleep(0.2)
-        self._proc.kill()
-        self._proc.wait()
+        self._reap(grace=0.0)
         raise BrokerError(
             f"the Kafka broker was not ready after {self.settings.start_timeout:.0f}s."
             f"\n--- {layout.server_log} ---\n{log_tail(layout.server_log)}"
