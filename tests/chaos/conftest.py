@@ -14,6 +14,9 @@ import pytest
 
 from tests import run_tables
 
+# A real upstream that answers every route and notes what it served (the proxy policy's row).
+from tests.capture.interceptor.test_policy import any_route_upstream  # noqa: F401
+
 
 @dataclass(frozen=True)
 class ChaosRow:

@@ -11,22 +11,21 @@ caller got in its own API's error shape are the errors the harnesses saw (expect
 
 from __future__ import annotations
 
-import json
-import random
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import aiohttp
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestServer
-from yarl import URL
 
 from rollstream.capture.interceptor.policy import Route
 from rollstream.schemas import CallRecord, TopicNames
 from rollstream.settings import KafkaSettings
-from tests.capture.interceptor.test_policy import LLM_ROUTES, TABLE, _body, spell
+from tests.capture.interceptor.test_policy import (
+    KNOWN,
+    LLM_ROUTES,
+    TABLE,
+    corpus,
+    send_corpus,
+)
 from tests.chaos.conftest import ChaosReport
 from tests.chaos.interceptor_proc import InterceptorProcess
 from tests.kafka_reading import read_records
@@ -36,34 +35,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 SPELLINGS = 8  # per route, besides its plain spelling
 
 
-@pytest.fixture
-async def upstream() -> AsyncIterator[tuple[str, list[tuple[str, str]]]]:
-    """Every route answers; what was served (method, decoded path), in order."""
-    served: list[tuple[str, str]] = []
-
-    async def any_route(request: web.Request) -> web.Response:
-        served.append((request.method, request.path))
-        return web.json_response({"served": request.path})
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", any_route)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    yield str(server.make_url("")).rstrip("/"), served
-    await server.close()
-
-
 async def test_no_request_on_any_spelling_reaches_a_generation_route_unrecorded(
-    upstream: tuple[str, list[tuple[str, str]]],
+    any_route_upstream: tuple[str, list[tuple[str, str]]],
     kafka_settings: KafkaSettings,
     rollstream_topics: TopicNames,
     tmp_path: Path,
     chaos_report: ChaosReport,
 ) -> None:
-    url, served = upstream
-    rng = random.Random(36)
-    corpus = [(key, spell(key[1], rng)) for key in sorted(TABLE) for _ in range(SPELLINGS)]
-    corpus += [(key, key[1]) for key in sorted(TABLE)]
+    url, served = any_route_upstream
     proxy = InterceptorProcess(
         url,
         kafka_settings,
@@ -72,27 +51,14 @@ async def test_no_request_on_any_spelling_reaches_a_generation_route_unrecorded(
         options=["--strict-sessions"],
     )
     await proxy.start()
-    statuses: Counter[int] = Counter()
-    sent = llm_calls = refused = 0
     try:
-        await proxy.register("sess-known")
-        async with aiohttp.ClientSession() as client:
-            for session in ("sess-unknown", "sess-known"):
-                for (method, plain), path in corpus:
-                    route = TABLE[(method, plain)]
-                    async with client.request(
-                        method,
-                        URL(proxy.url + path, encoded=True),
-                        data=json.dumps(_body(plain)),
-                        headers={"authorization": f"Bearer {session}"},
-                    ) as response:
-                        await response.read()
-                    statuses[response.status] += 1
-                    sent += 1
-                    refused += route is Route.REFUSED
-                    llm_calls += route is Route.LLM_CALL
+        await proxy.register(KNOWN)
+        sent = await send_corpus(proxy.url, corpus(SPELLINGS, seed=36))
     finally:
         await proxy.stop()
+    statuses = Counter(s.status for s in sent)
+    refused = sum(s.route is Route.REFUSED for s in sent)
+    llm_calls = sum(s.route is Route.LLM_CALL for s in sent)
     generations = [p for _, p in served if p in LLM_ROUTES]
     expected = refused + llm_calls  # strict mode: the unknown session's calls are refused too
     records = await read_records(kafka_settings, rollstream_topics.events, CallRecord, expected)
@@ -102,7 +68,7 @@ async def test_no_request_on_any_spelling_reaches_a_generation_route_unrecorded(
     forwarded = [
         r
         for r in records
-        if r.session_id == "sess-known" and (r.error is None or r.error.type != "refused")
+        if r.session_id == KNOWN and (r.error is None or r.error.type != "refused")
     ]
     lost = len(generations) - len(forwarded)
     duplicated = sum(n - 1 for n in by_call.values())
@@ -110,7 +76,7 @@ async def test_no_request_on_any_spelling_reaches_a_generation_route_unrecorded(
         fault=f"requests on {len(TABLE)} routes x {SPELLINGS + 1} spellings (percent-encoded, "
         "dot segments, doubled and trailing slashes), registered and unknown session, through "
         "a strict interceptor (issue 36, point 1)",
-        load=f"{sent} requests: {len(generations)} generations served upstream, "
+        load=f"{len(sent)} requests: {len(generations)} generations served upstream, "
         f"{len(records)} records ({refused} refused, {llm_calls - len(forwarded)} calls of the "
         "unknown session refused)",
         lost=lost,

@@ -18,6 +18,7 @@ from rollstream.kafka.processor import TransactionalProcessor
 from rollstream.schemas import AvroSerializer, PolicyVersion, utcnow
 from rollstream.schemas.serializer import MAGIC
 from rollstream.settings import KafkaSettings
+from tests.consumer_records import consumer_record
 from tests.kafka.echo import Echo
 
 OURS, TAKEN = TopicPartition("in", 0), TopicPartition("in", 1)
@@ -79,20 +80,8 @@ class AssigningStore:
         await self.processor._take([TAKEN])
 
 
-def _message(tp: TopicPartition, offset: int, value: bytes) -> ConsumerRecord:
-    return ConsumerRecord(
-        topic=tp.topic,
-        partition=tp.partition,
-        offset=offset,
-        timestamp=0,
-        timestamp_type=0,
-        key=None,
-        value=value,
-        checksum=None,
-        serialized_key_size=0,
-        serialized_value_size=len(value),
-        headers=(),
-    )
+def _message(tp: TopicPartition, offset: int, value: bytes) -> ConsumerRecord[bytes, bytes]:
+    return consumer_record(tp, offset, value)
 
 
 async def test_records_fetched_before_a_partition_became_ours_are_read_again(

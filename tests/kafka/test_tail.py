@@ -7,7 +7,7 @@ import io
 import json
 
 import pytest
-from aiokafka.structs import ConsumerRecord
+from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from rollstream.errors import BrokerError
 from rollstream.kafka.schema_store import SchemaStore
@@ -16,24 +16,14 @@ from rollstream.schemas import AvroSerializer, SchemaRegistry, TopicNames
 from rollstream.schemas.registry import history_schemas
 from rollstream.settings import KafkaSettings
 from tests.conftest import ProducerFactory
+from tests.consumer_records import consumer_record
 from tests.schemas.samples import CALL, ENDED, STARTED
 from tests.schemas.test_evolution import V2, CallRecordV2
 
 
 def _message(value: bytes, offset: int = 0) -> ConsumerRecord[bytes, bytes]:
-    return ConsumerRecord(
-        topic="rollstream.events",
-        partition=1,
-        offset=offset,
-        timestamp=1_700_000_000_000,
-        timestamp_type=0,
-        key=b"sess-1",
-        value=value,
-        checksum=None,
-        serialized_key_size=6,
-        serialized_value_size=len(value),
-        headers=(),
-    )
+    tp = TopicPartition("rollstream.events", 1)
+    return consumer_record(tp, offset, value, key=b"sess-1", timestamp=1_700_000_000_000)
 
 
 def test_render_json_summarises_arrays_and_opens_blobs() -> None:

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from aiokafka.structs import ConsumerRecord
+from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from rollstream.errors import RecordTooLargeError
 from rollstream.kafka.deadletters import dead_letter
 from rollstream.schemas import RECORD_BUDGET_BYTES, DeadLetter, check_record_size, record_size
 from rollstream.schemas.topics import MAX_MESSAGE_BYTES
+from tests.consumer_records import consumer_record
 
 
 def _message(value: bytes) -> ConsumerRecord[bytes, bytes]:
-    return ConsumerRecord(
-        topic="t", partition=0, offset=7, timestamp=0, timestamp_type=0, key=b"s",
-        value=value, checksum=None, serialized_key_size=1, serialized_value_size=len(value),
-        headers=(),
-    )  # fmt: skip
+    return consumer_record(TopicPartition("t", 0), 7, value, key=b"s")
 
 
 def test_budget_leaves_room_under_the_topic_limit() -> None:

@@ -15,6 +15,7 @@ from rollstream.errors import UnknownSchemaError
 from rollstream.schemas import AvroSerializer, Scored
 from rollstream.trainer import Group, TrainerSettings, TrajectoryStream
 from rollstream.trainer.stream import _Rebalance
+from tests.consumer_records import consumer_record
 from tests.trainer.records import group_of
 
 TP = TopicPartition("rollstream.scored", 0)
@@ -54,24 +55,9 @@ class RebalancingStore:
         self.writer.known = True
 
 
-def _messages(records: list[Scored]) -> list[ConsumerRecord]:
+def _messages(records: list[Scored]) -> list[ConsumerRecord[bytes, bytes]]:
     serializer = AvroSerializer()
-    return [
-        ConsumerRecord(
-            topic=TP.topic,
-            partition=TP.partition,
-            offset=offset,
-            timestamp=0,
-            timestamp_type=0,
-            key=None,
-            value=serializer.encode(record),
-            checksum=None,
-            serialized_key_size=0,
-            serialized_value_size=0,
-            headers=(),
-        )
-        for offset, record in enumerate(records)
-    ]
+    return [consumer_record(TP, offset, serializer.encode(r)) for offset, r in enumerate(records)]
 
 
 async def test_records_taken_across_a_rebalance_are_left_to_be_read_again() -> None:

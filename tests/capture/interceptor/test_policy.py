@@ -15,6 +15,7 @@ import json
 import random
 import re
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -126,7 +127,7 @@ def _body(path: str) -> dict[str, object]:
 
 
 @pytest.fixture
-async def upstream() -> AsyncIterator[tuple[str, list[tuple[str, str]]]]:
+async def any_route_upstream() -> AsyncIterator[tuple[str, list[tuple[str, str]]]]:
     """A real aiohttp upstream: every route answers; what it served (decoded paths), in order."""
     served: list[tuple[str, str]] = []
 
@@ -142,41 +143,79 @@ async def upstream() -> AsyncIterator[tuple[str, list[tuple[str, str]]]]:
     await server.close()
 
 
+Corpus = list[tuple[tuple[str, str], str]]
+
+
+def corpus(spellings: int, seed: int) -> Corpus:
+    """Each route of the table in ``spellings`` spellings and its plain one: (route key, path)."""
+    rng = random.Random(seed)
+    spelled = [(key, spell(key[1], rng)) for key in sorted(TABLE) for _ in range(spellings)]
+    return spelled + [(key, key[1]) for key in sorted(TABLE)]
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One request of the corpus and what the interceptor answered."""
+
+    route: Route
+    session: str
+    path: str
+    status: int
+    text: str
+
+    @property
+    def recorded(self) -> bool:
+        """Whether the interceptor records it: an LLM call (of any session) or a refusal."""
+        return self.route in (Route.REFUSED, Route.LLM_CALL)
+
+
+KNOWN, UNKNOWN = "sess-known", "sess-unknown"
+
+
+async def send_corpus(base_url: str, requests: Corpus, model: str | None = None) -> list[Sent]:
+    """Send every request as spelled (no client resolves it) with an unknown key, then a known
+    one (``KNOWN``, registered by the caller)."""
+    sent: list[Sent] = []
+    extra = {"model": model} if model is not None else {}
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(timeout=timeout) as client:
+        for session in (UNKNOWN, KNOWN):
+            for (method, plain), path in requests:
+                async with client.request(
+                    method,
+                    URL(base_url + path, encoded=True),
+                    data=json.dumps(_body(plain) | extra),
+                    headers={"authorization": f"Bearer {session}"},
+                ) as response:
+                    text = await response.text()
+                sent.append(Sent(TABLE[(method, plain)], session, path, response.status, text))
+    return sent
+
+
+def forwarded(sent: list[Sent]) -> int:
+    """The LLM calls the interceptor forwards: the known session's (strict mode)."""
+    return sum(s.route is Route.LLM_CALL and s.session == KNOWN for s in sent)
+
+
 @pytest.mark.integration
 async def test_no_llm_route_of_the_upstream_is_reached_unrecorded(
-    upstream: tuple[str, list[tuple[str, str]]],
+    any_route_upstream: tuple[str, list[tuple[str, str]]],
     kafka_settings: KafkaSettings,
     rollstream_topics: TopicNames,
     tmp_path: Path,
 ) -> None:
-    url, served = upstream
+    url, served = any_route_upstream
     settings = InterceptorSettings(upstream=url, port=0, admin_port=0, strict_sessions=True)
-    rng = random.Random(7)
-    corpus = [(key, spell(key[1], rng)) for key in sorted(TABLE) for _ in range(6)]
-    corpus += [(key, key[1]) for key in sorted(TABLE)]
-    async with (
-        Interceptor(
-            settings, kafka_settings, PublisherSettings(), StatePaths(state_dir=tmp_path)
-        ) as proxy,
-        aiohttp.ClientSession() as client,
-    ):
-        register(proxy, "sess-known")
-        expected_records = forwarded_calls = 0
-        for session in ("sess-unknown", "sess-known"):
-            for (method, plain), path in corpus:
-                route = TABLE[(method, plain)]
-                async with client.request(
-                    method,
-                    URL(proxy.url + path, encoded=True),  # sent as spelled, not normalised
-                    data=json.dumps(_body(plain)),
-                    headers={"authorization": f"Bearer {session}"},
-                ) as response:
-                    body = await response.read()
-                if route is Route.REFUSED:
-                    assert response.status in (400, 404, 405), (path, response.status)
-                    assert "error" in json.loads(body), (path, body)  # the API's own shape
-                expected_records += route in (Route.REFUSED, Route.LLM_CALL)
-                forwarded_calls += route is Route.LLM_CALL and session == "sess-known"
+    async with Interceptor(
+        settings, kafka_settings, PublisherSettings(), StatePaths(state_dir=tmp_path)
+    ) as proxy:
+        register(proxy, KNOWN)
+        sent = await send_corpus(proxy.url, corpus(6, seed=7))
+    for s in sent:
+        if s.route is Route.REFUSED:
+            assert s.status in (400, 404, 405), (s.path, s.status)
+            assert "error" in json.loads(s.text), (s.path, s.text)  # the API's own shape
+    expected_records, forwarded_calls = sum(s.recorded for s in sent), forwarded(sent)
     # The upstream's generation routes were reached only by the registered session's LLM
     # calls, once each; nothing reached the engine's own routes.
     reached = [p for _, p in served if p in LLM_ROUTES]
@@ -187,11 +226,9 @@ async def test_no_llm_route_of_the_upstream_is_reached_unrecorded(
         kafka_settings, rollstream_topics.events, CallRecord, expected_records
     )
     assert len(records) == expected_records
-    assert {r.session_id for r in records} == {"sess-known", "anonymous"}
+    assert {r.session_id for r in records} == {KNOWN, "anonymous"}
     refused = [r for r in records if r.error is not None and r.error.type == "refused"]
-    assert len(refused) == 2 * sum(
-        route is Route.REFUSED for (key, _) in corpus for route in [TABLE[key]]
-    )
+    assert len(refused) == sum(s.route is Route.REFUSED for s in sent)
 
 
 def _served(metrics_text: str) -> tuple[collections.Counter[tuple[str, str]], float]:
@@ -205,8 +242,8 @@ def _served(metrics_text: str) -> tuple[collections.Counter[tuple[str, str]], fl
     return by_route, sum(s.value for s in success)
 
 
-async def _text(client: aiohttp.ClientSession, url: str) -> str:
-    async with client.get(url) as response:
+async def _text(url: str) -> str:
+    async with aiohttp.ClientSession() as client, client.get(url) as response:
         return await response.text()
 
 
@@ -225,33 +262,18 @@ async def test_on_vllm_no_generation_runs_without_its_record(
     must be a recorded LLM call of the registered session, and no refused route reached it.
     """
     server = engine_servers.get(family)
-    rng = random.Random(11)
-    corpus = [(key, spell(key[1], rng)) for key in sorted(TABLE) for _ in range(3)]
-    corpus += [(key, key[1]) for key in sorted(TABLE)]
-    timeout = aiohttp.ClientTimeout(total=120)
-    async with aiohttp.ClientSession(timeout=timeout) as client:
-        before = _served(await _text(client, f"{server.url}/metrics"))
-        state = tmp_path / "state"
-        async with engine_interceptor(kafka_settings, state, server, family, strict=True) as proxy:
-            register(proxy, "sess-known")
-            expected_records = forwarded_calls = 0
-            for session in ("sess-unknown", "sess-known"):
-                for (method, plain), path in corpus:
-                    route = TABLE[(method, plain)]
-                    async with client.request(
-                        method,
-                        URL(proxy.url + path, encoded=True),  # as spelled: no client resolves it
-                        data=json.dumps(_body(plain) | {"model": server.model}),
-                        headers={"authorization": f"Bearer {session}"},
-                    ) as response:
-                        text = await response.text()
-                    if route is Route.REFUSED:
-                        assert response.status in (400, 404, 405), (path, text)
-                    elif route is Route.LLM_CALL and session == "sess-known":
-                        assert response.status == 200, (path, text)
-                    expected_records += route in (Route.REFUSED, Route.LLM_CALL)
-                    forwarded_calls += route is Route.LLM_CALL and session == "sess-known"
-        after = _served(await _text(client, f"{server.url}/metrics"))
+    before = _served(await _text(f"{server.url}/metrics"))
+    state = tmp_path / "state"
+    async with engine_interceptor(kafka_settings, state, server, family, strict=True) as proxy:
+        register(proxy, KNOWN)
+        sent = await send_corpus(proxy.url, corpus(3, seed=11), model=server.model)
+    after = _served(await _text(f"{server.url}/metrics"))
+    for s in sent:
+        if s.route is Route.REFUSED:
+            assert s.status in (400, 404, 405), (s.path, s.text)
+        elif s.route is Route.LLM_CALL and s.session == KNOWN:
+            assert s.status == 200, (s.path, s.text)
+    expected_records, forwarded_calls = sum(s.recorded for s in sent), forwarded(sent)
     requests, generations = after[0] - before[0], after[1] - before[1]
     # Every generation vLLM ran is one of the registered session's LLM calls.
     assert generations == forwarded_calls
@@ -264,5 +286,5 @@ async def test_on_vllm_no_generation_runs_without_its_record(
         kafka_settings, rollstream_topics.events, CallRecord, expected_records
     )
     assert len(records) == expected_records
-    recorded_ok = [r for r in records if r.session_id == "sess-known" and r.error is None]
+    recorded_ok = [r for r in records if r.session_id == KNOWN and r.error is None]
     assert len(recorded_ok) == forwarded_calls

@@ -21,25 +21,14 @@ from rollstream.errors import SerializationError
 from rollstream.host import free_port
 from rollstream.schemas import AvroSerializer, DeadLetter, TopicNames
 from rollstream.settings import KafkaSettings
+from tests.consumer_records import consumer_record
 from tests.kafka_reading import read_records
 
 TP = TopicPartition("rollstream.tasks", 0)
 
 
 def _poison(offset: int) -> ConsumerRecord[bytes, bytes]:
-    return ConsumerRecord(
-        topic=TP.topic,
-        partition=TP.partition,
-        offset=offset,
-        timestamp=0,
-        timestamp_type=0,
-        key=b"t",
-        value=b"\x00 not a task",
-        checksum=None,
-        serialized_key_size=1,
-        serialized_value_size=12,
-        headers=(),
-    )
+    return consumer_record(TP, offset, b"\x00 not a task", key=b"t")
 
 
 def _letters(kafka: KafkaSettings) -> DeadLetters:
