@@ -38,19 +38,22 @@ class Taken:
 
 
 class DiskThread:
-    """One thread running disk work in the order it was submitted (the spool's single writer)."""
+    """One thread running disk work in the order it was submitted (the spool's single writer).
 
-    def __init__(self) -> None:
+    ``inline`` runs the work at once on the caller's thread instead: after ``close()`` (a
+    publisher stopped twice), and for ``bench outage`` (the way it was before, on the loop).
+    """
+
+    def __init__(self, inline: bool = False) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capture-spool")
-        self._closed = False
+        self.inline = inline
 
     def submit[T](self, fn: Callable[..., T], *args: object) -> Future[T]:
         """Queue ``fn(*args)`` after everything submitted before; returns at once.
 
-        A failure nobody awaits is logged: a lost exception would hide a lost record. After
-        ``close()`` (a publisher stopped twice) the work runs at once on the caller's thread.
+        A failure nobody awaits is logged: a lost exception would hide a lost record.
         """
-        if self._closed:
+        if self.inline:
             future: Future[T] = Future()
             try:
                 future.set_result(fn(*args))
@@ -67,7 +70,7 @@ class DiskThread:
 
     def close(self) -> None:
         """Finish what was submitted and stop the thread."""
-        self._closed = True
+        self.inline = True
         self._executor.shutdown(wait=True)
 
 

@@ -19,7 +19,6 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -45,19 +44,6 @@ class OutageBenchConfig:
     record_bytes: int = 16_384  # a delta-encoded CallRecord of a long agent call
     probe_ms: float = 10.0
     drain_timeout_s: float = 900.0
-
-
-class InlineDisk(DiskThread):
-    """Runs the publisher's disk work where it is asked for: on the event loop (the old way)."""
-
-    def submit[T](self, fn: Callable[..., T], *args: object) -> Future[T]:
-        """Run ``fn(*args)`` now, on the caller's thread; its outcome as a done future."""
-        future: Future[T] = Future()
-        try:
-            future.set_result(fn(*args))
-        except Exception as exc:  # the caller sees it where it awaits, as with the thread
-            future.set_exception(exc)
-        return future
 
 
 class LoopProbe:
@@ -125,7 +111,7 @@ async def one_variant(
     )
     publisher = CapturePublisher(kafka, PublisherSettings(), topic, workdir / "spool")
     if variant == "inline":
-        publisher._disk = InlineDisk()  # the old behaviour, for comparison
+        publisher._disk = DiskThread(inline=True)  # the old behaviour, for comparison
     probe, stop = LoopProbe(config.probe_ms / 1000, "outage"), asyncio.Event()
     await publisher.start()
     probing = asyncio.create_task(probe.run(stop))

@@ -7,12 +7,13 @@ from typing import Any
 
 import pytest
 
-from rollstream.dev.bench.outage import InlineDisk, OutageBenchConfig, run_outage_bench
+from rollstream.capture.publisher.backlog import DiskThread
+from rollstream.dev.bench.outage import OutageBenchConfig, run_outage_bench
 from rollstream.dev.bench.report import SECTIONS
 
 
 def test_inline_disk_work_runs_on_the_callers_thread_and_reports_its_outcome() -> None:
-    disk = InlineDisk()
+    disk = DiskThread(inline=True)
     assert disk.submit(threading.get_ident).result() == threading.get_ident()
     failed = disk.submit(int, "not a number")
     assert isinstance(failed.exception(), ValueError)
