@@ -371,10 +371,9 @@ def _register_more() -> None:
     from rollstream.cli.bench_stream import stream
     from rollstream.cli.bench_suite import all_benchmarks, outage, pipeline, publisher, wall
 
-    commands = (publisher, outage, cluster, pipeline, instances, scale, stream, wall)
-    commands += (all_benchmarks,)
-    for command in commands:
+    for command in (publisher, outage, cluster, pipeline, instances, scale, stream, wall):
         bench.add_command(command)
+    bench.add_command(all_benchmarks)
 
 
 _register_more()
