@@ -14,7 +14,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from rollstream.errors import SerializationError
 from rollstream.kafka.deadletters import dead_letter
-from rollstream.schemas import AvroRecord, DeadLetter
+from rollstream.schemas import AvroRecord, AvroSerializer, DeadLetter
 
 
 class UnexpectedRecordError(SerializationError):
@@ -101,6 +101,7 @@ class ProcessorMetrics:
     transactions: int = 0
     dropped_batches: int = 0  # voided by a rebalance
     fenced: int = 0  # partitions given up because another member's producer fenced ours
+    retaken: int = 0  # partitions taken afresh because their producer lost its broker
     schema_refreshes: int = 0  # the schema store re-read for a writer schema not known yet
 
 
@@ -122,3 +123,21 @@ class Decoded:
         if self.error is None:
             return Incoming(self.message, record=self.record)
         return Incoming(self.message, dead=dead_letter(self.message, self.error, group_id))
+
+
+def decode(
+    serializer: AvroSerializer, accepts: tuple[type, ...], message: ConsumerRecord
+) -> Decoded:
+    """``message`` decoded (of a type in ``accepts``, if given), or the error it failed with."""
+    try:
+        if message.value is None:
+            raise SerializationError("a record without a value")
+        record = serializer.decode(message.value)
+        if accepts and not isinstance(record, accepts):
+            raise UnexpectedRecordError(
+                f"a {type(record).__name__} record, not a "
+                + " or ".join(t.__name__ for t in accepts)
+            )
+    except SerializationError as exc:
+        return Decoded(message, error=exc)
+    return Decoded(message, record=record)

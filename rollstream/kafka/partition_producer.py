@@ -8,18 +8,35 @@ state no longer needs get their tombstones.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import (
+    BrokerResponseError,
+    InvalidProducerEpoch,
+    KafkaError,
+    KafkaTimeoutError,
+    ProducerFenced,
+)
 from aiokafka.structs import TopicPartition
 
 from rollstream.errors import BrokerError
 from rollstream.kafka.batches import Transaction
 from rollstream.kafka.clients import make_producer
-from rollstream.kafka.state import state_key, state_records
+from rollstream.kafka.state import load_states, state_key, state_records
 from rollstream.schemas import AvroSerializer
 from rollstream.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+#: Tries at an operation that meets a broker out of reach, and the wait before the first retry
+#: (doubled each time): about half a minute for a cluster to move a coordinator or a leader.
+RETRY_ATTEMPTS = 6
+RETRY_BACKOFF_S = 0.5
 
 
 class ProducerFailed(BrokerError):
@@ -30,6 +47,17 @@ class ProducerFailed(BrokerError):
     """
 
     retriable = False
+
+
+class ProducerBroken(BrokerError):
+    """A partition's producer broke on a broker it could not reach; its transaction did not commit.
+
+    Retriable: nothing of the transaction is visible, and a fresh producer for the partition
+    (whose ``InitProducerId`` settles whatever the broken one left open) can go on from the
+    partition's committed state and offset. The processor takes the partition afresh.
+    """
+
+    retriable = True
 
 
 def fatal_cause(producer: Any) -> BaseException | None:
@@ -49,6 +77,48 @@ def is_fencing(error: BaseException) -> bool:
             return True
         seen = seen.__cause__
     return False
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether ``error`` is a broker out of reach, not a broker's refusal.
+
+    Transient: somewhere in its causes a connection lost, a leader or coordinator moved, a
+    timeout (aiokafka wraps a connection lost while it looks up a coordinator into the
+    "Unexpected error during batch delivery" that ends its sender). Not transient if any cause
+    is an answer the broker gave that retrying will not change (an ACL refusal, a fencing, a
+    broken sequence).
+    """
+    transient = False
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, BrokerResponseError) and not seen.retriable:
+            return False
+        if isinstance(seen, KafkaTimeoutError | TimeoutError | ConnectionError) or (
+            isinstance(seen, KafkaError) and seen.retriable
+        ):
+            transient = True
+        seen = seen.__cause__
+    return transient
+
+
+async def retry_transient(
+    operation: Callable[[], Awaitable[None]],
+    what: str,
+    attempts: int = RETRY_ATTEMPTS,
+    backoff_s: float = RETRY_BACKOFF_S,
+) -> None:
+    """``operation`` again while it fails transiently (see :func:`is_transient`), then raise."""
+    wait = backoff_s
+    for attempt in range(1, attempts + 1):
+        try:
+            await operation()
+            return
+        except Exception as exc:
+            if attempt == attempts or not is_transient(exc):
+                raise
+            log.warning("%s failed (%s: %s); again in %.1f s", what, type(exc).__name__, exc, wait)
+        await asyncio.sleep(wait)
+        wait *= 2
 
 
 class PartitionProducer:
@@ -93,14 +163,21 @@ class PartitionProducer:
         except Exception as exc:
             # Once its producer failed for good, aiokafka fails the transaction's other calls
             # with other errors (a send "not in transaction"): the cause is what ended its
-            # sender. Only a fencing is another member's ownership; an ACL refusal or a broken
-            # sequence must not pass for one (logged as a normal handover, cause lost).
+            # sender. Only a fencing is another member's ownership; a broker out of reach is
+            # worth a fresh producer; an ACL refusal or a broken sequence needs an operator
+            # and must pass for neither.
             txn_manager = getattr(self.producer, "_txn_manager", None)
-            if txn_manager is None or not txn_manager.is_fatal_error():
-                raise
-            cause = fatal_cause(self.producer) or exc
-            if is_fencing(cause):
+            fatal = txn_manager is not None and txn_manager.is_fatal_error()
+            cause = (fatal_cause(self.producer) or exc) if fatal else exc
+            if fatal and is_fencing(cause):
                 raise ProducerFenced() from exc
+            if is_transient(cause):
+                raise ProducerBroken(
+                    f"the transactional producer of {self.tp.topic}[{self.tp.partition}] "
+                    f"lost its broker: {type(cause).__name__}: {cause}"
+                ) from cause
+            if not fatal:
+                raise
             raise ProducerFailed(
                 f"the transactional producer of {self.tp.topic}[{self.tp.partition}] failed "
                 f"for good: {type(cause).__name__}: {cause}"
@@ -124,3 +201,35 @@ class PartitionProducer:
             if transaction.offset is not None:
                 offsets = {self.tp: transaction.offset}
                 await producer.send_offsets_to_transaction(offsets, self.group_id)
+
+
+async def open_partitions(
+    producers: dict[TopicPartition, PartitionProducer],
+    consumer: AIOKafkaConsumer,
+    kafka: KafkaSettings,
+    state_topic: str | None,
+    group_id: str,
+) -> tuple[dict[TopicPartition, dict[str, Any]], dict[TopicPartition, int | None]]:
+    """Start ``producers``, then read their partitions' states and committed offsets.
+
+    Starting fences each partition's previous owner. On any failure every producer is
+    stopped and the failure raised.
+    """
+    started = await asyncio.gather(*(p.start() for p in producers.values()), return_exceptions=True)
+    failed = next((r for r in started if isinstance(r, BaseException)), None)
+    try:
+        if failed is not None:
+            raise failed
+        tps = list(producers)
+        states: dict[TopicPartition, dict[str, Any]] = {}
+        if state_topic is not None and tps:
+            states = await load_states(kafka, state_topic, group_id, tps)
+        # Read after the producers started: the previous owner is fenced by now, so this is
+        # its last committed offset. aiokafka fetched a position before the assignment's
+        # callback, possibly before that owner's last commit: the caller seeks to this one.
+        committed = {tp: await consumer.committed(tp) for tp in tps}
+    except BaseException:
+        for producer in producers.values():
+            await producer.stop()
+        raise
+    return states, committed

@@ -49,14 +49,12 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.errors import IllegalStateError, InvalidProducerEpoch, ProducerFenced
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from rollstream.errors import SerializationError
 from rollstream.kafka.batches import (
     Batch,
-    Decoded,
     ProcessorMetrics,
     Transaction,
     Transformation,
-    UnexpectedRecordError,
+    decode,
 )
 from rollstream.kafka.clients import (
     caught_up,
@@ -64,9 +62,14 @@ from rollstream.kafka.clients import (
     ordinary_tasks,
     seek_to_committed,
 )
-from rollstream.kafka.partition_producer import PartitionProducer, ProducerFailed
+from rollstream.kafka.partition_producer import (
+    PartitionProducer,
+    ProducerBroken,
+    ProducerFailed,
+    open_partitions,
+    retry_transient,
+)
 from rollstream.kafka.schema_store import SchemaStore
-from rollstream.kafka.state import load_states
 from rollstream.schemas import AvroSerializer
 from rollstream.settings import KafkaSettings
 
@@ -205,33 +208,18 @@ class TransactionalProcessor[T]:
                 continue
             incoming = []
             for message in messages:
-                item = self._incoming(message)
+                item = decode(self.serializer, self.accepts, message)
                 if item.retry and not refreshed:
                     # A newer writer's schema: it is in the store by now.
                     assert self._store is not None
                     await self._store.refresh()
                     self.metrics.schema_refreshes += 1
                     refreshed = True
-                    item = self._incoming(message)
+                    item = decode(self.serializer, self.accepts, message)
                 incoming.append(item.final(self.group_id))
             batch.records[tp] = incoming
             self.metrics.records += len(messages)
         return batch
-
-    def _incoming(self, message: ConsumerRecord) -> Decoded:
-        """The message decoded, or the error it failed with."""
-        try:
-            if message.value is None:
-                raise SerializationError("a record without a value")
-            record = self.serializer.decode(message.value)
-            if self.accepts and not isinstance(record, self.accepts):
-                raise UnexpectedRecordError(
-                    f"a {type(record).__name__} record, not a "
-                    + " or ".join(t.__name__ for t in self.accepts)
-                )
-        except SerializationError as exc:
-            return Decoded(message, error=exc)
-        return Decoded(message, record=record)
 
     async def _transform(self, batch: Batch, stop: asyncio.Event) -> tuple[bool, Any]:
         """The app's result; (False, None) if a rebalance or ``stop`` voided the batch."""
@@ -272,20 +260,26 @@ class TransactionalProcessor[T]:
             )
             failed: BaseException | None = None
             fenced: list[TopicPartition] = []
+            broken: list[TopicPartition] = []
             for tp, outcome in zip(work, outcomes, strict=True):
                 if outcome is None:
                     self.app.committed(tp, work[tp])
                 elif isinstance(outcome, _FENCED):
                     fenced.append(tp)
+                elif isinstance(outcome, ProducerBroken):
+                    broken.append(tp)
+                    log.warning("%s: %s; taking the partition afresh", self.group_id, outcome)
                 elif failed is None:
                     failed = outcome
             if fenced:
                 await self._fenced(fenced)
+            if broken and failed is None:
+                await self._retake(broken)
             if failed is not None:
                 if isinstance(failed, ProducerFailed):  # not an ownership change: say why
                     log.error("%s: %s; stopping", self.group_id, failed)
                 raise failed  # that transaction was aborted: a restart re-reads its input
-        return True
+        return not broken
 
     async def _commit_one(self, tp: TopicPartition, transaction: Transaction) -> None:
         await self._producers[tp].commit(transaction)
@@ -310,6 +304,25 @@ class TransactionalProcessor[T]:
         with contextlib.suppress(IllegalStateError):
             self.consumer.pause(*[tp for tp in tps if tp in self.consumer.assignment()])
         self.consumer._coordinator.request_rejoin()
+
+    async def _retake(self, tps: list[TopicPartition]) -> None:
+        """Our producers of ``tps`` lost their broker mid-transaction: take the partitions afresh.
+
+        Their transactions did not commit, so the transformation's state for them is ahead of
+        what readers see: it is dropped, and the partitions start again from their committed
+        state and offsets with new producers, as on an assignment. Retried while the cluster
+        is still out of reach (a coordinator moving); after that, the run stops for a restart.
+        """
+        self.metrics.retaken += len(tps)
+        self.generation += 1
+        await self._close(tps)
+        self.app.revoked(tps)
+        assert self.consumer is not None
+        consumer = self.consumer
+        await retry_transient(
+            lambda: self._take([tp for tp in tps if tp in consumer.assignment()]),
+            f"{self.group_id}: taking back {', '.join(f'{t.topic}[{t.partition}]' for t in tps)}",
+        )
 
     async def _revoke(self, tps: list[TopicPartition]) -> None:
         # A transaction in flight finishes first: the group's rebalance waits for this
@@ -355,24 +368,9 @@ class TransactionalProcessor[T]:
             )
             for tp in fresh
         }
-        started = await asyncio.gather(
-            *(p.start() for p in producers.values()), return_exceptions=True
+        states, committed = await open_partitions(
+            producers, self.consumer, self.kafka, self.state_topic, self.group_id
         )
-        failed = next((r for r in started if isinstance(r, BaseException)), None)
-        try:
-            if failed is not None:
-                raise failed
-            states: dict[TopicPartition, dict[str, Any]] = {}
-            if self.state_topic is not None and fresh:
-                states = await load_states(self.kafka, self.state_topic, self.group_id, fresh)
-            # Read after the producers started: the previous owner is fenced by now, so this
-            # is its last committed offset. aiokafka fetched a position before this callback,
-            # possibly before that owner's last commit: seek to the committed one.
-            committed = {tp: await self.consumer.committed(tp) for tp in fresh}
-        except BaseException:
-            for producer in producers.values():
-                await producer.stop()
-            raise
         for tp in fresh:
             if committed[tp] is not None:
                 self.consumer.seek(tp, committed[tp])

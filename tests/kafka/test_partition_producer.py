@@ -1,10 +1,13 @@
-"""A partition producer's fatal failures: fencing is an ownership change, nothing else is.
+"""A partition producer's failures: a fencing is an ownership change, a broker out of reach is
+worth a fresh producer, and a broker's refusal is neither.
 
 aiokafka ends a transactional producer's sender task on a fencing, a transactional id the ACLs
 no longer allow, a broken sequence or an unexpected broker answer, and then fails the open
 transaction's calls with errors of their own. Here a real (unstarted) aiokafka producer is put
 in that state with each cause; the commit must name the cause, and say "fenced" only for a
-fencing (before: every fatal error was reported as fencing, an ACL refusal as a handover).
+fencing (before: every fatal error was reported as fencing, an ACL refusal as a handover), and
+"broken" (retriable) for a connection lost (before: a stop of the whole processor, seen in CI
+when a cluster's leader was killed while a producer looked up its group coordinator).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from aiokafka.errors import (
     GroupAuthorizationFailedError,
     IllegalStateError,
     InvalidProducerEpoch,
+    KafkaConnectionError,
     KafkaError,
     OutOfOrderSequenceNumber,
     ProducerFenced,
@@ -24,7 +28,13 @@ from aiokafka.errors import (
 from aiokafka.structs import TopicPartition
 
 from rollstream.kafka.batches import Transaction
-from rollstream.kafka.partition_producer import PartitionProducer, ProducerFailed, is_fencing
+from rollstream.kafka.partition_producer import (
+    PartitionProducer,
+    ProducerBroken,
+    ProducerFailed,
+    is_fencing,
+    is_transient,
+)
 from rollstream.schemas import AvroSerializer
 from rollstream.settings import KafkaSettings
 
@@ -35,15 +45,30 @@ def _unexpected(cause: BaseException) -> KafkaError:
     return error
 
 
+def _lookup_lost() -> KafkaError:
+    """What aiokafka's sender ends with when a coordinator lookup loses its connection."""
+    lost = KafkaConnectionError("Connection at 127.0.0.1:29193 closed")
+    wrapped = KafkaError(repr(lost))
+    wrapped.__cause__ = lost
+    return _unexpected(wrapped)
+
+
 FENCINGS = [ProducerFenced(), InvalidProducerEpoch(), _unexpected(ProducerFenced())]
 OTHERS = [
     TransactionalIdAuthorizationFailed("rollstream-reconstruct-x-events-0"),
     OutOfOrderSequenceNumber(),
     _unexpected(GroupAuthorizationFailedError("rollstream-reconstruct")),
 ]
+LOST = [_lookup_lost(), _unexpected(KafkaConnectionError("reset"))]
 
 
-@pytest.mark.parametrize("cause", FENCINGS + OTHERS, ids=repr)
+def _expected(cause: BaseException) -> type[Exception]:
+    if cause in FENCINGS:
+        return ProducerFenced
+    return ProducerBroken if cause in LOST else ProducerFailed
+
+
+@pytest.mark.parametrize("cause", FENCINGS + OTHERS + LOST, ids=repr)
 async def test_only_a_fencing_is_reported_as_one(
     cause: BaseException, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -74,13 +99,45 @@ async def test_only_a_fencing_is_reported_as_one(
         raise IllegalStateError("Sender is not running")
 
     monkeypatch.setattr(producer, "_commit", commit)
-    expected = ProducerFenced if is_fencing(cause) else ProducerFailed
+    expected = _expected(cause)
     try:
         with pytest.raises(expected) as raised:
             await producer.commit(Transaction(offset=1))
     finally:
         await producer.stop()
-    if expected is ProducerFailed:
-        assert type(cause).__name__ in str(raised.value) and not raised.value.retriable
+    if expected is not ProducerFenced:
+        assert type(cause).__name__ in str(raised.value)
+        assert raised.value.retriable == (expected is ProducerBroken)
         assert raised.value.__cause__ is cause
     assert is_fencing(cause) == (cause in FENCINGS)
+    assert is_transient(cause) == (cause in LOST)
+
+
+async def test_a_connection_lost_inside_a_transaction_is_a_broken_producer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not only once the sender ended: a transaction call that lost its broker while the
+    producer lives is retriable too (and a non-Kafka error stays what it was)."""
+    producer = PartitionProducer(
+        KafkaSettings(bootstrap_servers="127.0.0.1:1"),
+        TopicPartition("rollstream.events", 0),
+        "rollstream-reconstruct-x-events-0",
+        group_id="rollstream-reconstruct",
+        serializer=AvroSerializer(),
+        dead_letter_topic="rollstream.dead-letters",
+        state_topic=None,
+    )
+    raised: list[BaseException] = [KafkaConnectionError("closed"), ValueError("a bug")]
+
+    async def commit(*_: object) -> None:
+        raise raised[0]
+
+    monkeypatch.setattr(producer, "_commit", commit)
+    try:
+        with pytest.raises(ProducerBroken, match="lost its broker: KafkaConnectionError"):
+            await producer.commit(Transaction(offset=1))
+        raised.pop(0)
+        with pytest.raises(ValueError, match="a bug"):
+            await producer.commit(Transaction(offset=1))
+    finally:
+        await producer.stop()

@@ -14,8 +14,11 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError
 from aiokafka.structs import TopicPartition
 
+from rollstream.kafka.batches import Transaction
+from rollstream.kafka.partition_producer import PartitionProducer
 from rollstream.schemas import AvroSerializer, DeadLetter, PolicyVersion, TopicNames, utcnow
 from rollstream.schemas.serializer import MAGIC
 from rollstream.settings import KafkaSettings
@@ -208,8 +211,50 @@ async def test_a_failure_taking_partitions_stops_the_run_instead_of_idling_on_th
     async def unreadable(*args: object) -> dict[TopicPartition, dict[str, Any]]:
         raise RuntimeError("state topic unreadable")
 
-    monkeypatch.setattr("rollstream.kafka.processor.load_states", unreadable)
+    monkeypatch.setattr("rollstream.kafka.partition_producer.load_states", unreadable)
     async with processor(kafka_settings, Echo(spec["output"], "only"), spec) as member:
         with pytest.raises(RuntimeError, match="state topic unreadable"):
             async with asyncio.timeout(60):
                 await member.run(asyncio.Event())
+
+
+async def test_a_producer_that_loses_its_broker_mid_transaction_is_replaced_not_fatal(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    topic_factory: TopicFactory,
+    producer_factory: ProducerFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Partition 0's first transaction sends its outputs, then loses its connection before its
+    offsets (as when a cluster's leader dies under the coordinator lookup): aborted. The member
+    takes the partition afresh (new producer, committed state and offset) and goes on; every
+    record is copied once and the state counts each once (before: the run stopped)."""
+    spec = await _spec(kafka_settings, rollstream_topics, topic_factory)
+    producer = await producer_factory()
+    await _send(producer, spec["input"], range(10), 2)
+    real_commit = PartitionProducer._commit
+    lost: list[TopicPartition] = []
+
+    async def losing(self: PartitionProducer, transaction: Transaction, states: list[Any]) -> None:
+        if self.tp.partition == 0 and not lost:
+            lost.append(self.tp)
+            async with self.producer.transaction():
+                for output in transaction.outputs:
+                    await self.producer.send(output.topic, output.value, key=output.key)
+                raise KafkaConnectionError("Connection at 127.0.0.1:9 closed")
+        await real_commit(self, transaction, states)
+
+    monkeypatch.setattr(PartitionProducer, "_commit", losing)
+    echo = Echo(spec["output"], "only")
+    async with processor(kafka_settings, echo, spec) as member:
+        stop = asyncio.Event()
+        running = asyncio.create_task(member.run(stop))
+        await until(lambda: echo.outputs == 10 or running.done(), 60, "ten copies")
+        stop.set()
+        await running  # it did not stop on the lost connection
+        assert lost and member.metrics.retaken == 1
+        tp0 = TopicPartition(spec["input"], 0)
+        assert echo.states[tp0] == {"count": 5}  # the aborted batch's count was dropped
+    copies = await read_records(kafka_settings, spec["output"], PolicyVersion, 10, settle_s=1.0)
+    counts = collections.Counter(c.version for c in copies)
+    assert sorted(counts) == list(range(10)) and max(counts.values()) == 1, counts
