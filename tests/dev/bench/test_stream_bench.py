@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import cProfile
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,12 @@ from aiohttp.test_utils import TestServer
 from rollstream.cli import cli
 from rollstream.dev.bench.report import SECTIONS, record, write_markdown
 from rollstream.dev.bench.stream import SMALL, run_stream_bench
-from rollstream.dev.bench.stream_load import StreamFailed, stream_answer
+from rollstream.dev.bench.stream_load import (
+    StreamFailed,
+    StreamLoadSpec,
+    run_stream_load,
+    stream_answer,
+)
 from rollstream.dev.bench.stream_profile import area, event_costs, split_events, summarise_profile
 from rollstream.dev.bench.stream_report import (
     ModeRun,
@@ -239,6 +245,28 @@ async def test_stream_answer_counts_events_split_across_reads() -> None:
                     assert await stream_answer(http, url, {}, "k") == want
         finally:
             await server.close()
+
+
+async def test_a_session_started_after_its_window_still_makes_one_call() -> None:
+    """A load process slow to start on a busy machine (seen: the 2-worker path of a 1 s run
+    served no call, and the run reported none) measures one call per session, no more."""
+    answer = b'data: {"choices": [{"delta": {}, "finish_reason": "length"}]}\n\ndata: [DONE]\n\n'
+    server = await _serve([answer])
+    try:
+        url = str(server.make_url("")).rstrip("/")
+        late = StreamLoadSpec(
+            keys=["a", "b"],
+            urls=[url, url],
+            body={},
+            start_at=time.time() - 5.0,
+            duration_s=1.0,
+            read_batch_ms=0,
+        )
+        result = await run_stream_load(late)
+    finally:
+        await server.close()
+    assert sorted(c[0] for c in result.calls) == [0, 1]
+    assert all(not c[4] for c in result.calls), result.calls
 
 
 @pytest.mark.integration
