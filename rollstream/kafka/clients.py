@@ -71,6 +71,8 @@ def make_consumer(
 class _AdminClient(AIOKafkaAdminClient):  # type: ignore[misc]
     """aiokafka's admin client, asking another broker when the one it picked is down.
 
+    The same for the controller its metadata names (see ``_send_to_controller``).
+
     aiokafka sends most admin requests to a broker picked at random from its metadata, which
     names a broker that just went down until the next refresh: one broker down then fails a
     third of the calls with a retriable connection error, though two brokers could answer.
@@ -88,6 +90,19 @@ class _AdminClient(AIOKafkaAdminClient):  # type: ignore[misc]
                 self._client.force_metadata_update()
                 await asyncio.sleep(0.2)
         raise AssertionError("unreachable")
+
+    async def _send_to_controller(self, request: Any) -> Any:
+        # aiokafka sends topic changes to the controller its metadata named and waits for
+        # that node for a whole request timeout, then fails. Under KRaft that is any live
+        # broker, named by the metadata of the moment: one killed since is asked again and
+        # again. A controller that takes no connection is looked up afresh instead.
+        for _ in range(_ADMIN_ATTEMPTS - 1):
+            controller = self._client.cluster.controller
+            if controller is not None and await self._client.ready(controller.nodeId):
+                break
+            await self._client.force_metadata_update()
+            await asyncio.sleep(0.2)
+        return await super()._send_to_controller(request)
 
 
 _ADMIN_ATTEMPTS = 10
