@@ -8,6 +8,7 @@ back as vLLM gives it (prompt ids, per-chunk ids equal to the whole answer's, ra
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -108,3 +109,25 @@ def test_the_rendered_prompt_is_what_tokenize_gives(
         timeout=60,
     ).json()
     assert tokenized["tokens"] == answer["prompt_token_ids"]
+
+
+def _descendants(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    found = [int(c) for c in children]
+    for child in list(found):
+        found += _descendants(child)
+    return found
+
+
+@pytest.mark.parametrize("family", ["qwen3"])
+def test_a_tiny_model_runs_in_the_engine_core_process(
+    family: str, engine_servers: EngineServers
+) -> None:
+    """Two processes (the API server and its engine core), not a third worker that imports
+    torch and vLLM again at every start (what the "uni" executor alone still ran)."""
+    server = engine_servers.get(family)
+    assert server._proc is not None
+    pids = _descendants(server._proc.pid)
+    names = [Path(f"/proc/{pid}/comm").read_text().strip() for pid in pids]
+    assert names.count("VLLM::EngineCor") == 1, names
+    assert not [n for n in names if "Worker" in n], names
