@@ -39,9 +39,18 @@ async def seek(
 
 
 async def iter_records(
-    consumer: AIOKafkaConsumer, topic: str, since: datetime | None = None
+    consumer: AIOKafkaConsumer,
+    topic: str,
+    since: datetime | None = None,
+    *,
+    end: dict[TopicPartition, int] | None = None,
 ) -> AsyncIterator[ConsumerRecord]:
     """The records of ``topic`` from the beginning (or ``since``) up to its end seen at start.
+
+    That end is the last stable offset for a ``read_committed`` consumer: records committed
+    after a transaction still open are not reached. Given :func:`written_ends` as ``end``, the
+    read waits until each transaction open then is committed or aborted (at most the
+    transaction timeout) and misses no committed record.
 
     Raises ConfigurationError when there is no such topic. Records without a value are skipped.
     """
@@ -50,12 +59,32 @@ async def iter_records(
         raise ConfigurationError(f"no topic {topic}")
     consumer.assign(tps)
     await seek(consumer, tps, since)
-    end = await consumer.end_offsets(tps)
+    if end is None:
+        end = await consumer.end_offsets(tps)
     while await behind(consumer, end):
         for tp, messages in (await consumer.getmany(timeout_ms=500, max_records=5000)).items():
             for message in messages:
                 if message.offset < end[tp] and message.value is not None:
                     yield message
+
+
+async def written_ends(kafka: KafkaSettings, topic: str) -> dict[TopicPartition, int]:
+    """The high watermarks of ``topic``'s partitions, open transactions' records included.
+
+    A read_committed consumer's own end offsets are the last stable ones.
+
+    Raises ConfigurationError when there is no such topic.
+    """
+    consumer = make_consumer(kafka, isolation_level="read_uncommitted")
+    await consumer.start()
+    try:
+        tps = await topic_partitions(consumer, topic)
+        if not tps:
+            raise ConfigurationError(f"no topic {topic}")
+        ends: dict[TopicPartition, int] = await consumer.end_offsets(tps)
+        return ends
+    finally:
+        await consumer.stop()
 
 
 async def iter_values(

@@ -25,7 +25,7 @@ from aiokafka.structs import TopicPartition
 
 from rollstream.errors import ConfigurationError
 from rollstream.kafka.clients import make_consumer
-from rollstream.kafka.reading import iter_records
+from rollstream.kafka.reading import iter_records, written_ends
 from rollstream.schemas import RECORD_BUDGET_BYTES
 from rollstream.settings import KafkaSettings
 
@@ -104,7 +104,12 @@ async def load_states(
     consumer = make_consumer(kafka)  # read_committed: only states of committed transactions
     await consumer.start()
     try:
-        async for message in iter_records(consumer, state_topic):
+        # Up to every record written by now, not to the last stable offset: the topic is shared
+        # by every input partition, and a transaction still open on it (another partition's,
+        # an expelled member's) would hide the states committed after it, while the group's
+        # committed offset is already theirs: a state older than its offset.
+        written = await written_ends(kafka, state_topic)
+        async for message in iter_records(consumer, state_topic, end=written):
             key = message.key or b""
             if (key in wanted or key.rpartition(b"#")[0] in wanted) and message.value is not None:
                 latest[key] = message.value

@@ -1,9 +1,12 @@
-"""The reconstructor's state as records within the budget: chunks, tombstones, reassembly."""
+"""The reconstructor's state as records within the budget: chunks, tombstones, reassembly;
+and read back whole while another partition's transaction is open on the state topic."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
+from aiokafka.structs import TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,9 +14,13 @@ from rollstream.kafka.state import (
     assemble_state,
     chunk_key,
     encode_state,
+    load_states,
+    state_key,
     state_records,
 )
 from rollstream.schemas import record_size
+from rollstream.settings import KafkaSettings
+from tests.conftest import ProducerFactory, TopicFactory
 
 KEY = b"rollstream-reconstruct-tree/rollstream.events/3"
 
@@ -67,3 +74,30 @@ def test_a_smaller_state_tombstones_the_chunks_it_no_longer_needs_and_reads_back
 
 def test_a_state_never_written_is_none() -> None:
     assert assemble_state(KEY, {chunk_key(KEY, 1): b'{"emitted":{}}'}) is None
+
+
+async def test_a_state_committed_after_an_open_transaction_is_waited_for_not_missed(
+    kafka_settings: KafkaSettings, topic_factory: TopicFactory, producer_factory: ProducerFactory
+) -> None:
+    """The state topic is shared by every input partition: another partition's transaction
+    open on it hides, from a read_committed reader that stops at the last stable offset, the
+    state a partition's owner committed after it (with its offset, already in the group).
+    Before: the load returned no state; now it waits for the open transaction to end."""
+    topic = await topic_factory(partitions=1, configs={"cleanup.policy": "compact"})
+    tp = TopicPartition("rollstream.events", 0)
+    key = state_key("g", tp)
+    other = await producer_factory(transactional_id="g-rollstream.events-1")
+    owner = await producer_factory(transactional_id="g-rollstream.events-0")
+    await other.begin_transaction()
+    await other.send_and_wait(
+        topic, b'{"emitted": {}}', key=state_key("g", tp._replace(partition=1))
+    )
+    async with owner.transaction():
+        for record_key, value in state_records(key, {"committed": 9, "emitted": {"s": 3}}):
+            await owner.send(topic, value, key=record_key)
+    loading = asyncio.create_task(load_states(kafka_settings, topic, "g", [tp]))
+    await asyncio.sleep(2.0)
+    assert not loading.done()  # waiting for the open transaction, not returning without it
+    await other.abort_transaction()
+    states = await asyncio.wait_for(loading, 60)
+    assert states[tp]["committed"] == 9 and states[tp]["emitted"] == {"s": 3}
