@@ -140,8 +140,16 @@ class PartitionProducer:
         self.serializer = serializer
         self.dead_letter_topic = dead_letter_topic
         self.state_topic = state_topic
-        self.state_chunks = 0  # records of the partition's last state
+        # What the topic holds of the partition's last state: its emitted entries (only the
+        # changes are written) and the records of an older layout's state (tombstoned).
+        self.state_written: dict[str, int] = {}
+        self.state_chunks = 0
         self.producer = make_producer(kafka, transactional_id=transactional_id, linger_ms=20)
+
+    def resume(self, state: dict[str, Any] | None) -> None:
+        """The partition's last state as read (None: never written): the next is its change."""
+        self.state_written = dict((state or {}).get("emitted") or {})
+        self.state_chunks = int((state or {}).get("chunks", 0))
 
     async def start(self) -> None:
         """Start the producer: its InitProducerId fences the partition's previous owner."""
@@ -157,7 +165,7 @@ class PartitionProducer:
         states: list[tuple[bytes, bytes | None]] = []
         if transaction.state is not None and self.state_topic is not None:
             key = state_key(self.group_id, self.tp)
-            states = state_records(key, transaction.state, self.state_chunks)
+            states = state_records(key, transaction.state, self.state_written, self.state_chunks)
         try:
             await self._commit(transaction, states)
         except Exception as exc:
@@ -182,8 +190,9 @@ class PartitionProducer:
                 f"the transactional producer of {self.tp.topic}[{self.tp.partition}] failed "
                 f"for good: {type(cause).__name__}: {cause}"
             ) from cause
-        if states:
-            self.state_chunks = sum(value is not None for _, value in states)
+        if states and transaction.state is not None:
+            self.state_written = dict(transaction.state.get("emitted") or {})
+            self.state_chunks = 0
 
     async def _commit(
         self, transaction: Transaction, states: list[tuple[bytes, bytes | None]]

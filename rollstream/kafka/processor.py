@@ -374,7 +374,7 @@ class TransactionalProcessor[T]:
         for tp in fresh:
             if committed[tp] is not None:
                 self.consumer.seek(tp, committed[tp])
-            producers[tp].state_chunks = int(states[tp].get("chunks", 1)) if tp in states else 0
+            producers[tp].resume(states.get(tp))
             self.app.assigned(tp, states.get(tp), committed[tp])
         self._producers.update(producers)
         # A batch polled before now may hold records of these partitions from before the seek

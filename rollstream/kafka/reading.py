@@ -44,6 +44,7 @@ async def iter_records(
     since: datetime | None = None,
     *,
     end: dict[TopicPartition, int] | None = None,
+    tombstones: bool = False,
 ) -> AsyncIterator[ConsumerRecord]:
     """The records of ``topic`` from the beginning (or ``since``) up to its end seen at start.
 
@@ -52,7 +53,8 @@ async def iter_records(
     read waits until each transaction open then is committed or aborted (at most the
     transaction timeout) and misses no committed record.
 
-    Raises ConfigurationError when there is no such topic. Records without a value are skipped.
+    Raises ConfigurationError when there is no such topic. Records without a value (a
+    compacted topic's tombstones) are skipped unless ``tombstones``.
     """
     tps = await topic_partitions(consumer, topic)
     if not tps:
@@ -64,7 +66,7 @@ async def iter_records(
     while await behind(consumer, end):
         for tp, messages in (await consumer.getmany(timeout_ms=500, max_records=5000)).items():
             for message in messages:
-                if message.offset < end[tp] and message.value is not None:
+                if message.offset < end[tp] and (tombstones or message.value is not None):
                     yield message
 
 

@@ -3,22 +3,27 @@
 Each transaction that commits an input partition's offset may also write that partition's
 state (the reconstructor: its commit offset and the sessions emitted at or past it, see
 ``PartitionBuffers.state``). A new owner of the partition reads the last such state before
-consuming, so re-reading from the committed offset never emits anything twice. The records
-are JSON: internal, versioned, read only by this module.
+consuming, so re-reading from the committed offset never emits anything twice.
 
-A state can outgrow one record (the reconstructor: while a long session holds a partition's
-commit offset back, every session emitted after it is remembered). So a state is written as
-records that each fit the record budget: the head, under the partition's key, with the state's
-other fields, the first entries of its ``emitted`` map and how many records the state has;
-the other entries in chunks keyed ``<key>#<n>``, written in the same transaction. Chunks a
-smaller state no longer needs get a tombstone (compaction's clean-up); a reader only takes as
-many chunks as the head names.
+The ``emitted`` map is the large part (while a long session holds a partition's commit offset
+back, every session emitted after it is remembered: thousands of entries at a cluster's load),
+and it changes by a few entries per transaction. So it is written as it changes, not whole: one
+record per entry, keyed ``<key>#e/<session>``, written when the entry appears and tombstoned
+when it leaves; the head, under the partition's key, carries the other fields. A transaction
+writes its head and its changes; compaction keeps the topic at about one record per live entry
+(the topic's segment and tombstone settings bound what it holds before compaction). The head's
+value is a version byte and JSON, which an older reader refuses to parse: it stops instead of
+taking an empty ``emitted`` map for the state.
+
+States written before (the whole map in the head and in chunks keyed ``<key>#<n>``) are still
+read, and the first state written after them tombstones their chunks.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from aiokafka.structs import TopicPartition
@@ -26,12 +31,11 @@ from aiokafka.structs import TopicPartition
 from rollstream.errors import ConfigurationError
 from rollstream.kafka.clients import make_consumer
 from rollstream.kafka.reading import iter_records, written_ends
-from rollstream.schemas import RECORD_BUDGET_BYTES
 from rollstream.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
-# Room in each record for the key's chunk suffix and the head's other fields.
-_HEAD_ROOM = 1024
+#: The first byte of a head in this layout (an older reader fails on it: not JSON).
+HEAD_VERSION = b"\x02"
 
 
 def state_key(group_id: str, tp: TopicPartition) -> bytes:
@@ -40,48 +44,68 @@ def state_key(group_id: str, tp: TopicPartition) -> bytes:
 
 
 def chunk_key(key: bytes, index: int) -> bytes:
-    """The key of a state's chunk ``index`` (1 and up; the head is ``key`` itself)."""
+    """The key of an older state's chunk ``index`` (1 and up; the head is ``key`` itself)."""
     return key + b"#%d" % index
 
 
+def entry_key(key: bytes, session: str) -> bytes:
+    """The key of one ``emitted`` entry of the state under ``key``."""
+    return key + b"#e/" + session.encode()
+
+
 def encode_state(state: dict[str, Any]) -> bytes:
-    """One state record's value."""
+    """An older layout's state record value (JSON); see :func:`encode_head` for today's."""
     return json.dumps(state, separators=(",", ":"), sort_keys=True).encode()
 
 
-def state_records(
-    key: bytes, state: dict[str, Any], previous_chunks: int = 0, budget: int = RECORD_BUDGET_BYTES
-) -> list[tuple[bytes, bytes | None]]:
-    """The state as (key, value) records that each fit ``budget``, head first.
+def encode_head(state: dict[str, Any]) -> bytes:
+    """A head's value: the version byte, then the state's fields but ``emitted`` as JSON."""
+    return HEAD_VERSION + encode_state({k: v for k, v in state.items() if k != "emitted"})
 
-    ``previous_chunks`` is how many records the partition's last state had: the chunks past
-    this one's get a tombstone (value None).
+
+def state_records(
+    key: bytes,
+    state: dict[str, Any],
+    written: Mapping[str, int] | None = None,
+    previous_chunks: int = 0,
+) -> list[tuple[bytes, bytes | None]]:
+    """The records that make the topic hold ``state`` where it held ``written``, head first.
+
+    ``written`` is the ``emitted`` map the partition's last state had (None or empty: none);
+    only the entries that changed are written, those gone get a tombstone (value None).
+    ``previous_chunks`` is how many records the last state had in the older layout: its
+    chunks get a tombstone.
     """
-    room = budget - len(key) - _HEAD_ROOM
-    chunks: list[dict[str, int]] = [{}]
-    size = 0
-    for session, offset in (state.get("emitted") or {}).items():
-        entry = len(json.dumps(session)) + len(str(offset)) + 2  # "session":offset,
-        if size + entry > room and chunks[-1]:
-            chunks.append({})
-            size = 0
-        chunks[-1][session] = offset
-        size += entry
-    head = {**state, "emitted": chunks[0], "chunks": len(chunks)}
-    records: list[tuple[bytes, bytes | None]] = [(key, encode_state(head))]
+    written = written or {}
+    emitted: Mapping[str, int] = state.get("emitted") or {}
+    records: list[tuple[bytes, bytes | None]] = [(key, encode_head(state))]
     records += [
-        (chunk_key(key, i), encode_state({"emitted": chunk}))
-        for i, chunk in enumerate(chunks[1:], 1)
+        (entry_key(key, session), str(int(offset)).encode())
+        for session, offset in emitted.items()
+        if written.get(session) != offset
     ]
-    records += [(chunk_key(key, i), None) for i in range(len(chunks), previous_chunks)]
+    records += [(entry_key(key, session), None) for session in written if session not in emitted]
+    records += [(chunk_key(key, i), None) for i in range(1, previous_chunks)]
     return records
 
 
 def assemble_state(key: bytes, latest: dict[bytes, bytes]) -> dict[str, Any] | None:
-    """A state from the latest value of each of its records (None: never written)."""
+    """A state from the latest value of each of its records (None: never written).
+
+    ``latest`` holds the records read under ``key`` and its ``#`` suffixes, a tombstone
+    having removed its key. An older layout's state carries ``chunks``: how many records it had.
+    """
     if key not in latest:
         return None
-    state: dict[str, Any] = json.loads(latest[key])
+    head = latest[key]
+    if head.startswith(HEAD_VERSION):
+        state: dict[str, Any] = json.loads(head[len(HEAD_VERSION) :])
+        prefix = entry_key(key, "")
+        state["emitted"] = {
+            k[len(prefix) :].decode(): int(v) for k, v in latest.items() if k.startswith(prefix)
+        }
+        return state
+    state = json.loads(head)
     emitted = dict(state.get("emitted") or {})
     for i in range(1, int(state.get("chunks", 1))):
         chunk = latest.get(chunk_key(key, i))
@@ -109,9 +133,14 @@ async def load_states(
         # an expelled member's) would hide the states committed after it, while the group's
         # committed offset is already theirs: a state older than its offset.
         written = await written_ends(kafka, state_topic)
-        async for message in iter_records(consumer, state_topic, end=written):
+        records = iter_records(consumer, state_topic, end=written, tombstones=True)
+        async for message in records:
             key = message.key or b""
-            if (key in wanted or key.rpartition(b"#")[0] in wanted) and message.value is not None:
+            if key.partition(b"#")[0] not in wanted:
+                continue
+            if message.value is None:
+                latest.pop(key, None)  # compaction's delete, not applied yet
+            else:
                 latest[key] = message.value
     except ConfigurationError:
         pass  # no state topic yet: nothing was ever emitted

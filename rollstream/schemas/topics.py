@@ -14,7 +14,8 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 # it before sending (``check_record_size``): a record over it would fail in the producer, or
 # worse, abort a transaction or block a partition behind it.
 RECORD_BUDGET_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
-_DAY_MS = 24 * 60 * 60 * 1000
+_MINUTE_MS = 60 * 1000
+_DAY_MS = 24 * 60 * _MINUTE_MS
 
 
 class Topic(StrEnum):
@@ -132,6 +133,16 @@ def topic_specs(
     retention = str(int(retention_days * _DAY_MS))
     derived_retention = str(int(retention_days * _DAY_MS / 2))
     compacted = base | {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
+    # The state topic takes a few records per transaction of every input partition: the active
+    # segment (never compacted) rolls after 10 min or 16 MiB rather than 7 days or 1 GiB, and
+    # tombstones go 10 min after compaction, so an assignment, which reads it whole, reads
+    # about one record per live entry plus minutes of writes (bench: state).
+    state = compacted | {
+        "segment.ms": str(10 * _MINUTE_MS),
+        "segment.bytes": str(16 * 1024 * 1024),
+        "delete.retention.ms": str(10 * _MINUTE_MS),
+        "max.compaction.lag.ms": str(60 * _MINUTE_MS),
+    }
     specs = [
         TopicSpec(
             names.events,
@@ -170,7 +181,7 @@ def topic_specs(
         TopicSpec(
             names.state,
             1,
-            compacted,
+            state,
             "consumer state written in their transactions; key = group/topic/partition; compacted",
         ),
     ]

@@ -33,8 +33,10 @@ class FakeProducer:
 
     def __init__(self, kafka: KafkaSettings, tp: TopicPartition, *args: Any, **kw: Any) -> None:
         self.commits: list[Transaction] = []
-        self.state_chunks = 0
         FakeProducer.made[tp] = self
+
+    def resume(self, state: dict[str, Any] | None) -> None:
+        pass
 
     async def start(self) -> None:
         pass

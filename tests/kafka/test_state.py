@@ -6,14 +6,17 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 from aiokafka.structs import TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollstream.kafka.state import (
+    HEAD_VERSION,
     assemble_state,
     chunk_key,
     encode_state,
+    entry_key,
     load_states,
     state_key,
     state_records,
@@ -23,6 +26,7 @@ from rollstream.settings import KafkaSettings
 from tests.conftest import ProducerFactory, TopicFactory
 
 KEY = b"rollstream-reconstruct-tree/rollstream.events/3"
+SESSIONS = st.sampled_from([f"s-{i}" for i in range(12)] + ["with#hash", "with/slash", "é"])
 
 
 def _state(sessions: int, committed: int = 7) -> dict[str, object]:
@@ -30,50 +34,99 @@ def _state(sessions: int, committed: int = 7) -> dict[str, object]:
     return {"version": 1, "committed": committed, "emitted": emitted}
 
 
-def _written(records: list[tuple[bytes, bytes | None]], latest: dict[bytes, bytes]) -> None:
-    """What a compacted topic read back holds after ``records`` (tombstones are not read)."""
+def _apply(records: list[tuple[bytes, bytes | None]], latest: dict[bytes, bytes]) -> None:
+    """What a compacted topic read back holds after ``records`` (a tombstone deletes)."""
     for key, value in records:
-        if value is not None:
+        if value is None:
+            latest.pop(key, None)
+        else:
             latest[key] = value
 
 
-def test_a_state_that_fits_is_one_record_as_before() -> None:
+def test_a_state_is_a_small_head_and_one_record_per_entry_that_old_readers_refuse() -> None:
     state = _state(3)
-    [(key, value)] = state_records(KEY, state)
-    assert key == KEY and value is not None
-    assert json.loads(value) == {**state, "chunks": 1}
-    # A head written before chunks existed reads as one record.
-    assert assemble_state(KEY, {KEY: encode_state(state)}) == state
-
-
-@settings(max_examples=30, deadline=None)
-@given(sessions=st.integers(0, 400), budget=st.integers(1400, 6000))
-def test_a_large_state_spreads_over_records_within_the_budget(sessions: int, budget: int) -> None:
-    state = _state(sessions)
-    records = state_records(KEY, state, budget=budget)
-    assert [k for k, _ in records] == [KEY] + [chunk_key(KEY, i) for i in range(1, len(records))]
-    assert all(v is not None and record_size(k, v) <= budget for k, v in records)
+    records = state_records(KEY, state)
+    assert [k for k, _ in records] == [KEY] + [entry_key(KEY, s) for s in state["emitted"]]  # type: ignore[attr-defined]
+    head = records[0][1]
+    assert head is not None and head.startswith(HEAD_VERSION)
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(head)  # what a reader of the older layout does with it: stop, loudly
+    assert all(v is not None and record_size(k, v) < 200 for k, v in records)
     latest: dict[bytes, bytes] = {}
-    _written(records, latest)
-    assert assemble_state(KEY, latest) == {**state, "chunks": len(records)}
+    _apply(records, latest)
+    assert assemble_state(KEY, latest) == state
 
 
-def test_a_smaller_state_tombstones_the_chunks_it_no_longer_needs_and_reads_back_alone() -> None:
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.dictionaries(SESSIONS, st.integers(0, 50), max_size=10), min_size=1, max_size=8
+    )
+)
+def test_each_state_writes_only_its_changes_and_reads_back_as_written(
+    steps: list[dict[str, int]],
+) -> None:
+    """Whatever the sequence of states, the topic reads back as the last one; each writes a
+    head and one record per entry that appeared, changed or left (none for the others)."""
     latest: dict[bytes, bytes] = {}
-    big = state_records(KEY, _state(300), budget=2000)
-    assert len(big) > 3
-    _written(big, latest)
-    small_state = _state(20, committed=400)
-    small = state_records(KEY, small_state, previous_chunks=len(big), budget=2000)
-    values = [v for _, v in small if v is not None]
-    tombstones = [k for k, v in small if v is None]
-    assert tombstones == [chunk_key(KEY, i) for i in range(len(values), len(big))]
-    _written(small, latest)  # the stale chunks' old values are still what a reader meets
-    assert assemble_state(KEY, latest) == {**small_state, "chunks": len(values)}
+    written: dict[str, int] = {}
+    for committed, emitted in enumerate(steps):
+        state = {"version": 1, "committed": committed, "emitted": emitted}
+        records = state_records(KEY, state, written)
+        changed = {s for s in emitted.keys() | written.keys() if emitted.get(s) != written.get(s)}
+        assert len(records) == 1 + len(changed)
+        _apply(records, latest)
+        assert assemble_state(KEY, latest) == state
+        written = emitted
+
+
+def test_an_older_layout_state_is_read_and_the_next_state_tombstones_its_chunks() -> None:
+    old = _state(5)
+    emitted = dict(old["emitted"])  # type: ignore[call-overload]
+    items = list(emitted.items())
+    latest = {
+        KEY: encode_state({**old, "emitted": dict(items[:2]), "chunks": 3}),
+        chunk_key(KEY, 1): encode_state({"emitted": dict(items[2:4])}),
+        chunk_key(KEY, 2): encode_state({"emitted": dict(items[4:])}),
+    }
+    read = assemble_state(KEY, latest)
+    assert read == {**old, "chunks": 3}
+    new = {"version": 1, "committed": 9, "emitted": dict(items[3:]) | {"later": 12}}
+    records = state_records(KEY, new, emitted, previous_chunks=3)
+    tombstones = [k for k, v in records if v is None]
+    assert tombstones == [entry_key(KEY, s) for s, _ in items[:3]] + [
+        chunk_key(KEY, 1),
+        chunk_key(KEY, 2),
+    ]
+    # The entries the older state had are written (the topic held them in chunks, not alone).
+    records = state_records(KEY, new, None, previous_chunks=3)
+    _apply(records, latest)
+    assert assemble_state(KEY, latest) == new
 
 
 def test_a_state_never_written_is_none() -> None:
     assert assemble_state(KEY, {chunk_key(KEY, 1): b'{"emitted":{}}'}) is None
+    assert assemble_state(KEY, {entry_key(KEY, "s"): b"3"}) is None
+
+
+async def test_a_state_read_back_from_the_topic_honours_its_tombstones(
+    kafka_settings: KafkaSettings, topic_factory: TopicFactory, producer_factory: ProducerFactory
+) -> None:
+    """An entry that left the state is gone from what a new owner reads (before compaction
+    removed its older value; before: tombstones were skipped and the entry came back)."""
+    topic = await topic_factory(partitions=1, configs={"cleanup.policy": "compact"})
+    tp = TopicPartition("rollstream.events", 0)
+    key = state_key("g", tp)
+    owner = await producer_factory(transactional_id="g-rollstream.events-0")
+    first_emitted = {"a": 4, "b": 5}
+    first = {"version": 1, "committed": 3, "emitted": first_emitted}
+    second = {"version": 1, "committed": 5, "emitted": {"b": 5, "c": 6}}
+    for records in (state_records(key, first), state_records(key, second, first_emitted)):
+        async with owner.transaction():
+            for record_key, value in records:
+                await owner.send(topic, value, key=record_key)
+    states = await load_states(kafka_settings, topic, "g", [tp])
+    assert states == {tp: second}
 
 
 async def test_a_state_committed_after_an_open_transaction_is_waited_for_not_missed(

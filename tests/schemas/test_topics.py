@@ -32,9 +32,11 @@ def test_sizes_and_retention() -> None:
     assert specs[names.events].configs["retention.ms"] == str(2 * 86_400_000)
     assert specs[names.trajectories].configs["retention.ms"] == str(86_400_000)
     # Ordered, compacted, small topics.
-    for name in (names.control, names.schemas):
+    for name in (names.control, names.schemas, names.state):
         assert specs[name].partitions == 1
         assert specs[name].configs["cleanup.policy"] == "compact"
+    # The state topic's active segment rolls (and is compacted) within minutes, not 7 days.
+    assert int(specs[names.state].configs["segment.ms"]) <= 3_600_000
 
 
 def test_resolve_logical_replay_and_full_names() -> None:
