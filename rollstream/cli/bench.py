@@ -369,9 +369,9 @@ def _register_more() -> None:
     from rollstream.cli.bench_scale import scale
     from rollstream.cli.bench_scaleout import cluster, instances
     from rollstream.cli.bench_stream import stream
-    from rollstream.cli.bench_suite import all_benchmarks, outage, pipeline, publisher, wall
+    from rollstream.cli.bench_suite import all_benchmarks, outage, pipeline, publisher, state, wall
 
-    for command in (publisher, outage, cluster, pipeline, instances, scale, stream, wall):
+    for command in (publisher, outage, state, cluster, pipeline, instances, scale, stream, wall):
         bench.add_command(command)
     bench.add_command(all_benchmarks)
 

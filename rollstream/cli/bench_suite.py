@@ -1,4 +1,4 @@
-"""``rollstream bench publisher``, ``bench outage``, ``bench pipeline`` and ``bench all``.
+"""``rollstream bench publisher``, ``outage``, ``state``, ``pipeline``, ``wall`` and ``all``.
 
 Registered on the ``bench`` group by :mod:`rollstream.cli.bench`, which stays small this way.
 """
@@ -18,6 +18,7 @@ from rollstream.dev.bench.outage import OutageBenchConfig, run_outage_bench
 from rollstream.dev.bench.pipeline import PipelineBenchConfig, run_pipeline_bench
 from rollstream.dev.bench.publisher import PublisherBenchConfig, run_publisher_bench
 from rollstream.dev.bench.report import record, write_markdown
+from rollstream.dev.bench.state import StateBenchConfig, run_state_bench
 from rollstream.dev.bench.suite import ORDER, record_run
 from rollstream.dev.bench.wall import WallBenchConfig, run_wall_bench
 from rollstream.settings import KafkaSettings
@@ -95,6 +96,31 @@ def outage(json_path: Path, markdown: Path, outage_s: float, rate: float) -> Non
     click.echo("outage: the publisher's disk work on the event loop, against on its own thread")
     result = asyncio.run(run_outage_bench(config, click.echo))
     data = record(json_path, "outage", result)
+    write_markdown(data, markdown)
+    click.echo(f"results in {json_path}, summary in {markdown}")
+
+
+@click.command(name="state")
+@output_options
+@click.option(
+    "--seconds",
+    type=click.FloatRange(0, min_open=True),
+    default=StateBenchConfig.seconds,
+    show_default=True,
+    help="How long a partition's load is simulated.",
+)
+@settings_options(KafkaSettings, "kafka")
+def state(kafka: KafkaSettings, json_path: Path, markdown: Path, seconds: float) -> None:
+    """The reconstructor's state topic at a cluster's load: bytes/s and a new owner's read.
+
+    The emitted map rewritten whole in every transaction (before) against written as it
+    changes (now), side by side. Needs a broker (`rollstream kafka start`); its topics, under
+    the prefix `bench-<time>`, are deleted afterwards.
+    """
+    config = StateBenchConfig(seconds=seconds)
+    click.echo("state: the state topic's writes and reads, per layout")
+    result = asyncio.run(run_state_bench(config, _bench_kafka(kafka), click.echo))
+    data = record(json_path, "state", result)
     write_markdown(data, markdown)
     click.echo(f"results in {json_path}, summary in {markdown}")
 
@@ -219,7 +245,7 @@ def all_benchmarks(
 ) -> None:
     """Every benchmark with its default configuration, one after another, then RESULTS.md.
 
-    Runs backend, interceptor, stream, node, wall, reconstruct, publisher, outage, cluster,
+    Runs backend, interceptor, stream, node, wall, reconstruct, publisher, outage, state, cluster,
     pipeline, instances, scale and fidelity (those that exist), each merging its results into
     --json;
     regenerates --markdown once at the end, with the machine description at the top. A

@@ -15,6 +15,7 @@ from rollstream.dev.bench.pipeline_report import pipeline_section
 from rollstream.dev.bench.publisher_report import publisher_section
 from rollstream.dev.bench.reconstruct_long import long_sessions_section
 from rollstream.dev.bench.scale_report import scale_section
+from rollstream.dev.bench.state import state_section
 from rollstream.dev.bench.stream_section import stream_section
 from rollstream.dev.bench.suite import header_lines
 from rollstream.dev.bench.summary import update_readme
@@ -336,6 +337,7 @@ SECTIONS = {
     "reconstruct": _reconstruct_and_long_section,
     "publisher": publisher_section,
     "outage": outage_section,
+    "state": state_section,
     "cluster": cluster_section,
     "pipeline": pipeline_section,
     "instances": instances_section,

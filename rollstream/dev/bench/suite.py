@@ -20,6 +20,7 @@ ORDER = (
     "reconstruct",
     "publisher",
     "outage",
+    "state",
     "cluster",
     "pipeline",
     "instances",
