@@ -147,9 +147,15 @@ class PartitionProducer:
         self.producer = make_producer(kafka, transactional_id=transactional_id, linger_ms=20)
 
     def resume(self, state: dict[str, Any] | None) -> None:
-        """The partition's last state as read (None: never written): the next is its change."""
-        self.state_written = dict((state or {}).get("emitted") or {})
-        self.state_chunks = int((state or {}).get("chunks", 0))
+        """The partition's last state as read (None: never written): the next is its change.
+
+        A state of the older layout (its ``chunks``) has no entry records on the topic: the
+        next state writes all of its entries, and tombstones those chunks.
+        """
+        state = state or {}
+        older = "chunks" in state
+        self.state_written = {} if older else dict(state.get("emitted") or {})
+        self.state_chunks = int(state["chunks"]) if older else 0
 
     async def start(self) -> None:
         """Start the producer: its InitProducerId fences the partition's previous owner."""

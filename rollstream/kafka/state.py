@@ -93,7 +93,8 @@ def assemble_state(key: bytes, latest: dict[bytes, bytes]) -> dict[str, Any] | N
     """A state from the latest value of each of its records (None: never written).
 
     ``latest`` holds the records read under ``key`` and its ``#`` suffixes, a tombstone
-    having removed its key. An older layout's state carries ``chunks``: how many records it had.
+    having removed its key. A state of the older layout carries ``chunks``, how many records
+    it had; one of today's does not.
     """
     if key not in latest:
         return None
@@ -116,6 +117,7 @@ def assemble_state(key: bytes, latest: dict[bytes, bytes]) -> dict[str, Any] | N
             continue
         emitted.update(json.loads(chunk).get("emitted") or {})
     state["emitted"] = emitted
+    state["chunks"] = int(state.get("chunks", 1))  # the older layout's mark (see resume)
     return state
 
 

@@ -35,6 +35,13 @@ from rollstream.kafka.partition_producer import (
     is_fencing,
     is_transient,
 )
+from rollstream.kafka.state import (
+    assemble_state,
+    chunk_key,
+    encode_state,
+    state_key,
+    state_records,
+)
 from rollstream.schemas import AvroSerializer
 from rollstream.settings import KafkaSettings
 
@@ -141,3 +148,54 @@ async def test_a_connection_lost_inside_a_transaction_is_a_broken_producer(
             await producer.commit(Transaction(offset=1))
     finally:
         await producer.stop()
+
+
+@pytest.mark.parametrize("older", [True, False], ids=["older-layout", "today"])
+async def test_the_next_state_after_a_resume_makes_the_topic_hold_it(
+    older: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whichever layout the partition's last state had, the first state its new owner writes
+    reads back whole: after an older state, every entry is written (none was a record of its
+    own) and its chunks are tombstoned; after today's, only what changed."""
+    key = state_key("rollstream-reconstruct", TopicPartition("rollstream.events", 0))
+    emitted = {f"s{i}": i for i in range(6)}
+    latest: dict[bytes, bytes] = {}
+    if older:
+        latest[key] = encode_state(
+            {"committed": 0, "emitted": dict(list(emitted.items())[:3])} | {"chunks": 2}
+        )
+        latest[chunk_key(key, 1)] = encode_state({"emitted": dict(list(emitted.items())[3:])})
+    else:
+        for record_key, value in state_records(key, {"committed": 0, "emitted": emitted}):
+            assert value is not None
+            latest[record_key] = value
+    producer = PartitionProducer(
+        KafkaSettings(bootstrap_servers="127.0.0.1:1"),
+        TopicPartition("rollstream.events", 0),
+        "rollstream-reconstruct-events-0",
+        group_id="rollstream-reconstruct",
+        serializer=AvroSerializer(),
+        dead_letter_topic="rollstream.dead-letters",
+        state_topic="rollstream.state",
+    )
+    producer.resume(assemble_state(key, latest))
+    sent: list[list[tuple[bytes, bytes | None]]] = []
+
+    async def commit(transaction: Transaction, states: list[tuple[bytes, bytes | None]]) -> None:
+        sent.append(states)
+
+    monkeypatch.setattr(producer, "_commit", commit)
+    later = {"committed": 2, "emitted": {k: v for k, v in emitted.items() if v >= 2} | {"s9": 9}}
+    try:
+        await producer.commit(Transaction(offset=10, state=later))
+    finally:
+        await producer.stop()
+    [records] = sent
+    for record_key, value in records:
+        if value is None:
+            latest.pop(record_key, None)
+        else:
+            latest[record_key] = value
+    assert assemble_state(key, latest) == later
+    entries = [k for k, v in records if v is not None and k != key]
+    assert len(entries) == (5 if older else 1)  # s2..s5 and s9, or s9 alone

@@ -91,6 +91,8 @@ def test_an_older_layout_state_is_read_and_the_next_state_tombstones_its_chunks(
     }
     read = assemble_state(KEY, latest)
     assert read == {**old, "chunks": 3}
+    # The oldest heads (one record, before chunks) read as a one-record older state.
+    assert assemble_state(KEY, {KEY: encode_state(old)}) == {**old, "chunks": 1}
     new = {"version": 1, "committed": 9, "emitted": dict(items[3:]) | {"later": 12}}
     records = state_records(KEY, new, emitted, previous_chunks=3)
     tombstones = [k for k, v in records if v is None]
