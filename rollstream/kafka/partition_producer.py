@@ -2,8 +2,10 @@
 
 Its transactional id belongs to the partition (``<prefix>-<topic>-<partition>``), so whichever
 member starts it fences the partition's previous owner (see ``rollstream.kafka.processor``).
-It also remembers how many records the partition's state took last time, so chunks a smaller
-state no longer needs get their tombstones.
+It also remembers what the state topic holds of the partition's last state, so each state
+writes only its changes (see ``rollstream.kafka.state``). Its failures are told apart here: a
+fencing (another member owns the partition), a broker out of reach (``ProducerBroken``: the
+partition is taken afresh) and a broker's refusal (``ProducerFailed``: an operator's).
 """
 
 from __future__ import annotations
