@@ -126,6 +126,7 @@ async def load_states(
 ) -> dict[TopicPartition, dict[str, Any]]:
     """The last committed state of each of ``tps`` (absent: never written)."""
     wanted = {state_key(group_id, tp): tp for tp in tps}
+    records_of = tuple(key + b"#" for key in wanted)  # chunks and entries of a wanted state
     latest: dict[bytes, bytes] = {}
     consumer = make_consumer(kafka)  # read_committed: only states of committed transactions
     await consumer.start()
@@ -138,7 +139,7 @@ async def load_states(
         records = iter_records(consumer, state_topic, end=written, tombstones=True)
         async for message in records:
             key = message.key or b""
-            if key.partition(b"#")[0] not in wanted:
+            if key not in wanted and not key.startswith(records_of):
                 continue
             if message.value is None:
                 latest.pop(key, None)  # compaction's delete, not applied yet
