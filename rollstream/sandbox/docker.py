@@ -22,10 +22,12 @@ from typing import Any
 
 from rollstream.errors import ConfigurationError
 from rollstream.sandbox.docker_engine import (
+    NOT_RUN,
     ContainerError,
-    close_stream,
     docker_client,
     engine_failed,
+    pump_exec,
+    say_not_run,
     socket_path,
     unix_socket_problem,
 )
@@ -163,7 +165,7 @@ class DockerRuntime(LocalRuntime):
         """A listener at ``port`` on loopback inside ``container``'s network (blocking)."""
         try:
             container.reload()
-        except Exception as exc:  # as _pump: the SDK's errors when the engine goes away
+        except Exception as exc:  # as pump_exec: the SDK's errors when the engine goes away
             raise engine_failed("the harness started", exc) from exc
         return listener_in_namespace(int(container.attrs["State"]["Pid"]), port)
 
@@ -192,7 +194,7 @@ class DockerRuntime(LocalRuntime):
             )
         )["Id"]
         started = time.monotonic()
-        pump = asyncio.ensure_future(asyncio.to_thread(self._pump, exec_id, logs))
+        pump = asyncio.ensure_future(asyncio.to_thread(pump_exec, self.client.api, exec_id, logs))
         timed_out = False
         try:
             await asyncio.wait_for(asyncio.shield(pump), timeout_s)
@@ -208,6 +210,8 @@ class DockerRuntime(LocalRuntime):
         if not timed_out:
             pump.result()  # the engine's failure, if the stream ended with one
             exit_code = await asyncio.to_thread(self._exit_code, exec_id)
+            if exit_code in NOT_RUN:
+                await asyncio.to_thread(say_not_run, launch.argv, exit_code, logs)
             # As run_harness: what the run left in the background dies with it. kill -1 spares
             # the container's PID 1 (the idle ``sleep``) and the shell sending it.
             await self._quick_exec(container, ["sh", "-c", "kill -KILL -1 2>/dev/null || true"])
@@ -227,11 +231,15 @@ class DockerRuntime(LocalRuntime):
         await super().stop(sandbox)
 
     async def close(self) -> None:
-        """Stop refilling; remove the idle pre-warmed containers and their directories.
+        """Stop; remove open sessions' containers, the idle pre-warmed ones, their directories.
 
         A client the runtime made itself is closed too (one passed in stays its owner's).
         """
         self._closed = True
+        # Sessions still open when the runtime closes (a node stopping mid-run) leave no
+        # container behind either.
+        for container in [self._containers.pop(root) for root in list(self._containers)]:
+            await self._remove(container)
         if self._refill is not None:
             self._refill.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -350,25 +358,6 @@ class DockerRuntime(LocalRuntime):
                 f"image {image!r} is not in the Docker engine: build or load it there "
                 "first (rollstream pulls no image)"
             ) from None
-
-    def _pump(self, exec_id: str, logs: Path) -> None:
-        """Copy the exec's demultiplexed output into ``logs/stdout`` and ``logs/stderr``."""
-        with (logs / "stdout").open("wb") as out, (logs / "stderr").open("wb") as err:
-            stream = None
-            try:
-                stream = self.client.api.exec_start(exec_id, stream=True, demux=True)
-                for chunk_out, chunk_err in stream:
-                    if chunk_out:
-                        out.write(chunk_out)
-                        out.flush()
-                    if chunk_err:
-                        err.write(chunk_err)
-                        err.flush()
-            except Exception as exc:
-                # The SDK raises what requests and urllib3 raise when the engine goes away.
-                raise engine_failed("the harness ran", exc) from exc
-            finally:
-                close_stream(stream)
 
     async def _quick_exec(self, container: Any, argv: list[str]) -> None:
         """Run ``argv`` in ``container`` to its end, best effort (failures only logged)."""

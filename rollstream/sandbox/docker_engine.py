@@ -10,9 +10,11 @@ import contextlib
 import importlib
 import os
 import socket
+from pathlib import Path
 from typing import Any
 
 from rollstream.errors import ConfigurationError, RollstreamError
+from rollstream.sandbox.harnesses.runner import tail
 
 
 class ContainerError(RollstreamError):
@@ -105,3 +107,43 @@ def close_stream(stream: Any) -> None:
     if response is not None:
         with contextlib.suppress(Exception):
             response.close()
+
+
+#: The exit codes an OCI runtime gives an exec it could not start (not executable, not found).
+NOT_RUN = (126, 127)
+
+
+def say_not_run(argv: list[str], exit_code: int, logs: Path) -> None:
+    """Name the command in the harness's stderr when the exec ended 126/127 with no output.
+
+    The engine writes its "executable file not found" into the exec's stream, not always
+    (seen: nothing at all on a busy machine); a harness result must still say what failed.
+    """
+    if tail(logs / "stdout") or tail(logs / "stderr"):
+        return
+    with (logs / "stderr").open("ab") as err:
+        note = (
+            f"rollstream: {argv[0]!r} ended with exit {exit_code} and no output in the "
+            "container (126/127: the engine could not run it, e.g. it is not in the image)\n"
+        )
+        err.write(note.encode())
+
+
+def pump_exec(api: Any, exec_id: str, logs: Path) -> None:
+    """Copy the exec's demultiplexed output into ``logs/stdout`` and ``logs/stderr``."""
+    with (logs / "stdout").open("wb") as out, (logs / "stderr").open("wb") as err:
+        stream = None
+        try:
+            stream = api.exec_start(exec_id, stream=True, demux=True)
+            for chunk_out, chunk_err in stream:
+                if chunk_out:
+                    out.write(chunk_out)
+                    out.flush()
+                if chunk_err:
+                    err.write(chunk_err)
+                    err.flush()
+        except Exception as exc:
+            # The SDK raises what requests and urllib3 raise when the engine goes away.
+            raise engine_failed("the harness ran", exc) from exc
+        finally:
+            close_stream(stream)

@@ -147,7 +147,23 @@ async def test_an_image_without_the_harness_says_so_in_the_exit_code_and_output(
     result = await runtime.execute(sandbox, launch, 60, sandbox.logs / "harness")
     assert result.exit_code in (126, 127)  # the OCI runtime's "not found" codes
     assert "claude" in result.stdout_tail + result.stderr_tail
+    # The engine does not always write its "not found" into the stream (seen: nothing, on a
+    # busy machine): an exec that ends 126/127 with no output is named by rollstream.
+    silent = HarnessLaunch(["sh", "-c", "exit 127"], {})
+    result = await runtime.execute(sandbox, silent, 60, sandbox.logs / "silent")
+    assert result.exit_code == 127 and "'sh' ended with exit 127" in result.stderr_tail
     await runtime.stop(sandbox)
+
+
+async def test_a_runtime_closed_with_a_session_open_leaves_no_container(
+    runtime_factory: RuntimeFactory, client: Any
+) -> None:
+    """A node stopping mid-run (or a test failing before its session's stop)."""
+    runtime = runtime_factory()
+    await runtime.start("s-open")
+    assert len(_ours(client)) == 1
+    await runtime.close()
+    assert _ours(client) == []
 
 
 async def test_an_engine_killed_mid_session_fails_the_run_with_a_retriable_error(
