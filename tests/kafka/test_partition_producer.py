@@ -13,6 +13,8 @@ when a cluster's leader was killed while a producer looked up its group coordina
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from aiokafka.errors import (
@@ -44,6 +46,31 @@ from rollstream.kafka.state import (
 )
 from rollstream.schemas import AvroSerializer
 from rollstream.settings import KafkaSettings
+
+UnstartedProducer = Callable[..., PartitionProducer]
+
+
+@pytest.fixture
+def unstarted_producer() -> UnstartedProducer:
+    """A factory of partition producers on a broker nobody listens on (none is started here:
+    each test drives the transaction's failure itself); keyword arguments override."""
+
+    def make(**overrides: Any) -> PartitionProducer:
+        options: dict[str, Any] = {
+            "group_id": "rollstream-reconstruct",
+            "serializer": AvroSerializer(),
+            "dead_letter_topic": "rollstream.dead-letters",
+            "state_topic": None,
+        } | overrides
+        transactional_id = options.pop("transactional_id", "rollstream-reconstruct-x-events-0")
+        return PartitionProducer(
+            KafkaSettings(bootstrap_servers="127.0.0.1:1"),
+            TopicPartition("rollstream.events", 0),
+            transactional_id,
+            **options,
+        )
+
+    return make
 
 
 def _unexpected(cause: BaseException) -> KafkaError:
@@ -77,17 +104,11 @@ def _expected(cause: BaseException) -> type[Exception]:
 
 @pytest.mark.parametrize("cause", FENCINGS + OTHERS + LOST, ids=repr)
 async def test_only_a_fencing_is_reported_as_one(
-    cause: BaseException, monkeypatch: pytest.MonkeyPatch
+    cause: BaseException,
+    monkeypatch: pytest.MonkeyPatch,
+    unstarted_producer: UnstartedProducer,
 ) -> None:
-    producer = PartitionProducer(
-        KafkaSettings(bootstrap_servers="127.0.0.1:1"),
-        TopicPartition("rollstream.events", 0),
-        "rollstream-reconstruct-x-events-0",
-        group_id="rollstream-reconstruct",
-        serializer=AvroSerializer(),
-        dead_letter_topic="rollstream.dead-letters",
-        state_topic=None,
-    )
+    producer = unstarted_producer()
     inner = producer.producer
 
     async def sender_routine() -> None:
@@ -121,19 +142,11 @@ async def test_only_a_fencing_is_reported_as_one(
 
 
 async def test_a_connection_lost_inside_a_transaction_is_a_broken_producer(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, unstarted_producer: UnstartedProducer
 ) -> None:
     """Not only once the sender ended: a transaction call that lost its broker while the
     producer lives is retriable too (and a non-Kafka error stays what it was)."""
-    producer = PartitionProducer(
-        KafkaSettings(bootstrap_servers="127.0.0.1:1"),
-        TopicPartition("rollstream.events", 0),
-        "rollstream-reconstruct-x-events-0",
-        group_id="rollstream-reconstruct",
-        serializer=AvroSerializer(),
-        dead_letter_topic="rollstream.dead-letters",
-        state_topic=None,
-    )
+    producer = unstarted_producer()
     raised: list[BaseException] = [KafkaConnectionError("closed"), ValueError("a bug")]
 
     async def commit(*_: object) -> None:
@@ -152,7 +165,7 @@ async def test_a_connection_lost_inside_a_transaction_is_a_broken_producer(
 
 @pytest.mark.parametrize("older", [True, False], ids=["older-layout", "today"])
 async def test_the_next_state_after_a_resume_makes_the_topic_hold_it(
-    older: bool, monkeypatch: pytest.MonkeyPatch
+    older: bool, monkeypatch: pytest.MonkeyPatch, unstarted_producer: UnstartedProducer
 ) -> None:
     """Whichever layout the partition's last state had, the first state its new owner writes
     reads back whole: after an older state, every entry is written (none was a record of its
@@ -169,14 +182,8 @@ async def test_the_next_state_after_a_resume_makes_the_topic_hold_it(
         for record_key, value in state_records(key, {"committed": 0, "emitted": emitted}):
             assert value is not None
             latest[record_key] = value
-    producer = PartitionProducer(
-        KafkaSettings(bootstrap_servers="127.0.0.1:1"),
-        TopicPartition("rollstream.events", 0),
-        "rollstream-reconstruct-events-0",
-        group_id="rollstream-reconstruct",
-        serializer=AvroSerializer(),
-        dead_letter_topic="rollstream.dead-letters",
-        state_topic="rollstream.state",
+    producer = unstarted_producer(
+        transactional_id="rollstream-reconstruct-events-0", state_topic="rollstream.state"
     )
     producer.resume(assemble_state(key, latest))
     sent: list[list[tuple[bytes, bytes | None]]] = []
