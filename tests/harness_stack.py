@@ -21,8 +21,8 @@ from rollstream.dev.backend.policies.scenarios import ScenarioFile, load_scenari
 from rollstream.dev.backend.server import Backend
 from rollstream.dev.backend.settings import BackendSettings
 from rollstream.dev.backend.tokenizer import default_tokenizer_dir
-from rollstream.dev.bench.fidelity import MODEL as MODEL
-from rollstream.dev.bench.fidelity import SCENARIOS, TASK
+from rollstream.dev.bench.fidelity_serving import MODEL as MODEL
+from rollstream.dev.bench.fidelity_serving import SCENARIOS, TASK
 from rollstream.dev.engine.serve import EngineServer
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.sandbox.harnesses.install import PACKAGES, install

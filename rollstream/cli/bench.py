@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Literal
 
 import click
 
@@ -312,6 +313,14 @@ def node(
 @click.option("--harnesses", default="all", show_default=True, help="Comma-separated.")
 @click.option("--modes", default="ordinary,exact", show_default=True, help="Context modes.")
 @click.option("--timeout-s", type=click.FloatRange(1), default=180.0, show_default=True)
+@click.option(
+    "--engine",
+    type=click.Choice(["reference", "vllm"]),
+    default="reference",
+    show_default=True,
+    help="What serves the families: the reference backend, or a real vLLM (`rollstream "
+    "engine`) serving each family's tiny model; results kept apart (fidelity-vllm).",
+)
 @settings_options(KafkaSettings, "kafka")
 def fidelity(
     kafka: KafkaSettings,
@@ -321,27 +330,33 @@ def fidelity(
     harnesses: str,
     modes: str,
     timeout_s: float,
+    engine: Literal["reference", "vllm"],
 ) -> None:
     """Model families x real harnesses x context modes: how faithfully each session trains.
 
     Each harness runs headless on one tool task through an interceptor in front of the
-    scripted reference backend serving each family. Needs a broker (`rollstream kafka start`)
-    and the harnesses (installed if missing); records go to topics under the prefix
-    `bench-<time>`, deleted afterwards.
+    scripted reference backend serving each family, or a real vLLM serving its tiny model
+    (`--engine vllm`: the families the engine serves; one server per family, one at a time).
+    Needs a broker (`rollstream kafka start`) and the harnesses (installed if missing); records
+    go to topics under the prefix `bench-<time>`, deleted afterwards.
     """
     import time
 
     from rollstream.dev.bench import fidelity as fb
+    from rollstream.dev.bench.fidelity_serving import FidelityBenchConfig
+    from rollstream.dev.engine.families import ENGINE_FAMILIES
     from rollstream.models.families import FAMILIES
     from rollstream.sandbox.harnesses.install import PACKAGES, install
     from rollstream.settings import StatePaths
 
+    known = tuple(ENGINE_FAMILIES) if engine == "vllm" else tuple(FAMILIES)
     try:
-        config = fb.FidelityBenchConfig(
-            families=fb.parse_names(families, tuple(FAMILIES), "families"),
+        config = FidelityBenchConfig(
+            families=fb.parse_names(families, known, "families"),
             harnesses=fb.parse_names(harnesses, tuple(PACKAGES), "harnesses"),
             modes=fb.parse_modes(modes),
             timeout_s=timeout_s,
+            engine=engine,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
@@ -356,10 +371,10 @@ def fidelity(
 
     click.echo(
         f"fidelity: {len(config.families)} families x {len(config.harnesses)} harnesses x "
-        f"{len(config.modes)} modes"
+        f"{len(config.modes)} modes on {engine}"
     )
     result = asyncio.run(run())
-    data = record(json_path, "fidelity", result)
+    data = record(json_path, "fidelity" if engine == "reference" else "fidelity-vllm", result)
     write_markdown(data, markdown)
     click.echo(f"results in {json_path}, summary in {markdown}")
 

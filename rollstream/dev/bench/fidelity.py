@@ -1,9 +1,11 @@
 """``rollstream bench fidelity``: the fidelity matrix of model families x harnesses x context modes.
 
-For each family and context mode, the reference backend (scripted policy, the family's own
-vocabulary, renderer and output format) runs behind one interceptor, both in this process; each
-real harness then runs headless on one tool task through them (write hello.txt with the shell
-tool, read it back, answer). The session's CallRecords are read back from Kafka and
+For each family and context mode, an upstream serves the family behind one interceptor: the
+reference backend (scripted policy, the family's own vocabulary, renderer and output format, in
+this process) or, with ``--engine vllm``, a real vLLM serving the family's tiny model (vLLM's own
+template, parsers and token ids; the plan played by its logits processor). Each real harness then
+runs headless on one tool task through them (write hello.txt with the shell tool, read it back,
+answer). The session's CallRecords are read back from Kafka and
 :func:`~rollstream.processing.reconstruct.fidelity.fidelity_row` gives its figures: threads,
 ``prefix_merge`` segments and breaks, invariant violations, trainable tokens, exact calls and the
 serve gap. A harness that fails gives a row saying so (its stderr tail kept), never an exception
@@ -13,25 +15,28 @@ that stops the matrix.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
-
-from aiohttp import web
+from typing import Any
 
 from rollstream.capture.interceptor.proxy import Interceptor
-from rollstream.capture.interceptor.settings import InterceptorSettings
-from rollstream.capture.publisher.client import PublisherSettings
-from rollstream.dev.backend.server import Backend
-from rollstream.dev.backend.settings import BackendSettings
+from rollstream.dev.bench.fidelity_serving import (
+    MODEL,
+    MODES,
+    UPSTREAMS,
+    FidelityBenchConfig,
+    Mode,
+    Upstream,
+    served,
+    task_of,
+)
+from rollstream.dev.engine.families import ENGINE_FAMILIES
 from rollstream.kafka.admin import TopicAdmin
 from rollstream.kafka.clients import ordinary_tasks
 from rollstream.kafka.reading import read_session_calls
@@ -42,40 +47,11 @@ from rollstream.sandbox.harnesses.install import PACKAGES
 from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext
 from rollstream.sandbox.harnesses.runner import HarnessResult, run_harness
 from rollstream.schemas import CallRecord, CallStatus, TopicNames, topic_specs
-from rollstream.settings import KafkaSettings, StatePaths
+from rollstream.settings import KafkaSettings
 
 Progress = Callable[[str], None]
-Mode = Literal["ordinary", "exact"]
-MODES: tuple[Mode, ...] = ("ordinary", "exact")
-MODEL = "rollstream-tiny"
-TASK = "Create hello.txt with polar."
-#: Write hello.txt with the shell tool, read it back, answer: a three-turn tool task.
-SCENARIOS = """
-scenarios:
-  - name: solve
-    turns:
-      - text: I will create the file.
-        tool_call: {tool: shell, arguments: {command: "echo polar > hello.txt"}}
-      - tool_call: {tool: shell, arguments: {command: "cat hello.txt"}}
-      - text: Done. hello.txt contains polar.
-side_call_text: Coding session.
-"""
 _STDERR_TAIL = 2000
 _ANSWERS = 12  # kept per run: enough to see a harness loop, small for one that loops long
-
-
-@dataclass(frozen=True)
-class FidelityBenchConfig:
-    """What one run covers."""
-
-    families: tuple[str, ...] = tuple(FAMILIES)
-    harnesses: tuple[str, ...] = tuple(PACKAGES)
-    modes: tuple[Mode, ...] = MODES
-    timeout_s: float = 180.0  # per harness run; a normal run takes seconds
-    read_timeout_s: float = 30.0  # for the session's records to be readable in Kafka
-    # The harnesses' system prompts and tool lists are long (Claude Code's: tens of thousands
-    # of tokens), so the served context is made large enough for any of them.
-    max_model_len: int = 262144
 
 
 @dataclass
@@ -129,63 +105,9 @@ def _outcome(result: HarnessResult, solved: bool) -> str:
     return "ok" if solved else "unsolved"
 
 
-def _write_scenarios(state_dir: Path) -> Path:
-    state_dir.mkdir(parents=True, exist_ok=True)
-    scenarios = state_dir / "scenarios.yaml"
-    scenarios.write_text(SCENARIOS)
-    return scenarios
-
-
 def _solved(workdir: Path) -> bool:
     hello = workdir / "hello.txt"
     return hello.exists() and hello.read_text().strip() == "polar"
-
-
-@asynccontextmanager
-async def served(
-    family_name: str,
-    family: Family,
-    mode: Mode,
-    kafka: KafkaSettings,
-    state_dir: Path,
-    config: FidelityBenchConfig,
-) -> AsyncIterator[Interceptor]:
-    """The scripted backend serving ``family`` on a free port, an interceptor in front of it."""
-    scenarios = _write_scenarios(state_dir)
-    settings = BackendSettings(
-        policy="scripted", scenarios=scenarios, model=MODEL, max_model_len=config.max_model_len
-    )
-    runner = web.AppRunner(Backend(settings, family=family).app(), access_log=None)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        port = runner.addresses[0][1]
-        interceptor = Interceptor(
-            InterceptorSettings(
-                upstream=f"http://127.0.0.1:{port}",
-                port=0,
-                admin_port=0,
-                upstream_model=MODEL,
-                context=mode,
-                tokenizer=family.tokenizer.path,
-                family=family_name,
-            ),
-            kafka,
-            PublisherSettings(),
-            StatePaths(state_dir=state_dir),
-        )
-        try:
-            await interceptor.start()
-        except BaseException:
-            with contextlib.suppress(Exception):  # whatever had started before the failure
-                await interceptor.stop()
-            raise
-        try:
-            yield interceptor
-        finally:
-            await interceptor.stop()
-    finally:
-        await runner.cleanup()
 
 
 async def session_records(
@@ -212,27 +134,37 @@ async def session_records(
         await asyncio.sleep(0.5)
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What every cell of one matrix run shares."""
+
+    config: FidelityBenchConfig
+    kafka: KafkaSettings
+    bin_dir: Path
+    progress: Progress
+    upstream: Upstream
+
+
 async def run_one(
+    run: _Run,
     interceptor: Interceptor,
     family_name: str,
     family: Family,
     harness: str,
     mode: Mode,
-    kafka: KafkaSettings,
-    bin_dir: Path,
     root: Path,
-    config: FidelityBenchConfig,
 ) -> RunRow:
     """Run ``harness`` once through ``interceptor``; its row (never raises for a failed run)."""
+    config, kafka = run.config, run.kafka
     session = f"fidelity-{harness}-{uuid.uuid4().hex[:8]}"
     interceptor.addon.sessions.register(session, None)  # as the node does before its harness
-    ctx = HarnessContext(interceptor.url, session, MODEL, TASK)
+    ctx = HarnessContext(interceptor.url, session, MODEL, task_of(config.engine))
     row = RunRow(family_name, harness, mode, "error")
     started = time.monotonic()
     # Record timestamps come from the producer's clock: a margin covers any rounding.
     since = datetime.now(UTC) - timedelta(seconds=2)
     try:
-        launch = PRESETS[harness].launch(ctx, bin_dir / PACKAGES[harness][1])
+        launch = PRESETS[harness].launch(ctx, run.bin_dir / PACKAGES[harness][1])
         workdir = root / "work"
         result = await run_harness(launch, root / "home", workdir, root / "logs", config.timeout_s)
         row.seconds = round(result.duration_s, 1)
@@ -276,58 +208,53 @@ def _progress_line(row: RunRow) -> str:
 
 
 async def _run_pair(
+    run: _Run,
     family_name: str,
     family: Family,
     mode: Mode,
-    kafka: KafkaSettings,
-    bin_dir: Path,
+    upstream: tuple[str, str],
     base: Path,
-    config: FidelityBenchConfig,
-    progress: Progress,
 ) -> list[RunRow]:
-    """Every harness through one backend and interceptor (started once: the matrix stays fast)."""
+    """Every harness through one interceptor (started once: the matrix stays fast)."""
     rows: list[RunRow] = []
+    harnesses = run.config.harnesses
     try:
-        async with served(family_name, family, mode, kafka, base / "state", config) as proxy:
-            for harness in config.harnesses:
-                row = await run_one(
-                    proxy,
-                    family_name,
-                    family,
-                    harness,
-                    mode,
-                    kafka,
-                    bin_dir,
-                    base / harness,
-                    config,
-                )
+        async with served(family_name, family, mode, run.kafka, base / "state", upstream) as proxy:
+            for harness in harnesses:
+                row = await run_one(run, proxy, family_name, family, harness, mode, base / harness)
                 rows.append(row)
-                progress(_progress_line(row))
-    except Exception as exc:  # the backend or the interceptor of this pair failed
-        rows += _failed_rows(family_name, config.harnesses[len(rows) :], mode, exc)
-        progress(f"  {family_name} {mode}: failed ({type(exc).__name__}: {exc})")
+                run.progress(_progress_line(row))
+    except Exception as exc:  # the interceptor of this pair failed
+        rows += _failed_rows(family_name, harnesses[len(rows) :], mode, exc)
+        run.progress(f"  {family_name} {mode}: failed ({type(exc).__name__}: {exc})")
     return rows
 
 
-async def _run_family(
-    family_name: str,
-    kafka: KafkaSettings,
-    bin_dir: Path,
-    tmp: Path,
-    config: FidelityBenchConfig,
-    progress: Progress,
-) -> list[RunRow]:
-    try:
-        family = load_family(family_name, stand_in=True)
-    except Exception as exc:  # e.g. a vocabulary that cannot be fetched here
-        progress(f"  {family_name}: cannot load ({exc})")
+async def _run_family(run: _Run, family_name: str, tmp: Path) -> list[RunRow]:
+    """The family's rows in every mode, through one upstream (a vLLM starts once per family)."""
+    config = run.config
+
+    def failed(exc: Exception) -> list[RunRow]:
         return [
             r for m in config.modes for r in _failed_rows(family_name, config.harnesses, m, exc)
         ]
+
+    try:
+        family = load_family(family_name, stand_in=True)
+    except Exception as exc:  # e.g. a vocabulary that cannot be fetched here
+        run.progress(f"  {family_name}: cannot load ({exc})")
+        return failed(exc)
     rows: list[RunRow] = []
-    for mode in config.modes:
-        base = tmp / family_name / mode
-        rows += await _run_pair(family_name, family, mode, kafka, bin_dir, base, config, progress)
+    try:
+        upstream = run.upstream(family_name, family, tmp / family_name / "upstream", config)
+        async with upstream as served_at:
+            for mode in config.modes:
+                base = tmp / family_name / mode
+                rows += await _run_pair(run, family_name, family, mode, served_at, base)
+    except Exception as exc:  # the upstream did not start (or stop): the cells it did not run
+        run.progress(f"  {family_name}: upstream failed ({type(exc).__name__}: {exc})")
+        done = {(r.harness, r.mode) for r in rows}
+        rows += [r for r in failed(exc) if (r.harness, r.mode) not in done]
     return rows
 
 
@@ -337,10 +264,15 @@ async def run_fidelity_bench(
     bin_dir: Path,
     progress: Progress = print,
     work_root: Path | None = None,
+    upstream: Upstream | None = None,
 ) -> dict[str, Any]:
-    """The matrix on topics under ``kafka.topic_prefix`` (created here); the results as data."""
+    """The matrix on topics under ``kafka.topic_prefix`` (created here); the results as data.
+
+    ``upstream`` serves each family (default: the config's engine, started here).
+    """
     async with TopicAdmin(kafka) as admin:
         await admin.create(topic_specs(TopicNames(kafka.topic_prefix), partitions=1))
+    run = _Run(config, kafka, bin_dir, progress, upstream or UPSTREAMS[config.engine])
     began = time.monotonic()
     rows: list[RunRow] = []
     # mitmproxy runs in this process and logs every connection at INFO: the progress lines
@@ -351,20 +283,28 @@ async def run_fidelity_bench(
     try:
         with tempfile.TemporaryDirectory(dir=work_root, prefix="fidelity-") as tmp:
             for family_name in config.families:
-                rows += await _run_family(family_name, kafka, bin_dir, Path(tmp), config, progress)
+                rows += await _run_family(run, family_name, Path(tmp))
     finally:
         mitmproxy_log.setLevel(level)
     return {
         "config": asdict(config),
-        "task": TASK,
-        "families": {
-            name: {"stand_in": FAMILIES[name].stand_in}
-            for name in config.families
-            if name in FAMILIES
-        },
+        "engine": config.engine,
+        "task": task_of(config.engine),
+        "families": {name: _about(name, config) for name in config.families if name in FAMILIES},
         "rows": [r.to_json() for r in rows],
         "seconds": round(time.monotonic() - began, 1),
     }
+
+
+def _about(family: str, config: FidelityBenchConfig) -> dict[str, str]:
+    """What the family's rows rest on ("" for nothing of the kind).
+
+    A stand-in vocabulary; on vLLM, an architecture that leaves something uncovered.
+    """
+    about = {"stand_in": FAMILIES[family].stand_in}
+    if config.engine == "vllm" and family in ENGINE_FAMILIES:
+        about["not_covered"] = ENGINE_FAMILIES[family].not_covered
+    return about
 
 
 def parse_modes(value: str) -> tuple[Mode, ...]:

@@ -71,16 +71,33 @@ def _stand_ins(families: dict[str, dict[str, Any]]) -> str:
     )
 
 
+_SERVED_BY = {
+    "reference": (
+        "## Model families (`rollstream bench fidelity`)",
+        "the reference backend's scripted policy serving the family (its vocabulary, chat "
+        "renderer and output format: reasoning, tool-call syntax); one backend and interceptor "
+        "per family and mode",
+    ),
+    "vllm": (
+        "## Model families on vLLM (`rollstream bench fidelity --engine vllm`)",
+        "a real vLLM (`rollstream engine`, the CPU build) serving the family's tiny "
+        "random-weight model on its real vocabulary and published chat template, with vLLM's "
+        "own tool-call and reasoning parsers, the plan played by a logits processor; one "
+        "server per family, one interceptor per family and mode",
+    ),
+}
+
+
 def fidelity_section(result: dict[str, Any]) -> list[str]:
     """The section's lines: how it was run, one row per (family, harness, mode), a summary."""
     config, rows = result["config"], result["rows"]
+    heading, served_by = _SERVED_BY[result.get("engine", "reference")]
     lines = [
-        "## Model families (`rollstream bench fidelity`)",
+        heading,
         "",
         f'Each real harness, headless, on the task "{result["task"]}" through an interceptor '
-        "in front of the reference backend's scripted policy serving the family (its "
-        "vocabulary, chat renderer and output format: reasoning, tool-call syntax), in both "
-        "context modes; one backend and interceptor per family and mode. The scripted model "
+        f"in front of {served_by}, in both "
+        "context modes. The scripted model "
         "writes the file with the shell tool, reads it back and answers. The session's "
         "CallRecords are read back from Kafka. Outcome: ok (exit 0 and hello.txt holds "
         f"polar), exit code, timeout ({config['timeout_s']:g} s), unsolved or error, and the "
@@ -96,6 +113,11 @@ def fidelity_section(result: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---:|---:|---:|---|---:|---:|---:|---|",
     ]
     lines += [table_row(r) for r in rows]
-    lines += ["", *_summary(rows), "", _stand_ins(result.get("families", {}))]
+    families = result.get("families", {})
+    lines += ["", *_summary(rows), "", _stand_ins(families)]
+    uncovered = {name: f["not_covered"] for name, f in families.items() if f.get("not_covered")}
+    if uncovered:
+        named = "; ".join(f"{name}: {why}" for name, why in uncovered.items())
+        lines.append(f"On the nearest architecture the CPU build runs: {named}.")
     lines += [f"The matrix took {result['seconds'] / 60:.1f} min.", ""]
     return lines

@@ -344,6 +344,7 @@ SECTIONS = {
     "scale": scale_section,
     "stream": stream_section,
     "fidelity": fidelity_section,
+    "fidelity-vllm": fidelity_section,
     "wall": wall_section,
 }
 

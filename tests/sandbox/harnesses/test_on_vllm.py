@@ -14,7 +14,7 @@ from typing import Literal
 
 import pytest
 
-from rollstream.dev.bench.fidelity import TASK
+from rollstream.dev.bench.fidelity_serving import TASK
 from rollstream.models.families import load_family
 from rollstream.processing.reconstruct.fidelity import fidelity_row
 from rollstream.schemas import CallStatus, TopicNames

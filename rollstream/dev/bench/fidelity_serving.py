@@ -1,0 +1,156 @@
+"""What serves the fidelity matrix: the task, the scripted plan and the upstreams.
+
+The reference backend serves every family in this process; a real vLLM (``--engine vllm``) serves
+each family the engine knows on its tiny model, playing the same solve scenario (the engine's
+default scenarios; the task names it). An interceptor on free ports goes in front of either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from aiohttp import web
+
+from rollstream.capture.interceptor.proxy import Interceptor
+from rollstream.capture.interceptor.settings import InterceptorSettings
+from rollstream.capture.publisher.client import PublisherSettings
+from rollstream.dev.backend.server import Backend
+from rollstream.dev.backend.settings import BackendSettings
+from rollstream.dev.engine.serve import EngineServer, EngineSettings
+from rollstream.models.families import FAMILIES
+from rollstream.models.family import Family
+from rollstream.sandbox.harnesses.install import PACKAGES
+from rollstream.settings import KafkaSettings, StatePaths
+
+Mode = Literal["ordinary", "exact"]
+Engine = Literal["reference", "vllm"]
+MODES: tuple[Mode, ...] = ("ordinary", "exact")
+MODEL = "rollstream-tiny"
+TASK = "Create hello.txt with polar."
+#: Write hello.txt with the shell tool, read it back, answer: a three-turn tool task.
+SCENARIOS = """
+scenarios:
+  - name: solve
+    turns:
+      - text: I will create the file.
+        tool_call: {tool: shell, arguments: {command: "echo polar > hello.txt"}}
+      - tool_call: {tool: shell, arguments: {command: "cat hello.txt"}}
+      - text: Done. hello.txt contains polar.
+side_call_text: Coding session.
+"""
+
+
+@dataclass(frozen=True)
+class FidelityBenchConfig:
+    """What one run covers."""
+
+    families: tuple[str, ...] = tuple(FAMILIES)
+    harnesses: tuple[str, ...] = tuple(PACKAGES)
+    modes: tuple[Mode, ...] = MODES
+    #: What serves the families: the reference backend (every family) or a real vLLM (the
+    #: families the engine serves, each on its tiny model).
+    engine: Engine = "reference"
+    timeout_s: float = 180.0  # per harness run; a normal run takes seconds
+    read_timeout_s: float = 30.0  # for the session's records to be readable in Kafka
+    # The harnesses' system prompts and tool lists are long (Claude Code's: tens of thousands
+    # of tokens), so the served context is made large enough for any of them.
+    max_model_len: int = 262144
+
+
+def _write_scenarios(state_dir: Path) -> Path:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    scenarios = state_dir / "scenarios.yaml"
+    scenarios.write_text(SCENARIOS)
+    return scenarios
+
+
+@asynccontextmanager
+async def reference_upstream(
+    family_name: str, family: Family, state_dir: Path, config: FidelityBenchConfig
+) -> AsyncIterator[tuple[str, str]]:
+    """The scripted reference backend serving ``family`` on a free port: (its URL, its model)."""
+    scenarios = _write_scenarios(state_dir)
+    settings = BackendSettings(
+        policy="scripted", scenarios=scenarios, model=MODEL, max_model_len=config.max_model_len
+    )
+    runner = web.AppRunner(Backend(settings, family=family).app(), access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}", MODEL
+    finally:
+        await runner.cleanup()
+
+
+@asynccontextmanager
+async def engine_upstream(
+    family_name: str, family: Family, state_dir: Path, config: FidelityBenchConfig
+) -> AsyncIterator[tuple[str, str]]:
+    """A real vLLM serving ``family``'s tiny model: (its URL, its served model).
+
+    The model plays the engine's default scenarios, the task naming the solve one; the engine
+    is installed and the model built first if missing.
+    """
+    server = EngineServer(EngineSettings(family=family_name), StatePaths())
+    # Starting takes a minute or more and polls with blocking sleeps: off the event loop.
+    await asyncio.to_thread(server.start)
+    try:
+        yield server.url, server.model
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+#: What serves a family for the matrix: (family name, family, state folder, config) -> an async
+#: context of (upstream URL, the model name it serves).
+Upstream = Callable[
+    [str, Family, Path, FidelityBenchConfig], AbstractAsyncContextManager[tuple[str, str]]
+]
+UPSTREAMS: dict[Engine, Upstream] = {"reference": reference_upstream, "vllm": engine_upstream}
+
+
+def task_of(engine: Engine) -> str:
+    """The harness's task: on vLLM it names the scenario the engine's plan plays."""
+    return TASK if engine == "reference" else f"[scenario=solve] {TASK}"
+
+
+@asynccontextmanager
+async def served(
+    family_name: str,
+    family: Family,
+    mode: Mode,
+    kafka: KafkaSettings,
+    state_dir: Path,
+    upstream: tuple[str, str],
+) -> AsyncIterator[Interceptor]:
+    """An interceptor on free ports in front of ``upstream`` (its URL and served model)."""
+    url, served_model = upstream
+    interceptor = Interceptor(
+        InterceptorSettings(
+            upstream=url,
+            port=0,
+            admin_port=0,
+            upstream_model=served_model,
+            context=mode,
+            tokenizer=family.tokenizer.path,
+            family=family_name,
+        ),
+        kafka,
+        PublisherSettings(),
+        StatePaths(state_dir=state_dir),
+    )
+    try:
+        await interceptor.start()
+    except BaseException:
+        with contextlib.suppress(Exception):  # whatever had started before the failure
+            await interceptor.stop()
+        raise
+    try:
+        yield interceptor
+    finally:
+        await interceptor.stop()
