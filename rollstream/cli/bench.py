@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -12,7 +13,11 @@ from rollstream.cli.bench_common import delete_topics, output_options
 from rollstream.cli.group import Group
 from rollstream.cli.options import settings_options
 from rollstream.dev.bench.backend import BackendBenchConfig, run_backend_bench
-from rollstream.dev.bench.interceptor import InterceptorBenchConfig, run_interceptor_bench
+from rollstream.dev.bench.interceptor import (
+    VLLM_SIZES,
+    InterceptorBenchConfig,
+    run_interceptor_bench,
+)
 from rollstream.dev.bench.node import NodeBenchConfig, run_node_bench
 from rollstream.dev.bench.reconstruct import ReconstructBenchConfig, run_reconstruct_bench
 from rollstream.dev.bench.report import record, write_markdown
@@ -61,21 +66,24 @@ def backend(
 
 @bench.command(name="interceptor")
 @output_options
+@click.option("--calls", type=int, help="Long-prompt calls per path [default: 120, vllm 24].")
+@click.option("--streams", type=int, help="Concurrent streams for TTFT [default: 32, vllm 8].")
 @click.option(
-    "--calls",
-    default=InterceptorBenchConfig.calls,
+    "--engine",
+    type=click.Choice(["reference", "vllm"]),
+    default="reference",
     show_default=True,
-    help="8k-token calls per path.",
-)
-@click.option(
-    "--streams",
-    default=InterceptorBenchConfig.streams,
-    show_default=True,
-    help="Concurrent streams for TTFT.",
+    help="The upstream: the reference backend, or a real vLLM serving qwen3's tiny model "
+    "(`rollstream engine`; smaller sizes); results kept apart (interceptor-vllm).",
 )
 @settings_options(KafkaSettings, "kafka")
 def interceptor(
-    kafka: KafkaSettings, json_path: Path, markdown: Path, calls: int, streams: int
+    kafka: KafkaSettings,
+    json_path: Path,
+    markdown: Path,
+    calls: int | None,
+    streams: int | None,
+    engine: Literal["reference", "vllm"],
 ) -> None:
     """Direct vs plain mitmproxy vs rollstream: proxy CPU per call and added TTFT.
 
@@ -88,16 +96,21 @@ def interceptor(
     from rollstream.schemas import TopicNames, topic_specs
 
     prefix = f"bench-{int(time.time())}"
+    # A tiny model on the CPU build prefills an 8k prompt in about a second: the vLLM run is
+    # smaller, so three paths in three rounds take minutes, not an hour.
+    base = InterceptorBenchConfig() if engine == "reference" else VLLM_SIZES
+    config = replace(
+        base, calls=calls or base.calls, streams=streams or base.streams, engine=engine
+    )
 
     async def run() -> dict[str, object]:
         async with TopicAdmin(kafka) as admin:
             await admin.create(topic_specs(TopicNames(prefix), partitions=1))
-        config = InterceptorBenchConfig(calls=calls, streams=streams)
         return await run_interceptor_bench(config, kafka.bootstrap_servers, prefix, click.echo)
 
-    click.echo("interceptor: direct, plain mitmproxy, rollstream")
+    click.echo(f"interceptor: direct, plain mitmproxy, rollstream, on {engine}")
     result = asyncio.run(run())
-    data = record(json_path, "interceptor", result)
+    data = record(json_path, "interceptor" if engine == "reference" else "interceptor-vllm", result)
     write_markdown(data, markdown)
     click.echo(f"results in {json_path}, summary in {markdown}")
 

@@ -7,7 +7,6 @@ default scenarios; the task names it). An interceptor on free ports goes in fron
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -22,7 +21,7 @@ from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.dev.backend.server import Backend
 from rollstream.dev.backend.settings import BackendSettings
-from rollstream.dev.engine.serve import EngineServer, EngineSettings
+from rollstream.dev.bench.engine_upstream import vllm_upstream
 from rollstream.models.families import FAMILIES
 from rollstream.models.family import Family
 from rollstream.sandbox.harnesses.install import PACKAGES
@@ -97,13 +96,8 @@ async def engine_upstream(
     The model plays the engine's default scenarios, the task naming the solve one; the engine
     is installed and the model built first if missing.
     """
-    server = EngineServer(EngineSettings(family=family_name), StatePaths())
-    # Starting takes a minute or more and polls with blocking sleeps: off the event loop.
-    await asyncio.to_thread(server.start)
-    try:
+    async with vllm_upstream(family_name) as server:
         yield server.url, server.model
-    finally:
-        await asyncio.to_thread(server.stop)
 
 
 #: What serves a family for the matrix: (family name, family, state folder, config) -> an async

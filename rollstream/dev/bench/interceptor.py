@@ -1,10 +1,11 @@
 """``rollstream bench interceptor``: direct vs plain mitmproxy vs rollstream, side by side.
 
-One run, three ways to reach the same backend: directly, through ``mitmdump`` in reverse mode
+One run, three ways to reach the same upstream: directly, through ``mitmdump`` in reverse mode
 with no addon, and through ``rollstream interceptor`` (capturing and publishing to a real
 broker). The proxy runs pinned to its own core; its CPU time per call is read from /proc, so
 the ratio to plain mitmproxy does not depend on how busy the machine is. Time to first token is
-measured by the client with the backend's latency model on.
+measured by the client, with the reference backend's latency model on, or against a real vLLM
+(``engine="vllm"``: qwen3's tiny model on the CPU build, its own latency).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 
@@ -34,9 +37,12 @@ from rollstream.dev.bench.common import (
     thread_cpu_ns,
     wait_healthy,
 )
+from rollstream.dev.bench.engine_upstream import vllm_upstream
 from rollstream.host import free_port
 
 MODES = ("direct", "mitmproxy", "rollstream")
+#: What a first token may be in a chunk's delta: a thinking model's first tokens are reasoning.
+_FIRST_TOKEN = ("content", "reasoning", "reasoning_content", "tool_calls")
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,17 @@ class InterceptorBenchConfig:
     ttft_ms: float = 50.0
     backend_core: int = 0
     proxy_core: int = 1
+    #: The upstream: the reference backend (pinned, with the latency model above) or a real vLLM
+    #: serving qwen3's tiny model (its own latency; not pinned: its threads use every core).
+    engine: Literal["reference", "vllm"] = "reference"
+    #: The model name every call asks for (the upstream serves it under this name).
+    model: str = "rollstream-tiny"
+
+
+#: The sizes of a run against vLLM (a tiny model on the CPU build, about a second an 8k call).
+VLLM_SIZES = InterceptorBenchConfig(
+    prompt_tokens=2000, calls=24, streams=8, stream_rounds=3, rounds=3, engine="vllm"
+)
 
 
 @dataclass(frozen=True)
@@ -94,9 +111,9 @@ def _long_prompt(words_count: int) -> str:
     return " ".join(words[i % len(words)] for i in range(words_count))
 
 
-def _long_body(words: int) -> dict[str, Any]:
+def _long_body(words: int, model: str) -> dict[str, Any]:
     return {
-        "model": "rollstream-tiny",
+        "model": model,
         "messages": [{"role": "user", "content": _long_prompt(words)}],
         "max_tokens": 16,
         "stream": True,
@@ -107,7 +124,7 @@ def _long_body(words: int) -> dict[str, Any]:
 async def _stream(
     session: aiohttp.ClientSession, url: str, body: dict[str, Any], key: str
 ) -> tuple[float, float]:
-    """One streamed call: (time to first content, total seconds)."""
+    """One streamed call: (time to its first token, total seconds)."""
     began = time.perf_counter()
     first = float("nan")
     async with session.post(url, json=body, headers={"Authorization": f"Bearer {key}"}) as resp:
@@ -118,7 +135,8 @@ async def _stream(
             if first != first and line.startswith(b"data: {"):  # NaN: nothing seen yet
                 chunk = json.loads(line[6:])
                 for choice in chunk.get("choices") or []:
-                    if (choice.get("delta") or {}).get("content"):
+                    delta = choice.get("delta") or {}
+                    if any(delta.get(key) for key in _FIRST_TOKEN):
                         first = time.perf_counter() - began
     return first, time.perf_counter() - began
 
@@ -161,9 +179,9 @@ async def _measure(
     base: str, pid: int | None, config: InterceptorBenchConfig, mode: str, words: int
 ) -> ModeResult:
     url = f"{base}/v1/chat/completions"
-    long_body = _long_body(words)
+    long_body = _long_body(words, config.model)
     short_body = {
-        "model": "rollstream-tiny",
+        "model": config.model,
         "messages": [{"role": "user", "content": "Tell me about polar bears."}],
         "max_tokens": config.stream_tokens,
         "stream": True,
@@ -203,11 +221,8 @@ async def _measure(
     )
 
 
-async def _count_tokens(upstream: str, words: int) -> int:
-    body = {
-        "model": "rollstream-tiny",
-        "messages": [{"role": "user", "content": _long_prompt(words)}],
-    }
+async def _count_tokens(upstream: str, words: int, model: str) -> int:
+    body = {"model": model, "messages": [{"role": "user", "content": _long_prompt(words)}]}
     async with (
         aiohttp.ClientSession() as session,
         session.post(f"{upstream}/tokenize", json=body) as response,
@@ -300,45 +315,56 @@ def _median_result(results: list[ModeResult]) -> dict[str, Any]:
     return out
 
 
+@asynccontextmanager
+async def _upstream(
+    config: InterceptorBenchConfig, port: int, tmp: Path, env: dict[str, str], given: str | None
+) -> AsyncIterator[str]:
+    """The upstream every path reaches, serving config.model, healthy: its URL."""
+    if given is not None:  # already running (a test's shared vLLM)
+        yield given
+        return
+    if config.engine == "vllm":
+        async with vllm_upstream("qwen3", config.model, port) as server:
+            yield server.url
+        return
+    command = [sys.executable, "-m", "rollstream", "--log-level", "WARNING", "backend"]
+    command += ["--port", str(port), "--tpot-ms", str(config.tpot_ms)]
+    command += ["--ttft-ms", str(config.ttft_ms)]
+    backend = spawn_pinned(command, config.backend_core, tmp / "backend.log", env)
+    try:
+        await wait_healthy(f"http://127.0.0.1:{port}/health")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        backend.terminate()
+        backend.wait(timeout=30)
+
+
 async def run_interceptor_bench(
-    config: InterceptorBenchConfig, bootstrap_servers: str, topic_prefix: str, progress: Any = print
+    config: InterceptorBenchConfig,
+    bootstrap_servers: str,
+    topic_prefix: str,
+    progress: Any = print,
+    upstream: str | None = None,
 ) -> dict[str, Any]:
-    """Run the three modes against one pinned backend; returns the results."""
+    """Run the three modes against one upstream; returns the results.
+
+    The upstream is config.engine's, started here, or ``upstream``'s URL (running already,
+    serving config.model).
+    """
     backend_port = free_port()
-    upstream = f"http://127.0.0.1:{backend_port}"
     env = os.environ | {
         "ROLLSTREAM_BOOTSTRAP_SERVERS": bootstrap_servers,
         "ROLLSTREAM_TOPIC_PREFIX": topic_prefix,
     }
     with tempfile.TemporaryDirectory() as tmp:
         env["ROLLSTREAM_STATE_DIR"] = tmp
-        backend = spawn_pinned(
-            [
-                sys.executable,
-                "-m",
-                "rollstream",
-                "--log-level",
-                "WARNING",
-                "backend",
-                "--port",
-                str(backend_port),
-                "--tpot-ms",
-                str(config.tpot_ms),
-                "--ttft-ms",
-                str(config.ttft_ms),
-            ],
-            config.backend_core,
-            Path(tmp) / "backend.log",
-            env,
-        )
-        try:
-            await wait_healthy(f"{upstream}/health")
-            first = await _count_tokens(upstream, config.prompt_tokens)
+        async with _upstream(config, backend_port, Path(tmp), env, upstream) as url:
+            first = await _count_tokens(url, config.prompt_tokens, config.model)
             words = max(1, round(config.prompt_tokens * config.prompt_tokens / first))
-            prompt_tokens = await _count_tokens(upstream, words)
-            long_body = _long_body(words)
+            prompt_tokens = await _count_tokens(url, words, config.model)
+            long_body = _long_body(words, config.model)
             costs = measure_call_costs(
-                json.dumps(long_body).encode(), await upstream_chunks(upstream, long_body)
+                json.dumps(long_body).encode(), await upstream_chunks(url, long_body)
             )
             progress(f"  rollstream's own work per call (ms): {costs}")
             rounds: dict[str, list[ModeResult]] = {mode: [] for mode in MODES}
@@ -346,16 +372,13 @@ async def run_interceptor_bench(
             # them alike; the ratio is taken per round and its median reported.
             for round_ in range(config.rounds):
                 for mode in MODES:
-                    result = await _run_mode(mode, upstream, config, words, Path(tmp), env)
+                    result = await _run_mode(mode, url, config, words, Path(tmp), env)
                     progress(
                         f"  round {round_ + 1} {mode:<10} CPU {result.proxy_cpu_ms_per_call:>7} "
                         f"ms/call, TTFT p50 {result.ttft_p50_ms} ms, p99 {result.ttft_p99_ms} "
                         f"ms, {result.errors} errors"
                     )
                     rounds[mode].append(result)
-        finally:
-            backend.terminate()
-            backend.wait(timeout=30)
     ratios = sorted(
         ours.proxy_cpu_ms_per_call / plain.proxy_cpu_ms_per_call
         for ours, plain in zip(rounds["rollstream"], rounds["mitmproxy"], strict=True)
@@ -365,6 +388,7 @@ async def run_interceptor_bench(
     by_mode = {m["mode"]: m for m in modes}
     return {
         "config": asdict(config),
+        "engine": config.engine,
         "prompt_tokens_measured": prompt_tokens,
         "modes": modes,
         "cpu_ratio_vs_mitmproxy": round(statistics.median(ratios), 2) if ratios else None,

@@ -75,17 +75,26 @@ def _backend_section(result: dict[str, Any]) -> list[str]:
 
 def _interceptor_section(result: dict[str, Any]) -> list[str]:
     config = result["config"]
+    on_vllm = result.get("engine") == "vllm"
+    latency = (
+        "upstream: a real vLLM serving qwen3's tiny model on the CPU build, its own latency "
+        "(not pinned: its threads share the proxy's core)"
+        if on_vllm
+        else f"backend latency {config['ttft_ms']} ms + {config['tpot_ms']} ms/token"
+    )
     lines = [
-        "## Interceptor (`rollstream bench interceptor`)",
+        "## Interceptor in front of vLLM (`rollstream bench interceptor --engine vllm`)"
+        if on_vllm
+        else "## Interceptor (`rollstream bench interceptor`)",
         "",
-        f"Same backend reached three ways, one run, {config.get('rounds', 1)} rounds alternating "
+        f"Same upstream reached three ways, one run, {config.get('rounds', 1)} rounds alternating "
         f"the paths (figures: medians over the rounds). CPU per call: the proxy process's CPU time "
         f"(pinned to its own core) over {config['calls']} streamed chat calls with a "
         f"{result['prompt_tokens_measured']}-token prompt and 16 output tokens, "
         f"{config['call_concurrency']} at a time. TTFT: {config['streams']} concurrent streams, "
         f"{config.get('stream_rounds', 1)} calls each in a row, starts spread over one call's "
         f"duration (steady state; each stream's first call, which opens its connection, not "
-        f"counted); backend latency {config['ttft_ms']} ms + {config['tpot_ms']} ms/token.",
+        f"counted); {latency}.",
         "",
         "| path | proxy CPU ms/call | proxy CPU idle (ms/s) | call p50 (ms) "
         "| TTFT p50 / p99 (ms) | errors | proxy RSS MB |",
@@ -333,6 +342,7 @@ def _reconstruct_and_long_section(result: dict[str, Any]) -> list[str]:
 SECTIONS = {
     "backend": _backend_section,
     "interceptor": _interceptor_section,
+    "interceptor-vllm": _interceptor_section,
     "node": _node_section,
     "reconstruct": _reconstruct_and_long_section,
     "publisher": publisher_section,

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +22,6 @@ from rollstream.dev.bench.report import SECTIONS, record, write_markdown
 from rollstream.dev.bench.suite import ORDER
 from rollstream.processing.reconstruct.fidelity import FidelityRow
 from rollstream.settings import KafkaSettings
-from tests.engine_servers import EngineServers
 from tests.harness_stack import harnesses_installed
 
 HEADING = "## Model families (`rollstream bench fidelity`)"
@@ -62,40 +59,6 @@ async def test_a_small_matrix_runs_and_reports(
     assert "| qwen3 | pi | ordinary | ok |" in text and "| qwen3 | pi | exact | ok |" in text
     assert "Harness runs that completed the scripted task: 2 of 2." in text
     json.dumps(data)  # plain data throughout
-
-
-@pytest.mark.parametrize("family", ["qwen3"])
-async def test_the_matrix_runs_on_vllm(
-    family: str,
-    engine_servers: EngineServers,
-    kafka_settings: KafkaSettings,
-    tmp_path: Path,
-) -> None:
-    """The --engine vllm path: the harness asks for the bench's model name, the interceptor maps
-    it to vLLM's, the task names the plan's solve scenario, and the row comes from vLLM's ids."""
-    server = engine_servers.get(family)  # shared with the engine group, not one of the bench's
-    asked: list[str] = []
-
-    @asynccontextmanager
-    async def shared(name: str, *_: object) -> AsyncIterator[tuple[str, str]]:
-        asked.append(name)
-        yield server.url, server.model
-
-    config = FidelityBenchConfig(
-        families=(family,), harnesses=("gemini-cli",), modes=("exact",), engine="vllm"
-    )
-    lines: list[str] = []
-    result = await run_fidelity_bench(
-        config, kafka_settings, harnesses_installed(), lines.append, tmp_path, upstream=shared
-    )
-    assert asked == [family]
-    [row] = result["rows"]
-    assert (row["outcome"], row["error"], row["failed_calls"]) == ("ok", "", 0), row
-    assert row["violations"] == 0 and row["calls"] >= 3
-    assert row["exact_calls"] == row["calls"] - row["threads"]  # vLLM took them as tokens
-    assert row["segments"] == row["threads"]
-    assert result["engine"] == "vllm" and result["task"].startswith("[scenario=solve] ")
-    assert result["families"] == {family: {"stand_in": "", "not_covered": ""}}
 
 
 def _row(mode: str, **figures: Any) -> dict[str, Any]:

@@ -9,18 +9,18 @@ those calls must be recorded complete too.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Literal
 
 import pytest
 
-from rollstream.dev.bench.fidelity_serving import TASK
-from rollstream.models.families import load_family
-from rollstream.processing.reconstruct.fidelity import fidelity_row
-from rollstream.schemas import CallStatus, TopicNames
+from rollstream.dev.bench.fidelity import run_fidelity_bench
+from rollstream.dev.bench.fidelity_serving import FidelityBenchConfig
 from rollstream.settings import KafkaSettings
 from tests.engine_servers import EngineServers
-from tests.harness_stack import engine_interceptor, harnesses_installed, solve_session
+from tests.harness_stack import harnesses_installed
 
 Mode = Literal["ordinary", "exact"]
 #: (harness, family, context mode): each harness meets two families, each family two harnesses;
@@ -39,38 +39,36 @@ RUNS: list[tuple[str, str, Mode]] = [
 ]
 
 
-@pytest.fixture(scope="module")
-def harness_bin() -> Path:
-    return harnesses_installed()
-
-
 @pytest.mark.parametrize(("harness", "family", "mode"), RUNS)
 async def test_a_harness_on_vllm_is_recorded_whole_and_trains_faithfully(
     harness: str,
     family: str,
     mode: Mode,
     engine_servers: EngineServers,
-    harness_bin: Path,
     kafka_settings: KafkaSettings,
-    rollstream_topics: TopicNames,
     tmp_path: Path,
 ) -> None:
+    """One cell of ``rollstream bench fidelity --engine vllm``, on the group's shared server."""
     server = engine_servers.get(family)
-    async with engine_interceptor(
-        kafka_settings, tmp_path / "state", server, family, mode
-    ) as interceptor:
-        records = await solve_session(
-            harness,
-            interceptor,
-            kafka_settings,
-            harness_bin,
-            tmp_path,
-            task=f"[scenario=solve] {TASK}",
-        )
-    assert [r.status for r in records] == [CallStatus.OK] * len(records)
-    assert all(r.has_tokens for r in records)
-    row = fidelity_row(family, harness, mode, records, load_family(family))
-    assert row.violations == 0, row
+
+    @asynccontextmanager
+    async def shared(name: str, *_: object) -> AsyncIterator[tuple[str, str]]:
+        assert name == family
+        yield server.url, server.model
+
+    config = FidelityBenchConfig(
+        families=(family,), harnesses=(harness,), modes=(mode,), engine="vllm", timeout_s=240
+    )
+    result = await run_fidelity_bench(
+        config, kafka_settings, harnesses_installed(), lambda _: None, tmp_path, upstream=shared
+    )
+    [row] = result["rows"]
+    # The harness finished the task (exit 0, hello.txt holds polar); every call was recorded
+    # complete, with vLLM's token ids, and is readable in Kafka.
+    assert (row["outcome"], row["error"], row["failed_calls"]) == ("ok", "", 0), row
+    assert row["calls"] >= 3, row
+    assert row["violations"] == 0, row
     if mode == "exact":  # verified against vLLM: every continuing call went as tokens
-        assert row.exact_calls == row.calls - row.threads, row
-        assert row.segments == row.threads, row
+        assert row["exact_calls"] == row["calls"] - row["threads"], row
+        assert row["segments"] == row["threads"], row
+    assert result["task"].startswith("[scenario=solve] ")  # the plan's scenario, named
