@@ -37,10 +37,14 @@ class FamilySpec:
     #: A call may also be a bare JSON object opening the turn, without the family's call token
     #: (Llama 3.1 writes ``{"name": ..., "parameters": ...}`` with or without <|python_tag|>).
     json_calls: bool = False
+    #: vLLM's parsers for the family hand out reasoning and content as the model wrote them,
+    #: whitespace included (vLLM 0.32's qwen3 reasoning parser and hermes tool parser; checked
+    #: on vLLM's own tokens in tests/models/test_parse_on_vllm.py). Otherwise stripped.
+    verbatim: bool = False
 
 
 FAMILIES: dict[str, FamilySpec] = {
-    "qwen3": FamilySpec("qwen3", "qwen3", {"enable_thinking": True}, thinks=True),
+    "qwen3": FamilySpec("qwen3", "qwen3", {"enable_thinking": True}, thinks=True, verbatim=True),
     "qwen3-instruct": FamilySpec("qwen3", "qwen3", {"enable_thinking": False}),
     # Qwen3-Coder's template (XML <function=...> calls, no thinking) as renderers ships it.
     "qwen3-coder": FamilySpec("prime-qwen3", "qwen3"),
@@ -142,4 +146,5 @@ def load_family(
         spec.thinks,
         spec.single_system,
         spec.json_calls,
+        spec.verbatim,
     )

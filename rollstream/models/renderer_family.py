@@ -91,11 +91,13 @@ class RendererFamily(Family, TaggedCalls):
         thinks: bool = False,
         single_system: bool = False,
         json_calls: bool = False,
+        verbatim: bool = False,
     ) -> None:
         from renderers import config_from_name, create_renderer
 
         self._single_system = single_system
         self._json_calls = json_calls
+        self._verbatim = verbatim
         self.name = name
         self.tokenizer = tokenizer
         base = config_from_name(renderer_name)
@@ -223,24 +225,30 @@ class RendererFamily(Family, TaggedCalls):
             native = {"id": call.id} if call.id else {}  # Kimi's ids name the function
             calls.append(ToolCall(call.name, arguments_json(call.arguments), **native))
         content = parsed.content or None
-        # Reasoning as vLLM's reasoning parsers give it: without the newlines around it.
         reasoning = (parsed.reasoning_content or "").strip() or None
         if failed:
             # As vLLM does: what the parser could not read reaches the harness as text, as the
             # model wrote it (after its reasoning).
+            content = self._text_after_reasoning(completion_ids, reasoning) or None
+        if self._verbatim:
+            # renderers strips the text around reasoning and calls; vLLM's parsers for most
+            # families do too, this family's keep it.
+            text = self.tokenizer.decode(self._without_stops(completion_ids), False)
+            content, reasoning = verbatim_text(text, content, reasoning, bool(calls))
+        if failed:
             return ParsedTurn(
-                self._text_after_reasoning(completion_ids, reasoning) or None,
-                reasoning,
-                [],
-                parse_error="tool call not parsed: " + "; ".join(failed),
+                content, reasoning, [], parse_error="tool call not parsed: " + "; ".join(failed)
             )
         return ParsedTurn(content, reasoning, calls)
 
-    def _text_after_reasoning(self, completion_ids: Sequence[int], reasoning: str | None) -> str:
+    def _without_stops(self, completion_ids: Sequence[int]) -> list[int]:
         ids = list(completion_ids)
         while ids and ids[-1] in self._stop_ids:
             ids.pop()
-        text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        return ids
+
+    def _text_after_reasoning(self, completion_ids: Sequence[int], reasoning: str | None) -> str:
+        text = self.tokenizer.decode(self._without_stops(completion_ids), skip_special_tokens=False)
         for close in ("</think>", "<|channel|>final<|message|>"):
             if close in text:
                 return text.split(close, 1)[1].strip()
@@ -318,6 +326,34 @@ def template_opens_reasoning(tokenizer: ChatTokenizer) -> bool | None:
     return None
 
 
+def verbatim_text(
+    text: str, content: str | None, reasoning: str | None, called: bool
+) -> tuple[str | None, str | None]:
+    """Content and reasoning as vLLM's qwen3 reasoning and hermes tool parsers cut ``text``.
+
+    ``text`` is the decoded turn (special tokens kept, stop tokens off); ``content`` and
+    ``reasoning`` are what the family's parser read, stripped. vLLM keeps what lies between
+    ``<think>`` (or the turn's start, where the prompt opened it) and ``</think>`` as the
+    reasoning, and what follows, up to the first ``<tool_call>`` when there are calls, as the
+    content; an empty one is None, and a blank one before calls too. Each is taken only where
+    it is the parsed one with its whitespace: anything else keeps the parser's reading.
+    """
+    head, closed, rest = text.partition("</think>")
+    if not closed and reasoning is not None and content is None:  # reasoning never closed
+        head, closed, rest = text, "(open)", ""
+    elif not closed:
+        head, rest = "", text
+    raw_reasoning = head.partition("<think>")[2] if "<think>" in head else head
+    raw_content = rest.partition("<tool_call>")[0] if called else rest
+    if called and not raw_content.strip():  # vLLM drops a blank before calls
+        raw_content = ""
+    if closed and (raw_reasoning.strip() or None) == reasoning:
+        reasoning = raw_reasoning or None
+    if (raw_content.strip() or None) == (content.strip() if content else None):
+        content = raw_content or None
+    return content, reasoning
+
+
 def load_renderer_family(
     name: str,
     renderer_name: str,
@@ -326,7 +362,10 @@ def load_renderer_family(
     thinks: bool = False,
     single_system: bool = False,
     json_calls: bool = False,
+    verbatim: bool = False,
 ) -> RendererFamily:
     """A renderer family on the tokenizer folder ``folder``."""
     tokenizer = ChatTokenizer(folder, require_template=False)
-    return RendererFamily(name, renderer_name, tokenizer, config, thinks, single_system, json_calls)
+    return RendererFamily(
+        name, renderer_name, tokenizer, config, thinks, single_system, json_calls, verbatim
+    )

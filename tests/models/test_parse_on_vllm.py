@@ -1,0 +1,69 @@
+"""Each family reads a turn as vLLM's own parsers read it, on the tokens vLLM sampled.
+
+The family's ``parse`` decides what a harness gets in exact context (the interceptor parses the
+completion it asked for as token ids) and what the reference backend answers; vLLM's tool-call
+and reasoning parsers decide what a harness gets from vLLM. Here a real vLLM plays the solve
+scenario turn by turn (a text and a call, a call alone, a final answer); each answer's token ids
+go through the family's parse, which must give vLLM's content, reasoning and calls exactly —
+whitespace included.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from rollstream.dev.engine.families import ENGINE_FAMILIES
+from rollstream.models.family import ParsedTurn
+from tests.dev.engine.test_plan import BASH, SYSTEM
+from tests.engine_servers import EngineServers
+from tests.loaded_families import loaded_family
+
+pytestmark = pytest.mark.integration
+
+
+def _reasoning(message: dict[str, Any]) -> str | None:
+    return message.get("reasoning") or message.get("reasoning_content")
+
+
+def _calls(turn: ParsedTurn | dict[str, Any]) -> list[tuple[str, Any]]:
+    if isinstance(turn, ParsedTurn):
+        return [(c.name, json.loads(c.arguments)) for c in turn.tool_calls]
+    return [
+        (c["function"]["name"], json.loads(c["function"]["arguments"]))
+        for c in turn.get("tool_calls") or []
+    ]
+
+
+@pytest.mark.parametrize("family", list(ENGINE_FAMILIES))
+def test_the_family_parses_vllms_tokens_as_vllm_does(
+    family: str, engine_servers: EngineServers
+) -> None:
+    server = engine_servers.get(family)
+    parser = loaded_family(family)
+    messages: list[dict[str, Any]] = [
+        SYSTEM,
+        {"role": "user", "content": "[scenario=solve] Write polar into hello.txt."},
+    ]
+    seen: list[tuple[str | None, str | None, list[tuple[str, Any]]]] = []
+    for _ in range(3):  # the scenario's three turns
+        body: dict[str, Any] = {"model": server.model, "messages": messages, "tools": [BASH]}
+        body |= {"return_token_ids": True, "temperature": 1.0}
+        answer = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=120).json()
+        choice = answer["choices"][0]
+        message = choice["message"]
+        parsed = parser.parse(choice["token_ids"], answer["prompt_token_ids"], [BASH])
+        theirs = (message.get("content"), _reasoning(message), _calls(message))
+        ours = (parsed.content, parsed.reasoning, _calls(parsed))
+        assert ours == theirs, f"turn {len(seen) + 1}: the family read {ours!r}, vLLM {theirs!r}"
+        assert parsed.parse_error is None
+        seen.append(theirs)
+        messages.append({k: v for k, v in message.items() if v is not None})
+        for call in message.get("tool_calls") or []:
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": "polar\n"})
+    # The scenario was played: a call, a call, then the answer.
+    assert [bool(calls) for _, _, calls in seen] == [True, True, False]
+    assert "polar" in (seen[-1][0] or "")
