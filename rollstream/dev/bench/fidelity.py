@@ -69,6 +69,9 @@ class RunRow:
     answers: list[str] = field(default_factory=list)  # the model's first answers, in order
     error: str = ""
     stderr_tail: str = ""
+    #: Exact context refused by the interceptor's upstream check (its calls then went as
+    #: messages, rendered by the server), or "".
+    exact_refused: str = ""
     fidelity: FidelityRow | None = field(default=None)
 
     def to_json(self) -> dict[str, Any]:
@@ -222,6 +225,9 @@ async def _run_pair(
         async with served(family_name, family, mode, run.kafka, base / "state", upstream) as proxy:
             for harness in harnesses:
                 row = await run_one(run, proxy, family_name, family, harness, mode, base / harness)
+                exact = proxy.addon.exact
+                if mode == "exact" and exact.context is None:
+                    row.exact_refused = exact.unavailable
                 rows.append(row)
                 run.progress(_progress_line(row))
     except Exception as exc:  # the interceptor of this pair failed

@@ -114,7 +114,14 @@ def fidelity_section(result: dict[str, Any]) -> list[str]:
     ]
     lines += [table_row(r) for r in rows]
     families = result.get("families", {})
-    lines += ["", *_summary(rows), "", _stand_ins(families)]
+    refused = {r["family"]: r["exact_refused"] for r in rows if r.get("exact_refused")}
+    lines += ["", *_summary(rows)]
+    lines += [
+        f"- {name}: exact context refused by the interceptor's upstream check (its calls went "
+        f"as messages): {why[:400]}"
+        for name, why in refused.items()
+    ]
+    lines += ["", _stand_ins(families)]
     uncovered = {name: f["not_covered"] for name, f in families.items() if f.get("not_covered")}
     if uncovered:
         named = "; ".join(f"{name}: {why}" for name, why in uncovered.items())

@@ -69,6 +69,7 @@ async def test_a_harness_on_vllm_is_recorded_whole_and_trains_faithfully(
     assert row["calls"] >= 3, row
     assert row["violations"] == 0, row
     if mode == "exact":  # verified against vLLM: every continuing call went as tokens
+        assert row["exact_refused"] == "", row
         assert row["exact_calls"] == row["calls"] - row["threads"], row
         assert row["segments"] == row["threads"], row
     assert result["task"].startswith("[scenario=solve] ")  # the plan's scenario, named
