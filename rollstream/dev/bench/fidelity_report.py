@@ -118,7 +118,7 @@ def fidelity_section(result: dict[str, Any]) -> list[str]:
     lines += ["", *_summary(rows)]
     lines += [
         f"- {name}: exact context refused by the interceptor's upstream check (its calls went "
-        f"as messages): {why[:400]}"
+        f"as messages): {why.removeprefix('exact context refused: ')[:400]}"
         for name, why in refused.items()
     ]
     lines += ["", _stand_ins(families)]

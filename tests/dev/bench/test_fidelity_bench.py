@@ -165,7 +165,13 @@ def test_names_are_checked() -> None:
 
 
 def test_an_exact_context_the_upstream_check_refused_is_named() -> None:
-    refused = RunRow("llama-3", "pi", "exact", "ok", exact_refused="templates disagree at id 24")
+    refused = RunRow(
+        "llama-3",
+        "pi",
+        "exact",
+        "ok",
+        exact_refused="exact context refused: templates disagree at id 24",
+    )
     text = "\n".join(SECTIONS["fidelity"](_result() | {"rows": [refused.to_json()] * 2}))
     expected = "- llama-3: exact context refused by the interceptor's upstream check (its calls "
     assert text.count(expected + "went as messages): templates disagree at id 24") == 1
