@@ -40,7 +40,7 @@ from rollstream.models.family import (
     Verdict,
 )
 from rollstream.models.hermes import ToolCall
-from rollstream.models.tokenizer import ChatTokenizer
+from rollstream.models.tokenizer import ChatTokenizer, without_billing_header
 
 #: The tekken file of mistral-common's ``data`` folder this family renders with.
 TEKKEN_FILE = "tekken_240911.json"
@@ -77,7 +77,11 @@ def mistral_messages(messages: Sequence[Message]) -> list[Message]:
     """
     out: list[Message] = []
     for message in messages:
-        m = {k: v for k, v in message.items() if k not in ("reasoning", "reasoning_content")}
+        m = {
+            k: v
+            for k, v in without_billing_header(message).items()
+            if k not in ("reasoning", "reasoning_content")
+        }
         if m.get("role") == "system" and any(o.get("role") != "system" for o in out):
             # mistral-common takes system messages first only (it joins those itself): a later
             # one (Claude Code's reminders) is a user turn, as for the other such families.

@@ -26,7 +26,7 @@ from rollstream.models.family import (
     arguments_json,
 )
 from rollstream.models.hermes import ToolCall
-from rollstream.models.tokenizer import ChatTokenizer
+from rollstream.models.tokenizer import ChatTokenizer, without_billing_header
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,8 @@ def chat_messages(
 ) -> list[Message]:
     """OpenAI-style Chat messages in the shape the renderers read.
 
-    Reasoning echoed back as ``reasoning`` (vLLM 0.20+) is also given as ``reasoning_content``;
+    Claude Code's billing header leaves the system prompt, as vLLM drops it. Reasoning echoed
+    back as ``reasoning`` (vLLM 0.20+) is also given as ``reasoning_content``;
     ``content: None`` (a tool-call turn) is empty text; text parts are joined with newlines, as
     vLLM joins them for text-only templates; tool-call arguments stay as sent.
     ``single_system``: for templates that take one system message, at the start (Llama 3's
@@ -56,7 +57,7 @@ def chat_messages(
     """
     out: list[Message] = []
     for message in messages:
-        m = dict(message)
+        m = without_billing_header(message)
         if m.get("reasoning") and not m.get("reasoning_content"):
             m["reasoning_content"] = m["reasoning"]
         content = m.get("content")

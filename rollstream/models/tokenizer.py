@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -15,15 +16,47 @@ from rollstream.errors import ConfigurationError
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
+#: Claude Code's attribution line, first in its system prompt. Its value can change on every
+#: request, so vLLM (0.32) drops it from system messages before the template runs (a prompt
+#: keeping it would miss the prefix cache from there on); the families render as vLLM does.
+BILLING_HEADER = "x-anthropic-billing-header"
+
+
+def without_billing_header(message: Mapping[str, Any]) -> dict[str, Any]:
+    """``message`` as vLLM's chat layer hands it to the template.
+
+    A system message's text (or text part) that opens with Claude Code's billing header loses
+    that line; a part that was only that line goes. Other messages are left as they are.
+    """
+    out = dict(message)
+    content = out.get("content")
+    if out.get("role") != "system" or not isinstance(content, str | list):
+        return out
+    kept: list[Any] = []
+    for part in [content] if isinstance(content, str) else content:
+        text = part if isinstance(part, str) else None
+        if isinstance(part, dict) and part.get("type") == "text":
+            text = part.get("text")
+        if not (isinstance(text, str) and text.startswith(BILLING_HEADER)):
+            kept.append(part)
+            continue
+        rest = text.partition("\n")[2]
+        if rest:
+            kept.append(rest if isinstance(part, str) else {**part, "text": rest})
+    out["content"] = (kept[0] if kept else "") if isinstance(content, str) else kept
+    return out
+
+
 def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Prepare OpenAI-style messages for a chat template, as vLLM does.
 
-    Content given as parts becomes text; tool-call arguments given as a JSON string become an
-    object, so templates re-render them from parsed JSON (the bytes the model sampled are gone).
+    Claude Code's billing header leaves the system prompt; content given as parts becomes text;
+    tool-call arguments given as a JSON string become an object, so templates re-render them
+    from parsed JSON (the bytes the model sampled are gone).
     """
     normalized = []
     for message in messages:
-        out = dict(message)
+        out = without_billing_header(message)
         content = out.get("content")
         if isinstance(content, list):
             out["content"] = "".join(
