@@ -22,7 +22,7 @@ from rollstream.dev.backend.server import Backend
 from rollstream.dev.backend.settings import BackendSettings
 from rollstream.dev.backend.tokenizer import default_tokenizer_dir
 from rollstream.dev.bench.fidelity_serving import MODEL as MODEL
-from rollstream.dev.bench.fidelity_serving import SCENARIOS, TASK
+from rollstream.dev.bench.fidelity_serving import SCENARIOS, TASK, write_scenarios
 from rollstream.dev.engine.serve import EngineServer
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.sandbox.harnesses.install import PACKAGES, install
@@ -47,13 +47,6 @@ def harnesses_installed() -> Path:
     return install(JAR_CACHE)
 
 
-def _write_scenarios(state_dir: Path) -> Path:
-    state_dir.mkdir(parents=True, exist_ok=True)
-    scenarios = state_dir / "scenarios.yaml"
-    scenarios.write_text(SOLVE_SCENARIOS)
-    return scenarios
-
-
 @asynccontextmanager
 async def scripted_interceptor(
     kafka: KafkaSettings,
@@ -70,7 +63,7 @@ async def scripted_interceptor(
     named), so sessions may choose exact context; ``context="exact"`` makes it the default.
     ``admin_token`` guards its admin port; ``strict`` accepts registered sessions only.
     """
-    scenarios = _write_scenarios(state_dir)
+    scenarios = write_scenarios(state_dir)
     served = loaded_family(family) if family else None
     folder = served.tokenizer.path if served else default_tokenizer_dir()
     tokenizer = served.tokenizer if served else ChatTokenizer(folder)

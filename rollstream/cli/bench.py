@@ -9,7 +9,12 @@ from typing import Literal
 
 import click
 
-from rollstream.cli.bench_common import delete_topics, output_options
+from rollstream.cli.bench_common import (
+    delete_topics,
+    engine_option,
+    output_options,
+    results_name,
+)
 from rollstream.cli.group import Group
 from rollstream.cli.options import settings_options
 from rollstream.dev.bench.backend import BackendBenchConfig, run_backend_bench
@@ -68,14 +73,7 @@ def backend(
 @output_options
 @click.option("--calls", type=int, help="Long-prompt calls per path [default: 120, vllm 24].")
 @click.option("--streams", type=int, help="Concurrent streams for TTFT [default: 32, vllm 8].")
-@click.option(
-    "--engine",
-    type=click.Choice(["reference", "vllm"]),
-    default="reference",
-    show_default=True,
-    help="The upstream: the reference backend, or a real vLLM serving qwen3's tiny model "
-    "(`rollstream engine`; smaller sizes); results kept apart (interceptor-vllm).",
-)
+@engine_option("serving qwen3's tiny model, at smaller sizes")
 @settings_options(KafkaSettings, "kafka")
 def interceptor(
     kafka: KafkaSettings,
@@ -110,7 +108,7 @@ def interceptor(
 
     click.echo(f"interceptor: direct, plain mitmproxy, rollstream, on {engine}")
     result = asyncio.run(run())
-    data = record(json_path, "interceptor" if engine == "reference" else "interceptor-vllm", result)
+    data = record(json_path, results_name("interceptor", engine), result)
     write_markdown(data, markdown)
     click.echo(f"results in {json_path}, summary in {markdown}")
 
@@ -326,14 +324,7 @@ def node(
 @click.option("--harnesses", default="all", show_default=True, help="Comma-separated.")
 @click.option("--modes", default="ordinary,exact", show_default=True, help="Context modes.")
 @click.option("--timeout-s", type=click.FloatRange(1), default=180.0, show_default=True)
-@click.option(
-    "--engine",
-    type=click.Choice(["reference", "vllm"]),
-    default="reference",
-    show_default=True,
-    help="What serves the families: the reference backend, or a real vLLM (`rollstream "
-    "engine`) serving each family's tiny model; results kept apart (fidelity-vllm).",
-)
+@engine_option("serving each family's tiny model (the families the engine serves)")
 @settings_options(KafkaSettings, "kafka")
 def fidelity(
     kafka: KafkaSettings,
@@ -387,7 +378,7 @@ def fidelity(
         f"{len(config.modes)} modes on {engine}"
     )
     result = asyncio.run(run())
-    data = record(json_path, "fidelity" if engine == "reference" else "fidelity-vllm", result)
+    data = record(json_path, results_name("fidelity", engine), result)
     write_markdown(data, markdown)
     click.echo(f"results in {json_path}, summary in {markdown}")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -27,6 +28,23 @@ def output_options(func: click.decorators.FC) -> click.decorators.FC:
         default=Path("bench/results.json"),
         show_default=True,
     )(func)
+
+
+def engine_option(what: str) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    """``--engine reference|vllm``: what the bench runs against; ``what`` says what vLLM serves."""
+    return click.option(
+        "--engine",
+        type=click.Choice(["reference", "vllm"]),
+        default="reference",
+        show_default=True,
+        help=f"The upstream: the reference backend, or a real vLLM (`rollstream engine`) {what}; "
+        "results kept apart (under the bench's name with -vllm).",
+    )
+
+
+def results_name(bench: str, engine: str) -> str:
+    """Where a bench's results go in the JSON file: apart for each engine but the reference."""
+    return bench if engine == "reference" else f"{bench}-{engine}"
 
 
 async def delete_topics(kafka: KafkaSettings) -> None:

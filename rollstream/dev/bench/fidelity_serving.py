@@ -62,7 +62,8 @@ class FidelityBenchConfig:
     max_model_len: int = 262144
 
 
-def _write_scenarios(state_dir: Path) -> Path:
+def write_scenarios(state_dir: Path) -> Path:
+    """The solve scenario as a file in ``state_dir`` (made if missing), for a scripted backend."""
     state_dir.mkdir(parents=True, exist_ok=True)
     scenarios = state_dir / "scenarios.yaml"
     scenarios.write_text(SCENARIOS)
@@ -74,7 +75,7 @@ async def reference_upstream(
     family_name: str, family: Family, state_dir: Path, config: FidelityBenchConfig
 ) -> AsyncIterator[tuple[str, str]]:
     """The scripted reference backend serving ``family`` on a free port: (its URL, its model)."""
-    scenarios = _write_scenarios(state_dir)
+    scenarios = write_scenarios(state_dir)
     settings = BackendSettings(
         policy="scripted", scenarios=scenarios, model=MODEL, max_model_len=config.max_model_len
     )
