@@ -41,6 +41,11 @@ class FamilySpec:
     #: whitespace included (vLLM 0.32's qwen3 reasoning parser and hermes tool parser; checked
     #: on vLLM's own tokens in tests/models/test_parse_on_vllm.py). Otherwise stripped.
     verbatim: bool = False
+    #: A turn's header as (its opening token, the token that closes it), where a generation
+    #: prompt may leave it open: vLLM's harmony prompt ends ``<|start|>assistant`` and the model
+    #: writes the channel (renderers' ends ``…<|channel|>analysis<|message|>``); the parser reads
+    #: a completion with the header's part from the prompt.
+    header: tuple[str, ...] = ()
 
 
 FAMILIES: dict[str, FamilySpec] = {
@@ -50,7 +55,7 @@ FAMILIES: dict[str, FamilySpec] = {
     "qwen3-coder": FamilySpec("prime-qwen3", "qwen3"),
     "qwen3.5": FamilySpec("qwen3.5", "qwen3.5", thinks=True, single_system=True),
     "llama-3": FamilySpec("llama-3", "llama3", single_system=True, json_calls=True),
-    "gpt-oss": FamilySpec("gpt-oss", "gpt-oss", thinks=True),
+    "gpt-oss": FamilySpec("gpt-oss", "gpt-oss", thinks=True, header=("<|start|>", "<|message|>")),
     "deepseek-v3": FamilySpec("deepseek-v3", "deepseek-v3"),
     "glm-4.5": FamilySpec(
         "glm-4.5", "glm-4.5-standin", thinks=True, stand_in="no registry ships GLM's vocabulary"
@@ -147,4 +152,5 @@ def load_family(
         spec.single_system,
         spec.json_calls,
         spec.verbatim,
+        spec.header,
     )

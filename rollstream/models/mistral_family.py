@@ -40,7 +40,7 @@ from rollstream.models.family import (
     Verdict,
 )
 from rollstream.models.hermes import ToolCall
-from rollstream.models.tokenizer import ChatTokenizer, without_billing_header
+from rollstream.models.tokenizer import ChatTokenizer
 
 #: The tekken file of mistral-common's ``data`` folder this family renders with.
 TEKKEN_FILE = "tekken_240911.json"
@@ -73,15 +73,13 @@ def mistral_messages(messages: Sequence[Message]) -> list[Message]:
 
     Tool-call ids are mapped by :func:`mistral_call_id`. Reasoning echoed in history is left
     out: v3 has no reasoning (mistral-common refuses it), the model never writes any, and the
-    other non-thinking families ignore it too.
+    other non-thinking families ignore it too. Claude Code's billing header stays: vLLM 0.32
+    drops it in its chat-template path only, not in ``--tokenizer-mode mistral`` (held to vLLM's
+    ``/tokenize`` in tests/models/test_parse_on_vllm.py).
     """
     out: list[Message] = []
     for message in messages:
-        m = {
-            k: v
-            for k, v in without_billing_header(message).items()
-            if k not in ("reasoning", "reasoning_content")
-        }
+        m = {k: v for k, v in message.items() if k not in ("reasoning", "reasoning_content")}
         if m.get("role") == "system" and any(o.get("role") != "system" for o in out):
             # mistral-common takes system messages first only (it joins those itself): a later
             # one (Claude Code's reminders) is a user turn, as for the other such families.

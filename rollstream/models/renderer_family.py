@@ -93,6 +93,7 @@ class RendererFamily(Family, TaggedCalls):
         single_system: bool = False,
         json_calls: bool = False,
         verbatim: bool = False,
+        header: tuple[str, ...] = (),
     ) -> None:
         from renderers import config_from_name, create_renderer
 
@@ -134,6 +135,9 @@ class RendererFamily(Family, TaggedCalls):
         self._end_of_turn = stops[0]
         self._stop_ids = frozenset(stops) | tokenizer.generation_stop_ids
         self._call_ids = self._tool_start_ids()
+        self._header = [tokenizer.special_id(token) for token in header]
+        if None in self._header:
+            raise ConfigurationError(f"the {name} vocabulary lacks a header token of {header}")
 
     def _tool_start_ids(self) -> frozenset[int]:
         """Special tokens that open a tool call in this family's format (empty if none)."""
@@ -183,7 +187,7 @@ class RendererFamily(Family, TaggedCalls):
             tools=tools or None,
             add_generation_prompt=add_generation_prompt,
         )
-        return ids
+        return self._header_left_open(ids) if add_generation_prompt else ids
 
     def completion_ids(self, messages: Sequence[Message], answer: Message, tools: Any) -> list[int]:
         """What the renderer writes for ``answer`` after the generation prompt, to its first stop.
@@ -212,8 +216,9 @@ class RendererFamily(Family, TaggedCalls):
         self, completion_ids: Sequence[int], prompt_ids: Sequence[int] = (), tools: Any = None
     ) -> ParsedTurn:
         """Content, reasoning and tool calls; a malformed call leaves the text as content."""
+        open_header = self._open_header(completion_ids, prompt_ids)
         parsed = self.renderer.parse_response(
-            list(completion_ids), prompt_ids=list(prompt_ids), tools=tools or None
+            [*open_header, *completion_ids], prompt_ids=list(prompt_ids), tools=tools or None
         )
         calls: list[ToolCall] = []
         failed: list[str] = []
@@ -241,6 +246,34 @@ class RendererFamily(Family, TaggedCalls):
                 content, reasoning, [], parse_error="tool call not parsed: " + "; ".join(failed)
             )
         return ParsedTurn(content, reasoning, calls)
+
+    def _header_left_open(self, ids: list[int]) -> list[int]:
+        """A generation prompt ending where vLLM's and the published template's do (``header``).
+
+        renderers' harmony prompt goes on to ``<|channel|>analysis<|message|>``, which gpt-oss
+        writes itself after ``<|start|>assistant``; left in, every prompt would differ from the
+        server's from its last header on. Cut at the first special token after the role.
+        """
+        if not self._header or not ids or ids[-1] != self._header[1]:
+            return ids
+        opening = self._header[0]
+        start = len(ids) - 1 - ids[::-1].index(opening) if opening in ids else len(ids)
+        added = self.tokenizer.hf.added_tokens_decoder  # the format's tokens, <|channel|> too
+        cut = next((i for i in range(start + 1, len(ids)) if ids[i] in added), len(ids))
+        return ids[:cut]
+
+    def _open_header(self, completion_ids: Sequence[int], prompt_ids: Sequence[int]) -> list[int]:
+        """The part of the turn's header the prompt opened and left open, or [] (see header)."""
+        if not self._header or not prompt_ids:
+            return []
+        opening, closing = self._header
+        if completion_ids and completion_ids[0] == opening:
+            return []
+        prompt = list(prompt_ids)
+        if opening not in prompt:
+            return []
+        tail = prompt[len(prompt) - 1 - prompt[::-1].index(opening) :]
+        return [] if closing in tail else tail
 
     def _without_stops(self, completion_ids: Sequence[int]) -> list[int]:
         ids = list(completion_ids)
@@ -289,7 +322,7 @@ class RendererFamily(Family, TaggedCalls):
                 f"the {self.name} renderer does not continue this turn "
                 "(it would re-render history here, e.g. reasoning dropped at a new user turn)"
             )
-        ids = [int(t) for t in getattr(bridged, "token_ids", bridged)]
+        ids = self._header_left_open([int(t) for t in getattr(bridged, "token_ids", bridged)])
         if ids[: len(head)] != head:
             raise ContinuationError(f"the {self.name} renderer's continuation changed the turn")
         appended = not turn.completion_ids or turn.completion_ids[-1] not in self._stop_ids
@@ -364,9 +397,10 @@ def load_renderer_family(
     single_system: bool = False,
     json_calls: bool = False,
     verbatim: bool = False,
+    header: tuple[str, ...] = (),
 ) -> RendererFamily:
     """A renderer family on the tokenizer folder ``folder``."""
     tokenizer = ChatTokenizer(folder, require_template=False)
     return RendererFamily(
-        name, renderer_name, tokenizer, config, thinks, single_system, json_calls, verbatim
+        name, renderer_name, tokenizer, config, thinks, single_system, json_calls, verbatim, header
     )

@@ -61,21 +61,22 @@ def _deepseek_reference() -> Reference:
 # --- Mistral: mistral-common ships tekken.json and its Tekkenizer. ------------------------------
 
 
-def _tekken_file() -> Path:
+def tekken_file() -> Path:
+    """The tekken file of mistral-common's ``data`` folder (tokenizer version v3)."""
     return _package_dir("mistral_common", "mistral-common") / "data" / "tekken_240911.json"
 
 
 @functools.cache
 def _tekkenizer() -> Any:
     module = _import("mistral_common.tokens.tokenizers.tekken", "mistral-common")
-    return module.Tekkenizer.from_file(_tekken_file())
+    return module.Tekkenizer.from_file(tekken_file())
 
 
 def _tekken_convert(_: Path) -> Converted:
     from transformers.integrations.mistral.tokenizer import MistralConverter
 
     tekken = _tekkenizer()
-    tokenizer: Tokenizer = MistralConverter(vocab_file=str(_tekken_file())).converted()
+    tokenizer: Tokenizer = MistralConverter(vocab_file=str(tekken_file())).converted()
     bos, eos, pad = (tekken.id_to_piece(i) for i in (tekken.bos_id, tekken.eos_id, tekken.pad_id))
     return Converted(_with_bos(tokenizer, bos, tekken.bos_id), eos, bos, pad)
 

@@ -15,6 +15,7 @@ from rollstream.models.vocab_json import (
     _deepseek_reference,
     _tekken_convert,
     _tekken_reference,
+    tekken_file,
 )
 from rollstream.models.vocab_qwen import (
     _chatml_roles,
@@ -43,6 +44,7 @@ __all__ = [
     "harmony_encodings_dir",
     "package_version",
     "renderer_specials",
+    "tekken_file",
 ]
 
 SOURCES: dict[str, Source] = {

@@ -92,6 +92,15 @@ def harmony_encodings_dir(cache_dir: Path | None = None) -> Path:
     return vocab_sources.harmony_encodings_dir(cache_dir or StatePaths().cache_dir)
 
 
+def tekken_file() -> Path:
+    """Mistral's tekken file the ``mistral-tekken`` vocabulary and the mistral family are built on.
+
+    The file mistral-common ships (its ``data`` folder), as vLLM's ``--tokenizer-mode mistral``
+    reads it from a model folder's ``tekken.json``.
+    """
+    return vocab_sources.tekken_file()
+
+
 def read_metadata(folder: Path) -> dict[str, Any] | None:
     """The folder's ``rollstream-vocabulary.json``, or None if it is not a complete build."""
     try:

@@ -122,10 +122,10 @@ KNOWN: dict[str, tuple[str, frozenset[str]]] = {
         _ALL,
     ),
     "gpt-oss": (
-        "renderers' harmony renders another generation prompt (an analysis channel opened), no"
-        " '<|constrain|>json' on calls, tool results from 'functions.unknown', and content"
-        " beside calls on the final channel",
-        _ALL,
+        "renderers' harmony writes no '<|constrain|>json' on calls, tool results from"
+        " 'functions.unknown', and content beside calls on the final channel (its generation"
+        " prompt, an analysis channel opened, is cut where the template's ends: header)",
+        _ALL - {"first call", "no tools"},
     ),
     "kimi-k2": (
         "renderers' Kimi-K2 declares tools as compact JSON in another key order and writes"

@@ -46,6 +46,12 @@ class EngineFamily:
     #: What the nearest architecture leaves uncovered, or "".
     not_covered: str = ""
     config: dict[str, Any] = field(default_factory=dict)
+    #: Tokens besides ``eos_token`` that end generation, as the real model's generation config
+    #: lists them (gpt-oss stops at ``<|call|>`` as at ``<|return|>``).
+    stops: tuple[str, ...] = ()
+    #: vLLM's ``--tokenizer-mode``: "mistral" renders and tokenizes with mistral-common from
+    #: the model's ``tekken.json``, as Mistral's own models are served (no chat template).
+    tokenizer_mode: str = "auto"
 
     @property
     def eos(self) -> str:
@@ -76,6 +82,33 @@ ENGINE_FAMILIES: dict[str, EngineFamily] = {
         "llama3_json",
         "llama3-json",
         config={"rope_theta": 500000.0},
+    ),
+    # vLLM renders and parses gpt-oss with openai-harmony (chosen by the model_type), not with a
+    # chat template; the real model's 32 or 128 experts become four, two per token.
+    "gpt-oss": EngineFamily(
+        "gpt_oss",
+        {"bos_token": "<|startoftext|>", "eos_token": "<|return|>", "pad_token": "<|endoftext|>"},
+        "openai",
+        "harmony",
+        reasoning_parser="openai_gptoss",
+        stops=("<|endoftext|>", "<|call|>"),
+        not_covered="four experts instead of 32 or 128; MXFP4 weights not covered (bf16)",
+        config={
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "experts_per_token": 2,
+            "sliding_window": 128,
+            "layer_types": ["sliding_attention", "full_attention"],
+        },
+    ),
+    # Mistral Nemo's v3 tekken format, rendered by mistral-common inside vLLM.
+    "mistral": EngineFamily(
+        "mistral",
+        {"bos_token": "<s>", "eos_token": "</s>"},
+        "mistral",
+        "mistral-v3",
+        tokenizer_mode="mistral",
+        config={"rope_theta": 1000000.0},
     ),
 }
 

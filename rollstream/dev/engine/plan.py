@@ -25,35 +25,61 @@ from typing import Any
 PLAN_ENV = "ROLLSTREAM_ENGINE_PLAN"
 
 #: How each family's raw output is read from a prompt and written: where an assistant turn
-#: starts in the rendered prompt, what shows that a past turn called tools, whether the model
-#: thinks first (``<think>…</think>``) and whether the tools are declared in a ``<tools>``
-#: section (how calls are written: ``write_turn``).
+#: starts in the rendered prompt (``assistant``; the prompt before the first one holds the task),
+#: a past assistant turn (``turn``: a pattern whose group is the turn's text, end token
+#: included), what shows that a turn called tools (``called``) and, where a model writes a turn
+#: as several messages (harmony's analysis, then a call or a final answer), what shows one
+#: answered (``answered``; otherwise any turn without a call did); whether the model thinks
+#: first (``<think>…</think>``) and where the tools are declared (``tools_section``: the text
+#: between its two markers, looked for before the first assistant turn unless ``tools_anywhere``:
+#: Mistral's v3 format declares them before the last user message).
 FORMATS: dict[str, dict[str, Any]] = {
     "hermes": {
         "assistant": "<|im_start|>assistant",
+        "turn": r"<\|im_start\|>assistant(.*?<\|im_end\|>)",
         "called": "<tool_call>",
         "think": False,
-        "tools_section": True,
+        "tools_section": ("<tools>", "</tools>"),
     },
     "hermes-thinking": {
         "assistant": "<|im_start|>assistant",
+        "turn": r"<\|im_start\|>assistant(.*?<\|im_end\|>)",
         "called": "<tool_call>",
         "think": True,
-        "tools_section": True,
+        "tools_section": ("<tools>", "</tools>"),
     },
     "qwen3-coder": {
         "assistant": "<|im_start|>assistant",
+        "turn": r"<\|im_start\|>assistant(.*?<\|im_end\|>)",
         "called": "<tool_call>",
         "think": False,
-        "tools_section": True,
+        "tools_section": ("<tools>", "</tools>"),
     },
     "llama3-json": {
         "assistant": "<|start_header_id|>assistant<|end_header_id|>",
+        "turn": r"<\|start_header_id\|>assistant<\|end_header_id\|>(.*?<\|eot_id\|>)",
         "called": '{"name": ',
         "think": False,
     },
+    "harmony": {
+        "assistant": "<|start|>assistant",
+        "turn": r"<\|start\|>assistant(.*?(?:<\|end\|>|<\|call\|>|<\|return\|>))",
+        "called": "to=functions.",
+        "answered": "<|channel|>final",
+        "think": False,
+        "tools_section": ("namespace functions {", "} // namespace functions"),
+    },
+    "mistral-v3": {
+        "assistant": "[/INST]",
+        # After the user's [/INST] or the tool results' [/TOOL_RESULTS], up to its </s>.
+        "turn": r"(?:\[/INST\]|\[/TOOL_RESULTS\])((?:(?!\[/INST\]|\[/TOOL_RESULTS\]).)*?</s>)",
+        "called": "[TOOL_CALLS]",
+        "think": False,
+        "tools_section": ("[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]"),
+        "tools_anywhere": True,
+    },
 }
-_NAME_IN_TOOLS = ('"name": "{}"', '"name":"{}"', "<name>{}</name>", "<function={}>")
+_NAME_IN_TOOLS = ('"name": "{}"', '"name":"{}"', "<name>{}</name>", "<function={}>", "type {} = ")
 
 
 def offered(plan: dict[str, Any], prompt: str) -> list[str]:
@@ -64,10 +90,11 @@ def offered(plan: dict[str, Any], prompt: str) -> list[str]:
     one; a side call without tools whose text quotes an earlier call offers nothing.
     """
     fmt = FORMATS[plan["format"]]
-    declared = prompt.split(fmt["assistant"], 1)[0]
+    declared = prompt if fmt.get("tools_anywhere") else prompt.split(fmt["assistant"], 1)[0]
     if fmt.get("tools_section"):
-        end = declared.rfind("</tools>")
-        declared = declared[declared.rfind("<tools>", 0, end) : end] if end >= 0 else ""
+        opening, closing = fmt["tools_section"]
+        end = declared.rfind(closing)
+        declared = declared[declared.rfind(opening, 0, end) : end] if end >= 0 else ""
     return [
         name
         for name in plan["tools"]
@@ -78,8 +105,11 @@ def offered(plan: dict[str, Any], prompt: str) -> list[str]:
 def turn_index(prompt: str, fmt: dict[str, Any]) -> int:
     """Tool-calling assistant turns since the last one that answered without calling."""
     turns = 0
-    for turn in prompt.split(fmt["assistant"])[1:-1]:  # the last one is the turn being written
-        turns = turns + 1 if fmt["called"] in turn else 0
+    for turn in re.findall(fmt["turn"], prompt, re.DOTALL):  # ended turns only
+        if fmt["called"] in turn:
+            turns += 1
+        elif fmt.get("answered", "") in turn:  # "" is in every turn
+            turns = 0
     return turns
 
 
@@ -155,9 +185,34 @@ def write_turn(
             parts.append(json.dumps({"name": name, "parameters": args}, ensure_ascii=False))
         else:
             parts.append(text)
+    elif format_name == "harmony":
+        parts.append(_harmony_turn(reasoning, text, calls))
+    elif format_name == "mistral-v3":
+        # Calls alone: mistral-common has no turn with text beside calls (vLLM would serve one,
+        # then refuse it with a 400 when the harness sends it back).
+        listed = [{"name": name, "arguments": args} for name, args in calls]
+        parts.append(f"[TOOL_CALLS]{json.dumps(listed, ensure_ascii=False)}" if listed else text)
     else:
         raise ValueError(f"unknown format {format_name!r}")
     return "".join(parts)
+
+
+def _harmony_turn(reasoning: str, text: str, calls: list[tuple[str, dict[str, Any]]]) -> str:
+    """gpt-oss's turn: its analysis, then one call (harmony stops at ``<|call|>``) or the answer.
+
+    The end-of-turn token the processor adds is ``<|return|>``; a call ends with ``<|call|>``,
+    a stop token of its own, so the processor's is never reached. A turn's text beside a call
+    is not written (gpt-oss would write it as a commentary preamble).
+    """
+    head = (
+        f"<|channel|>analysis<|message|>{reasoning}<|end|><|start|>assistant" if reasoning else ""
+    )
+    if calls:
+        name, args = calls[0]
+        body = json.dumps(args, ensure_ascii=False)
+        header = f"<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>"
+        return f"{head}{header}{body}<|call|>"
+    return f"{head}<|channel|>final<|message|>{text}"
 
 
 def _coder_value(value: Any) -> str:

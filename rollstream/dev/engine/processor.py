@@ -18,10 +18,11 @@ import json
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
@@ -49,7 +50,16 @@ class PlanProcessor(LogitsProcessor):  # type: ignore[misc]  # vLLM is not in ro
         with open(os.environ[PLAN_ENV], encoding="utf-8") as handle:
             self.plan: dict[str, Any] = json.load(handle)
         model = vllm_config.model_config
-        self.tokenizer = AutoTokenizer.from_pretrained(model.tokenizer)
+        fast = Path(model.tokenizer) / "tokenizer.json"
+        # The fast tokenizer reads the format's special tokens ([TOOL_CALLS], <|channel|>) out
+        # of the planned text as the model would sample them. AutoTokenizer would load
+        # transformers' mistral-common backend for a folder with tekken.json, which encodes
+        # them as ordinary text, as a model never writes them.
+        self.tokenizer = (
+            PreTrainedTokenizerFast(tokenizer_file=str(fast))  # type: ignore[no-untyped-call]
+            if fast.is_file()
+            else AutoTokenizer.from_pretrained(model.tokenizer)
+        )
         eos = self.tokenizer.convert_tokens_to_ids(self.plan["eos"])
         assert isinstance(eos, int), f"{self.plan['eos']!r} is no single token"
         self.eos = eos

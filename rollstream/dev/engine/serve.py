@@ -50,7 +50,7 @@ class EngineSettings(BaseSettings):
     family: str | None = Field(
         default=None,
         description="Serve this family's tiny model playing the scenarios (qwen3, qwen3-coder, "
-        "llama-3). Unset: serve --model.",
+        "llama-3, gpt-oss, mistral). Unset: serve --model.",
     )
     model: Path | None = Field(
         default=None, description="A model folder of your own, sampled freely (no plan)."
@@ -122,6 +122,8 @@ def command(
         argv += ["--enable-auto-tool-choice"]
         if family.reasoning_parser:
             argv += ["--reasoning-parser", family.reasoning_parser]
+        if family.tokenizer_mode != "auto":
+            argv += ["--tokenizer-mode", family.tokenizer_mode]
     elif settings.model is not None:
         model = settings.model
         name = settings.served_name or model.name

@@ -28,7 +28,7 @@ from rollstream.dev.engine.install import Engine
 from rollstream.dev.engine.templates import published
 from rollstream.errors import ConfigurationError
 from rollstream.host import exclusive
-from rollstream.models.vocabularies import vocabulary_dir
+from rollstream.models.vocabularies import tekken_file, vocabulary_dir
 from rollstream.settings import StatePaths
 
 log = logging.getLogger(__name__)
@@ -61,14 +61,16 @@ def plan_build(family: str, paths: StatePaths) -> tuple[EngineFamily, Path, str,
     template = published(template_of(family), paths)
     tokenizer_json = vocab / "tokenizer.json"
     ids = _special_ids(tokenizer_json)
-    missing = [token for token in spec.specials.values() if token not in ids]
+    missing = [token for token in [*spec.specials.values(), *spec.stops] if token not in ids]
     if missing:
         raise ConfigurationError(f"the {family} vocabulary has no special token {missing}")
     config: dict[str, Any] = {
         **TINY_SHAPE,
         "vocab_size": _vocab_size(tokenizer_json),
         "max_position_embeddings": CONTEXT,
-        "eos_token_id": ids[spec.eos],
+        "eos_token_id": [ids[spec.eos], *(ids[t] for t in spec.stops)]
+        if spec.stops
+        else ids[spec.eos],
         **spec.config,
     }
     if "bos_token" in spec.specials:
@@ -104,6 +106,8 @@ def ensure_model(family: str, engine: Engine, paths: StatePaths | None = None) -
             tokenizer_config.update(spec.specials, model_max_length=CONTEXT)
             (staging / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
             (staging / "chat_template.jinja").write_text(template)
+            if spec.tokenizer_mode == "mistral":  # what vLLM's mistral mode reads
+                shutil.copyfile(tekken_file(), staging / "tekken.json")
             build = {"model_type": spec.model_type, "config": config, "seed": SEED}
             (staging / "build.json").write_text(json.dumps(build, indent=2))
             done = subprocess.run(

@@ -74,7 +74,7 @@ def _plan(family: str) -> dict[str, Any]:
 
 def _call(command: str, index: int) -> dict[str, Any]:
     return {
-        "id": f"call_{index}",
+        "id": f"call{index:05d}",  # nine alphanumerics: Mistral's template requires them
         "type": "function",
         "function": {"name": "Bash", "arguments": {"command": command}},
     }
@@ -104,6 +104,14 @@ def _calls_written(family: str, text: str) -> list[tuple[str, dict[str, Any]]]:
             params = re.findall(r"<parameter=(\w+)>\n(.*?)\n</parameter>", body, re.S)
             calls.append((name, dict(params)))
         return calls
+    if family == "gpt-oss":  # harmony: to=functions.NAME <|constrain|>json<|message|>ARGS<|call|>
+        found = re.findall(
+            r"to=functions\.(\w+) <\|constrain\|>json<\|message\|>(.*?)<\|call\|>", text
+        )
+        return [(name, json.loads(args)) for name, args in found]
+    if family == "mistral":  # [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]
+        listed = re.search(r"\[TOOL_CALLS\](\[.*\])", text, re.S)
+        return [(c["name"], c["arguments"]) for c in json.loads(listed.group(1))] if listed else []
     assert family == "llama-3"  # {"name": function name, "parameters": dictionary of args}
     try:
         call = json.loads(text)
@@ -130,7 +138,7 @@ def test_the_plan_plays_a_scenario_turn_by_turn_from_the_rendered_prompt(family:
     assert "Done. hello.txt contains polar." in third
 
 
-@pytest.mark.parametrize("family", ["qwen3", "qwen3-coder"])
+@pytest.mark.parametrize("family", ["qwen3", "qwen3-coder", "mistral"])
 def test_a_turn_of_parallel_calls_is_written_whole(family: str) -> None:
     compiled = _plan(family)
     rendered = _render(family, _conversation("[scenario=parallel] Go.", []), [BASH])

@@ -36,6 +36,10 @@ RUNS: list[tuple[str, str, Mode]] = [
     ("pi", "llama-3", "ordinary"),
     ("claude-code", "llama-3", "ordinary"),
     ("gemini-cli", "llama-3", "ordinary"),
+    ("codex", "gpt-oss", "ordinary"),
+    ("gemini-cli", "gpt-oss", "ordinary"),
+    ("pi", "mistral", "exact"),
+    ("claude-code", "mistral", "ordinary"),
 ]
 
 

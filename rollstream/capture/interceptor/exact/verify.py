@@ -33,6 +33,9 @@ PROBE_TEXT = (
 #: The tool of the probe conversation: the one the family check at start renders already.
 PROBE_TOOLS: list[JSON] = [TOOL]
 #: A harness-shaped conversation at the point exact context continues one: after a tool result.
+#: Its call id is nine alphanumerics, as Mistral's format requires: vLLM 0.32's ``/tokenize`` in
+#: ``--tokenizer-mode mistral`` refuses any other id with a 400 (its chat endpoint shortens them
+#: first), which would leave every Mistral upstream unverified.
 PROBE_MESSAGES: list[JSON] = [
     {"role": "system", "content": "You are a coding agent. Work in the current directory."},
     {"role": "user", "content": "Write «polar» into hello.txt, then show it. 日本語 😀"},
@@ -41,7 +44,7 @@ PROBE_MESSAGES: list[JSON] = [
         "content": "",
         "tool_calls": [
             {
-                "id": "call_0",
+                "id": "call00000",
                 "type": "function",
                 "function": {
                     "name": "shell",
@@ -50,7 +53,7 @@ PROBE_MESSAGES: list[JSON] = [
             }
         ],
     },
-    {"role": "tool", "tool_call_id": "call_0", "content": "polar\n"},
+    {"role": "tool", "tool_call_id": "call00000", "content": "polar\n"},
 ]
 #: Text shown on each side of the first difference.
 _AROUND = 12
