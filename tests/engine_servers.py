@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from rollstream.dev.engine.real_model import REAL_MODELS
 from rollstream.dev.engine.serve import EngineServer, EngineSettings
 from rollstream.settings import StatePaths
 
@@ -23,7 +24,7 @@ AT_ONCE = 1
 
 
 class EngineServers:
-    """``get(family)``: that family's server, started first if it is not running."""
+    """``get(family)``: that family's server (or a real model's), started first if not running."""
 
     def __init__(self) -> None:
         self._running: dict[str, EngineServer] = {}
@@ -40,7 +41,12 @@ class EngineServers:
         while len(self._running) >= AT_ONCE:
             oldest = next(iter(self._running))
             self._running.pop(oldest).stop()
-        server = EngineServer(EngineSettings(family=family), StatePaths())
+        settings = (
+            EngineSettings(real_model=family)
+            if family in REAL_MODELS
+            else EngineSettings(family=family)
+        )
+        server = EngineServer(settings, StatePaths())
         try:
             server.start()
         except Exception as exc:

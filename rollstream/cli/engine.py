@@ -11,6 +11,7 @@ from rollstream.cli.group import Group
 from rollstream.cli.options import settings_options
 from rollstream.dev.engine import install as engine_install
 from rollstream.dev.engine.families import ENGINE_FAMILIES
+from rollstream.dev.engine.real_model import REAL_MODELS, ensure_real_model
 from rollstream.dev.engine.serve import EngineServer, EngineSettings
 from rollstream.dev.engine.templates import FAMILY_TEMPLATES, templates_dir
 from rollstream.dev.engine.tiny_model import ensure_model
@@ -53,9 +54,15 @@ def templates_command(paths: StatePaths) -> None:
 @click.argument("families", nargs=-1)
 @settings_options(StatePaths, "paths")
 def model_command(families: tuple[str, ...], paths: StatePaths) -> None:
-    """Build the tiny models of FAMILIES (default: every family the engine serves)."""
+    """Build the tiny models of FAMILIES (default: every family the engine serves).
+
+    A real model's name (smollm2-135m) fetches and converts that model instead.
+    """
     found = engine_install.install(paths)
     for name in families or tuple(ENGINE_FAMILIES):
+        if name in REAL_MODELS:
+            click.echo(f"{name}: {ensure_real_model(name, found, paths)}")
+            continue
         spec = ENGINE_FAMILIES.get(name)
         note = f" ({spec.not_covered})" if spec is not None and spec.not_covered else ""
         click.echo(f"{name}: {ensure_model(name, found, paths)}{note}")

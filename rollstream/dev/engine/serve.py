@@ -29,6 +29,7 @@ from rollstream.dev.backend.settings import BackendSettings
 from rollstream.dev.engine import install, plan
 from rollstream.dev.engine.families import engine_family
 from rollstream.dev.engine.plan_file import compile_plan, write_plan
+from rollstream.dev.engine.real_model import ensure_real_model, real_model
 from rollstream.dev.engine.tiny_model import CONTEXT, ensure_model
 from rollstream.errors import ConfigurationError
 from rollstream.host import HOST, free_port
@@ -55,6 +56,16 @@ class EngineSettings(BaseSettings):
     model: Path | None = Field(
         default=None, description="A model folder of your own, sampled freely (no plan)."
     )
+    real_model: str | None = Field(
+        default=None,
+        description="A real model converted from a PyPI package (smollm2-135m: "
+        "SmolLM2-135M-Instruct), sampled freely with its own context and tool-call parser.",
+    )
+    tool_parser: str | None = Field(
+        default=None,
+        description="vLLM's --tool-call-parser for --model (auto tool choice on). Unset: a "
+        "request with tools gets vLLM's 400.",
+    )
     served_name: str | None = Field(
         default=None,
         description="The model name clients ask for. Default: rollstream-FAMILY, or the model "
@@ -63,7 +74,12 @@ class EngineSettings(BaseSettings):
     host: str = Field(default=HOST, description="Address to listen on.")
     port: int = Field(default=0, ge=0, le=65535, description="Port (0: a free one).")
     seed: int = Field(default=0, description="Seed of the scenario draws.")
-    max_model_len: int = Field(default=CONTEXT, ge=256, description="Context length in tokens.")
+    max_model_len: int | None = Field(
+        default=None,
+        ge=256,
+        description=f"Context length in tokens. Default: the model's own (a tiny model's: "
+        f"{CONTEXT}).",
+    )
     kv_cache_gib: int = Field(default=1, ge=1, description="The CPU build's KV cache (GiB).")
     start_timeout_s: float = Field(
         default=600.0, gt=0, description="How long the server may take to answer /health."
@@ -124,15 +140,27 @@ def command(
             argv += ["--reasoning-parser", family.reasoning_parser]
         if family.tokenizer_mode != "auto":
             argv += ["--tokenizer-mode", family.tokenizer_mode]
+    elif settings.real_model is not None:
+        spec = real_model(settings.real_model)
+        model = ensure_real_model(settings.real_model, engine, paths)
+        name = settings.served_name or settings.real_model
+        argv += ["--enable-auto-tool-choice", "--tool-call-parser", spec.tool_parser]
     elif settings.model is not None:
         model = settings.model
         name = settings.served_name or model.name
+        if settings.tool_parser:
+            argv += ["--enable-auto-tool-choice", "--tool-call-parser", settings.tool_parser]
     else:
-        raise ConfigurationError("say what to serve: --family F (a tiny model) or --model DIR")
+        raise ConfigurationError(
+            "say what to serve: --family F (a tiny model), --real-model NAME or --model DIR"
+        )
     argv += ["--model", str(model), "--served-model-name", name]
-    argv += ["--host", settings.host, "--port", str(port)]
-    argv += ["--max-model-len", str(settings.max_model_len), "--seed", str(settings.seed)]
-    if settings.family is not None:
+    argv += ["--host", settings.host, "--port", str(port), "--seed", str(settings.seed)]
+    if settings.max_model_len is not None:
+        argv += ["--max-model-len", str(settings.max_model_len)]
+    elif settings.family is not None:
+        argv += ["--max-model-len", str(CONTEXT)]
+    if settings.family is not None or settings.real_model is not None:
         # A tiny model gains nothing from compiled graphs, and vLLM compiles them again at every
         # start (68 s against 47 s idle). The "uni" executor alone still ran the model in a
         # worker process of its own, which imports torch and vLLM once more (48 s against 40 s
@@ -183,6 +211,17 @@ class EngineServer:
         self.stop()
         bound = self.settings.start_timeout_s
         raise ConfigurationError(f"vLLM did not answer /health in {bound:.0f}s:\n{self.tail()}")
+
+    @property
+    def context(self) -> int | None:
+        """The context length it serves with: the setting, a tiny or real model's, else None."""
+        if self.settings.max_model_len is not None:
+            return self.settings.max_model_len
+        if self.settings.family is not None:
+            return CONTEXT
+        if self.settings.real_model is not None:
+            return real_model(self.settings.real_model).context
+        return None  # a model of the user's: its own configuration's
 
     def running(self) -> bool:
         """Whether the server's process is still there."""

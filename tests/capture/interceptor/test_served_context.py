@@ -155,7 +155,7 @@ async def test_on_vllm_the_lowered_limit_is_taken_and_an_overflow_is_each_apis(
         assert long.status_code == 400, long.text
         found = CLAUDE_CODE_OVERFLOW.search(long.json()["error"]["message"])
         assert found is not None, long.text
-        assert int(found.group(1)) > int(found.group(2)) == server.settings.max_model_len
+        assert int(found.group(1)) > int(found.group(2)) == server.context
         chat = await _post(proxy, "/v1/chat/completions", {"model": server.model, "messages": over})
         assert chat.status_code == 400 and chat.json()["error"]["code"] == "context_length_exceeded"
     records = await read_records(
