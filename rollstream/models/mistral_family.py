@@ -41,9 +41,8 @@ from rollstream.models.family import (
 )
 from rollstream.models.hermes import ToolCall
 from rollstream.models.tokenizer import ChatTokenizer
+from rollstream.models.vocab_json import tekken_file
 
-#: The tekken file of mistral-common's ``data`` folder this family renders with.
-TEKKEN_FILE = "tekken_240911.json"
 #: The tokenizer version whose format this family describes (v7 moved the system prompt to
 #: ``[SYSTEM_PROMPT]``, v11 writes calls as ``[TOOL_CALLS]name[ARGS]{...}``).
 VERSION = "v3"
@@ -148,13 +147,12 @@ class MistralFamily(Family, TaggedCalls):
     name = "mistral"
 
     def __init__(self, tokenizer: ChatTokenizer, tekken: Path | None = None) -> None:
-        import mistral_common
         from mistral_common.protocol.instruct.normalize import get_normalizer
         from mistral_common.protocol.instruct.validator import ValidationMode, get_validator
         from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
 
         self.tokenizer = tokenizer
-        path = tekken or Path(mistral_common.__file__).parent / "data" / TEKKEN_FILE
+        path = tekken or tekken_file()
         # Test mode, as vLLM loads it: prompts end with a user or tool message.
         self._serving: Any = MistralTokenizer.from_file(str(path), mode=ValidationMode.test)
         instruct: Any = self._serving.instruct_tokenizer

