@@ -105,11 +105,15 @@ async def engine_interceptor(
     kafka: KafkaSettings,
     state_dir: Path,
     server: EngineServer,
-    family: str,
+    family: str | None,
     context: Literal["ordinary", "exact"] = "ordinary",
     strict: bool = False,
+    tokenizer: Path | None = None,
 ) -> AsyncIterator[Interceptor]:
-    """An interceptor (free ports) in front of a real vLLM serving ``family``'s tiny model."""
+    """An interceptor (free ports) in front of a real vLLM serving ``family``'s tiny model.
+
+    No family with a ``tokenizer`` folder: the generic family, the folder's own template.
+    """
     interceptor = Interceptor(
         InterceptorSettings(
             upstream=server.url,
@@ -118,6 +122,7 @@ async def engine_interceptor(
             upstream_model=server.model,
             context=context,
             family=family,
+            tokenizer=tokenizer,
             strict_sessions=strict,
         ),
         kafka,

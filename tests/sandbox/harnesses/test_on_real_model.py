@@ -17,19 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from rollstream.capture.interceptor.proxy import Interceptor
-from rollstream.capture.interceptor.settings import InterceptorSettings
-from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.dev.engine.real_model import real_model_dir
 from rollstream.processing.reconstruct.fidelity import fidelity_row
 from rollstream.sandbox.harnesses.install import PACKAGES
 from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext
 from rollstream.sandbox.harnesses.runner import run_harness
 from rollstream.schemas import CallRecord, CallStatus, TopicNames
-from rollstream.settings import KafkaSettings, StatePaths
-from tests.conftest import JAR_CACHE
+from rollstream.settings import KafkaSettings
 from tests.engine_servers import EngineServers
-from tests.harness_stack import harnesses_installed, register
+from tests.harness_stack import engine_interceptor, harnesses_installed, register
 from tests.kafka_reading import read_records
 
 pytestmark = pytest.mark.integration
@@ -59,29 +55,17 @@ async def test_whatever_a_real_model_writes_every_call_is_recorded_and_trains_fa
     folder = real_model_dir(family)
     bin_dir = harnesses_installed()
     before = _answered(server.log_file)
-    interceptor = Interceptor(
-        InterceptorSettings(
-            upstream=server.url,
-            port=0,
-            admin_port=0,
-            upstream_model=server.model,
-            tokenizer=folder,  # the generic family: the model folder's own template
-        ),
-        kafka_settings,
-        PublisherSettings(),
-        StatePaths(state_dir=tmp_path / "state", cache_dir=JAR_CACHE),
-    )
     session = f"{harness}-{uuid.uuid4().hex[:8]}"
-    await interceptor.start()
-    try:
+    # The generic family: the model folder's own template.
+    async with engine_interceptor(
+        kafka_settings, tmp_path / "state", server, None, tokenizer=folder
+    ) as interceptor:  # what it holds is published before it stops
         register(interceptor, session)
         context = HarnessContext(interceptor.url, session, server.model, TASK)
         launch = PRESETS[harness].launch(context, bin_dir / PACKAGES[harness][1])
         result = await run_harness(
             launch, tmp_path / "home", tmp_path / "work", tmp_path / "logs", SESSION_S
         )
-    finally:
-        await interceptor.stop()  # what it holds is published before it stops
     answered = _answered(server.log_file) - before
     ended = f"{harness} ended {result.exit_code}:\n{result.stdout_tail}\n{result.stderr_tail}"
     assert answered >= 1, ended
