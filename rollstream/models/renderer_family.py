@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,8 @@ from rollstream.models.family import (
     arguments_json,
 )
 from rollstream.models.hermes import ToolCall
-from rollstream.models.tokenizer import ChatTokenizer, without_billing_header
+from rollstream.models.renderer_text import chat_messages, verbatim_text
+from rollstream.models.tokenizer import ChatTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -37,47 +39,6 @@ _KEEP_REASONING: dict[str, Any] = {
     "preserve_thinking": True,
     "truncate_history_thinking": False,
 }
-
-
-def chat_messages(
-    messages: Sequence[Message], single_system: bool = False, after_start: bool = False
-) -> list[Message]:
-    """OpenAI-style Chat messages in the shape the renderers read.
-
-    Claude Code's billing header leaves the system prompt, as vLLM drops it. Reasoning echoed
-    back as ``reasoning`` (vLLM 0.20+) is also given as ``reasoning_content``;
-    ``content: None`` (a tool-call turn) is empty text; text parts are joined with newlines, as
-    vLLM joins them for text-only templates; tool-call arguments stay as sent.
-    ``single_system``: for templates that take one system message, at the start (Llama 3's
-    reads a second as the user's, Qwen3.5's refuses one anywhere else): leading system messages
-    become one (Codex sends its instructions and its environment as two), and a later one (Claude
-    Code sends reminders as system messages to models it does not know) becomes a user message.
-    ``after_start``: the messages continue a conversation under way (exact context's new
-    messages), so none of them is a leading system message.
-    """
-    out: list[Message] = []
-    for message in messages:
-        m = without_billing_header(message)
-        if m.get("reasoning") and not m.get("reasoning_content"):
-            m["reasoning_content"] = m["reasoning"]
-        content = m.get("content")
-        if content is None:
-            m["content"] = ""
-        elif isinstance(content, list) and all(
-            isinstance(p, dict) and p.get("type", "text") == "text" for p in content
-        ):
-            m["content"] = "\n".join(str(p.get("text", "")) for p in content)
-        if single_system and m.get("role") == "system" and (out or after_start):
-            if not after_start and len(out) == _systems(out):
-                out[-1] = {**out[-1], "content": f"{out[-1]['content']}\n\n{m['content']}"}
-                continue
-            m["role"] = "user"
-        out.append(m)
-    return out
-
-
-def _systems(messages: list[Message]) -> int:
-    return sum(1 for m in messages if m.get("role") == "system")
 
 
 class RendererFamily(Family, TaggedCalls):
@@ -95,7 +56,7 @@ class RendererFamily(Family, TaggedCalls):
         verbatim: bool = False,
         header: tuple[str, ...] = (),
     ) -> None:
-        from renderers import config_from_name, create_renderer
+        from renderers import config_from_name
 
         self._single_system = single_system
         self._json_calls = json_calls
@@ -113,22 +74,15 @@ class RendererFamily(Family, TaggedCalls):
             opened = template_opens_reasoning(tokenizer)
             if opened is not None:
                 config["enable_thinking"] = thinks = opened
-        renderer_config = base.model_copy(update=config)
-        # Writing a sampled answer needs its reasoning kept in the render, which some
-        # templates drop from the last turn (harmony's analysis before a final message).
-        keeping = {k: v for k, v in _KEEP_REASONING.items() if k in type(base).model_fields}
-        try:
-            self.renderer: Any = create_renderer(tokenizer.hf, renderer_config)
-            self._writer: Any = (
-                create_renderer(tokenizer.hf, renderer_config.model_copy(update=keeping))
-                if keeping
-                else self.renderer
-            )
-        except (AssertionError, KeyError, ValueError) as exc:
-            # A renderer asserts that its special tokens exist: another family's vocabulary.
-            raise ConfigurationError(
-                f"the tokenizer in {tokenizer.path} does not fit the {name} family: {exc}"
-            ) from exc
+        self._config = base.model_copy(update=config)
+        # Harmony writes the conversation's date into the system message; vLLM dates each
+        # request, renderers dates the renderer when it is made (a family made before midnight
+        # would render yesterday's after it).
+        self._dated = "conversation_start_date" in type(base).model_fields and not config.get(
+            "conversation_start_date"
+        )
+        self._date = ""
+        self._make_renderers(today() if self._dated else "")
         self.renderer_name = renderer_name
         self._thinks = thinks
         stops = [int(t) for t in self.renderer.get_stop_token_ids()]
@@ -138,6 +92,34 @@ class RendererFamily(Family, TaggedCalls):
         self._header = [tokenizer.special_id(token) for token in header]
         if None in self._header:
             raise ConfigurationError(f"the {name} vocabulary lacks a header token of {header}")
+
+    def _make_renderers(self, date: str) -> None:
+        from renderers import create_renderer
+
+        config = self._config.model_copy(update={"conversation_start_date": date} if date else {})
+        # Writing a sampled answer needs its reasoning kept in the render, which some
+        # templates drop from the last turn (harmony's analysis before a final message).
+        fields = type(config).model_fields
+        keeping = {k: v for k, v in _KEEP_REASONING.items() if k in fields}
+        try:
+            self.renderer: Any = create_renderer(self.tokenizer.hf, config)
+            self._writer: Any = (
+                create_renderer(self.tokenizer.hf, config.model_copy(update=keeping))
+                if keeping
+                else self.renderer
+            )
+        except (AssertionError, KeyError, ValueError) as exc:
+            # A renderer asserts that its special tokens exist: another family's vocabulary.
+            raise ConfigurationError(
+                f"the tokenizer in {self.tokenizer.path} does not fit the {self.name} family: {exc}"
+            ) from exc
+        self._date = date
+
+    def _today(self) -> Any:
+        """The renderer, dated today where the format writes a date (see ``_dated``)."""
+        if self._dated and self._date != today():
+            self._make_renderers(today())
+        return self.renderer
 
     def _tool_start_ids(self) -> frozenset[int]:
         """Special tokens that open a tool call in this family's format (empty if none)."""
@@ -182,7 +164,7 @@ class RendererFamily(Family, TaggedCalls):
         add_generation_prompt: bool = True,
     ) -> list[int]:
         """The prompt ids, as the family's renderer renders them."""
-        ids: list[int] = self.renderer.render_ids(
+        ids: list[int] = self._today().render_ids(
             chat_messages(messages, self._single_system),
             tools=tools or None,
             add_generation_prompt=add_generation_prompt,
@@ -196,6 +178,7 @@ class RendererFamily(Family, TaggedCalls):
         past the prompt, not only the tokens the renderer attributes to the answer's body.
         """
         prompt = self.render_ids(messages, tools, add_generation_prompt=True)
+        self._today()
         rendered = self._writer.render(
             chat_messages([*messages, answer], self._single_system), tools=tools or None
         )
@@ -311,7 +294,7 @@ class RendererFamily(Family, TaggedCalls):
     def continue_turn(self, turn: AnsweredTurn, new: Sequence[Message]) -> Continuation:
         """The renderer's bridge: the sampled turn kept, new messages in the family's framing."""
         head = [*turn.prompt_ids, *turn.completion_ids]
-        bridged = self.renderer.bridge_to_next_turn(
+        bridged = self._today().bridge_to_next_turn(
             list(turn.prompt_ids),
             list(turn.completion_ids),
             chat_messages(new, self._single_system, after_start=True),
@@ -341,6 +324,11 @@ class RendererFamily(Family, TaggedCalls):
         return probe_continuation(self)
 
 
+def today() -> str:
+    """Today's date as vLLM dates a harmony conversation (the server's local time)."""
+    return datetime.now().strftime("%Y-%m-%d")
+
+
 def template_opens_reasoning(tokenizer: ChatTokenizer) -> bool | None:
     """Whether the folder's own template opens reasoning at the generation prompt by default.
 
@@ -358,34 +346,6 @@ def template_opens_reasoning(tokenizer: ChatTokenizer) -> bool | None:
     if prompt.endswith("</think>"):
         return False
     return None
-
-
-def verbatim_text(
-    text: str, content: str | None, reasoning: str | None, called: bool
-) -> tuple[str | None, str | None]:
-    """Content and reasoning as vLLM's qwen3 reasoning and hermes tool parsers cut ``text``.
-
-    ``text`` is the decoded turn (special tokens kept, stop tokens off); ``content`` and
-    ``reasoning`` are what the family's parser read, stripped. vLLM keeps what lies between
-    ``<think>`` (or the turn's start, where the prompt opened it) and ``</think>`` as the
-    reasoning, and what follows, up to the first ``<tool_call>`` when there are calls, as the
-    content; an empty one is None, and a blank one before calls too. Each is taken only where
-    it is the parsed one with its whitespace: anything else keeps the parser's reading.
-    """
-    head, closed, rest = text.partition("</think>")
-    if not closed and reasoning is not None and content is None:  # reasoning never closed
-        head, closed, rest = text, "(open)", ""
-    elif not closed:
-        head, rest = "", text
-    raw_reasoning = head.partition("<think>")[2] if "<think>" in head else head
-    raw_content = rest.partition("<tool_call>")[0] if called else rest
-    if called and not raw_content.strip():  # vLLM drops a blank before calls
-        raw_content = ""
-    if closed and (raw_reasoning.strip() or None) == reasoning:
-        reasoning = raw_reasoning or None
-    if (raw_content.strip() or None) == (content.strip() if content else None):
-        content = raw_content or None
-    return content, reasoning
 
 
 def load_renderer_family(

@@ -95,3 +95,21 @@ def test_a_continued_turn_ends_at_the_role_too() -> None:
     assert continued[: len(prompt) + len(completion)] == [*prompt, *completion]
     tail = family.tokenizer.decode(continued[-3:], skip_special_tokens=False)
     assert tail == "<|end|><|start|>assistant"
+
+
+def test_each_render_is_dated_the_day_it_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM dates a harmony system message per request; a family lives across midnight.
+
+    Before, the date was fixed when the family was made: a run crossing UTC midnight had its
+    reference backend (made before) and its interceptor (made after) render different system
+    messages, and exact context refused every gpt-oss session.
+    """
+    from rollstream.models import renderer_family
+
+    family = loaded_family("gpt-oss")
+    dates = []
+    for day in ("2026-12-05", "2026-12-06"):
+        monkeypatch.setattr(renderer_family, "today", lambda day=day: day)
+        text = family.tokenizer.decode(family.render_ids(MESSAGES, SHELL), False)
+        dates.append(text.split("Current date: ", 1)[1][:10])
+    assert dates == ["2026-12-05", "2026-12-06"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from rollstream.models.renderer_family import verbatim_text
+from rollstream.models.renderer_text import verbatim_text
 
 THINK = "<think>\nRead it first.\n</think>\n\n"
 CALL = '<tool_call>\n{"name": "bash", "arguments": {}}\n</tool_call>'
