@@ -56,5 +56,5 @@ def replay(
         f"{report.trajectories} trajectories into {report.topic} ({statuses}) from "
         f"{report.records} records; {report.unfinished_sessions} sessions still running, "
         f"{report.undecodable} undecodable records skipped, "
-        f"{len(report.oversized)} sessions over the record budget left out"
+        f"{report.in_parts} trajectories in several records (over the record budget)"
     )

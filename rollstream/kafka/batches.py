@@ -14,6 +14,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from rollstream.errors import SerializationError
 from rollstream.kafka.deadletters import dead_letter
+from rollstream.kafka.parts import Headers, after, split
 from rollstream.schemas import AvroRecord, AvroSerializer, DeadLetter
 
 
@@ -42,7 +43,8 @@ class Batch:
 
     def ends(self) -> dict[TopicPartition, int]:
         """Each partition's offset after its last record in the batch."""
-        return {tp: rs[-1].message.offset + 1 for tp, rs in self.records.items() if rs}
+        # A record joined from parts sits at its first part's offset and ends past its last.
+        return {tp: max(after(r.message) for r in rs) for tp, rs in self.records.items() if rs}
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,12 @@ class Output:
     topic: str
     key: bytes | None
     value: bytes
+    headers: Headers = ()
+
+    @classmethod
+    def split(cls, topic: str, key: bytes | None, value: bytes) -> list[Output]:
+        """The records carrying ``value``: itself, or its parts when over the record budget."""
+        return [cls(topic, key, part, headers) for part, headers in split(key, value)]
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -16,9 +16,10 @@ from aiokafka.errors import (
     NodeNotReadyError,
     RequestTimedOutError,
 )
-from aiokafka.structs import TopicPartition
+from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from rollstream.errors import ConfigurationError
+from rollstream.kafka.parts import Joiner
 from rollstream.schemas.topics import MAX_MESSAGE_BYTES
 from rollstream.settings import KafkaSettings
 
@@ -53,10 +54,68 @@ def make_producer(settings: KafkaSettings, **overrides: Any) -> AIOKafkaProducer
     return AIOKafkaProducer(**(kwargs | overrides))
 
 
+class Consumer(AIOKafkaConsumer):  # type: ignore[misc]
+    """aiokafka's consumer, with records carried as parts joined (``rollstream.kafka.parts``).
+
+    A seek drops what waits for parts in the partitions sought: they are read again.
+    """
+
+    def __init__(self, *topics: str, **kwargs: Any) -> None:
+        super().__init__(*topics, **kwargs)
+        self.joiner = Joiner()
+        self._joined: list[ConsumerRecord] = []
+
+    async def getmany(
+        self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """As aiokafka's, parts joined: records behind a whole still in parts wait for it."""
+        polled = await super().getmany(*partitions, timeout_ms=timeout_ms, max_records=max_records)
+        return self.joiner.join(polled)
+
+    async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
+        """As aiokafka's, parts joined."""
+        while not self._joined:
+            message = await super().getone(*partitions)
+            tp = TopicPartition(message.topic, message.partition)
+            self._joined += self.joiner.join({tp: [message]}).get(tp, [])
+        return self._joined.pop(0)
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """As aiokafka's; what waited for parts in ``partition`` is dropped."""
+        self._forget([partition])
+        super().seek(partition, offset)
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """As aiokafka's; what waited for parts there is dropped."""
+        self._forget(partitions or None)
+        await super().seek_to_beginning(*partitions)
+
+    async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """As aiokafka's; what waited for parts there is dropped."""
+        self._forget(partitions or None)
+        await super().seek_to_end(*partitions)
+
+    async def seek_to_committed(self, *partitions: TopicPartition) -> dict[TopicPartition, int]:
+        """As aiokafka's; what waited for parts there is dropped."""
+        self._forget(partitions or None)
+        committed: dict[TopicPartition, int] = await super().seek_to_committed(*partitions)
+        return committed
+
+    def _forget(self, partitions: Sequence[TopicPartition] | None) -> None:
+        self.joiner.forget(partitions)
+        if partitions is None:
+            self._joined.clear()
+        else:
+            kept = set(partitions)
+            self._joined = [
+                m for m in self._joined if TopicPartition(m.topic, m.partition) not in kept
+            ]
+
+
 def make_consumer(
     settings: KafkaSettings, *topics: str, group_id: str | None = None, **overrides: Any
-) -> AIOKafkaConsumer:
-    """A consumer that reads committed data only and commits offsets explicitly."""
+) -> Consumer:
+    """A consumer that reads committed data only, commits offsets explicitly, joins parts."""
     kwargs: dict[str, Any] = settings.client_kwargs() | {
         "group_id": group_id,
         "isolation_level": "read_committed",
@@ -65,7 +124,7 @@ def make_consumer(
         "max_partition_fetch_bytes": MAX_MESSAGE_BYTES,
         "fetch_max_bytes": 4 * MAX_MESSAGE_BYTES,
     }
-    return AIOKafkaConsumer(*topics, **(kwargs | overrides))
+    return Consumer(*topics, **(kwargs | overrides))
 
 
 class _AdminClient(AIOKafkaAdminClient):  # type: ignore[misc]

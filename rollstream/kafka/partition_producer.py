@@ -208,7 +208,9 @@ class PartitionProducer:
         producer = self.producer
         async with producer.transaction():
             for output in transaction.outputs:
-                await producer.send(output.topic, output.value, key=output.key)
+                await producer.send(
+                    output.topic, output.value, key=output.key, headers=list(output.headers) or None
+                )
             for letter in transaction.dead:
                 value = self.serializer.encode(letter)
                 await producer.send(self.dead_letter_topic, value, key=letter.key)

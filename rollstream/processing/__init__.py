@@ -2,5 +2,4 @@
 
 - ``reconstruct``: a session's CallRecords into one token-faithful trajectory.
 - ``score``: a trajectory into a Scored record (evaluators, a fresh workspace for commands).
-- ``oversized``: what fits when a result is larger than a Kafka record may be.
 """

@@ -12,6 +12,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar, Self, overload
 
+import numpy as np
 from pydantic import GetCoreSchemaHandler, SerializationInfo
 from pydantic_core import core_schema
 
@@ -180,6 +181,19 @@ class LossMask(_Packed):
     typecode = "B"
     itemsize = 1
     kind = "uint8"
+
+
+def common_prefix(a: bytes | bytearray, b: bytes | bytearray) -> int:
+    """How many leading token ids two packed id buffers share (one vectorized comparison)."""
+    if b.startswith(a):
+        return len(a) // TokenIds.itemsize
+    if a.startswith(b):
+        return len(b) // TokenIds.itemsize
+    n = min(len(a), len(b)) // TokenIds.itemsize
+    differ = np.flatnonzero(
+        np.frombuffer(a, dtype="<u4", count=n) != np.frombuffer(b, dtype="<u4", count=n)
+    )
+    return int(differ[0]) if differ.size else n
 
 
 assert array("I").itemsize == 4 and array("f").itemsize == 4, "needs 32-bit 'I' and 'f' arrays"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Self
 
 from pydantic import AwareDatetime, Field, model_validator
 
 from rollstream.schemas.base import AvroRecord, Model
 from rollstream.schemas.blobs import decompress_json
 from rollstream.schemas.packed import Logprobs, LossMask, TokenIds
+from rollstream.schemas.segment_deltas import from_wire, to_wire
 from rollstream.schemas.sessions import Artifact, SessionStatus
 from rollstream.schemas.tasks import Task
 
@@ -88,6 +89,15 @@ class Trajectory(AvroRecord):
     messages: bytes | None = None
     final_text: str = ""
 
+    def to_avro(self) -> dict[str, Any]:
+        """The record as fastavro writes it: segments as deltas of earlier ones where they pay."""
+        return _trajectory_to_avro(self.model_dump(mode="python"))
+
+    @classmethod
+    def from_avro(cls, datum: dict[str, Any]) -> Self:
+        """The trajectory of a record, its segments whole again."""
+        return cls.model_validate(_trajectory_from_avro(datum))
+
     def artifact(self, name: str) -> Artifact | None:
         """The session's artifact called ``name`` (e.g. ``diff``), if it has one."""
         return next((a for a in self.artifacts if a.name == name), None)
@@ -116,3 +126,27 @@ class Scored(AvroRecord):
     details: dict[str, str] = Field(default_factory=dict)
     error: str | None = None
     scored_at: AwareDatetime
+
+    def to_avro(self) -> dict[str, Any]:
+        """The record as fastavro writes it (its trajectory's segments as deltas)."""
+        datum = self.model_dump(mode="python")
+        datum["trajectory"] = _trajectory_to_avro(datum["trajectory"])
+        return datum
+
+    @classmethod
+    def from_avro(cls, datum: dict[str, Any]) -> Self:
+        """The Scored record of a datum, its trajectory's segments whole again."""
+        return cls.model_validate(
+            {**datum, "trajectory": _trajectory_from_avro(datum["trajectory"])}
+        )
+
+
+def _trajectory_to_avro(datum: dict[str, Any]) -> dict[str, Any]:
+    datum["delta_segments"] = to_wire(datum.pop("segments"))
+    return datum
+
+
+def _trajectory_from_avro(datum: dict[str, Any]) -> dict[str, Any]:
+    out = dict(datum)
+    out["segments"] = from_wire([dict(s) for s in out.pop("delta_segments", [])])
+    return out

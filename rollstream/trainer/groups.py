@@ -172,12 +172,20 @@ class GroupAssembler:
         """Whether this assembler makes plain batches rather than groups."""
         return self.settings.mode == "batches"
 
-    def add(self, partition: Partition, offset: int, record: Scored | None, now: float) -> None:
+    def add(
+        self,
+        partition: Partition,
+        offset: int,
+        record: Scored | None,
+        now: float,
+        end: int | None = None,
+    ) -> None:
         """Take the record at ``offset`` of ``partition`` (None: it could not be decoded).
 
-        Records of one partition come in offset order; ``now`` is a monotonic clock.
+        Records of one partition come in offset order; ``now`` is a monotonic clock; ``end``
+        is where reading goes on for a record joined from parts (see ``OffsetLedger.read``).
         """
-        self.ledger.read(partition, offset)
+        self.ledger.read(partition, offset, end)
         if record is None:
             self.metrics.undecodable += 1
             self.ledger.finish(partition, offset, None)
@@ -222,9 +230,9 @@ class GroupAssembler:
         if len(unit.members) >= unit.size:
             self._close(unit)
 
-    def skip(self, partition: Partition, offset: int) -> None:
+    def skip(self, partition: Partition, offset: int, end: int | None = None) -> None:
         """Finish a record the stream could not hand to :meth:`add` (counted in ``unusable``)."""
-        self.ledger.read(partition, offset)
+        self.ledger.read(partition, offset, end)
         self.ledger.finish(partition, offset, None)
         self.metrics.unusable += 1
 

@@ -64,9 +64,14 @@ class OffsetLedger:
         self._carried: dict[Partition, set[str]] = {}
         self._since_prune = 0
 
-    def read(self, partition: Partition, offset: int) -> None:
-        """A record at ``offset`` was read (call before hold or finish)."""
-        self._next[partition] = max(self._next.get(partition, 0), offset + 1)
+    def read(self, partition: Partition, offset: int, end: int | None = None) -> None:
+        """A record at ``offset`` was read (call before hold or finish).
+
+        ``end``: where reading goes on after it, for a record joined from parts (its last
+        part's offset + 1); a hold or finish still names ``offset``, its first part's.
+        """
+        after = offset + 1 if end is None else end
+        self._next[partition] = max(self._next.get(partition, 0), after)
 
     def hold(self, partition: Partition, offset: int) -> None:
         """The record is pending: commits must not pass it."""

@@ -35,6 +35,7 @@ from rollstream.errors import (
 )
 from rollstream.kafka.clients import make_consumer, ordinary_tasks, topic_partitions
 from rollstream.kafka.control import publish_policy_version
+from rollstream.kafka.parts import after
 from rollstream.kafka.schema_store import SchemaStore
 from rollstream.schemas import AvroSerializer, PolicyVersion, TopicNames
 from rollstream.settings import KafkaSettings
@@ -366,7 +367,7 @@ class TrajectoryStream:
             )
             if self._generation != generation:
                 return False
-            self._assembler.add(partition, message.offset, record, now)
+            self._assembler.add(partition, message.offset, record, now, end=after(message))
         except BrokerError:
             raise
         except Exception:
@@ -379,5 +380,5 @@ class TrajectoryStream:
                 partition[1],
                 message.offset,
             )
-            self._assembler.skip(partition, message.offset)
+            self._assembler.skip(partition, message.offset, after(message))
         return True

@@ -3,12 +3,13 @@
 The reconstructor (``--strategy per_call``) and the scorer run as ``python -m rollstream``
 processes against the session broker, under a supervisor that restarts a process that exits
 (as systemd or Kubernetes would). Synthetic sessions go to the events topic, all on one
-partition: a first wave, then one session of 60 calls over 4k-token contexts (per_call repeats
-each call's whole prompt: 18.6 MB of segments, over the 16 MiB record limit) interleaved with a
-second wave, then a third wave. Expected: every ordinary session has exactly one trajectory and
-one Scored record, the oversized one is dead-lettered with its reason, and neither process
-exits. Before the record budget the reconstructor's transaction aborted on the oversized send,
-the process died, and every restart died on the same session: the partition was blocked.
+partition: a first wave, then one session of 21 calls each adding 100k tokens (18 MB of
+segments even written as deltas, over the 16 MiB record limit) interleaved with a second wave,
+then a third wave. Expected: every session, the large one too, has exactly one trajectory and
+one Scored record (the large one's in parts, joined by the readers), nothing is dead-lettered,
+and neither process exits. Before the record budget the reconstructor's transaction aborted on
+the oversized send and every restart died on it; before parts (issue 36, point 12) the large
+session was dead-lettered and never reached a trainer.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from tests.conftest import ProducerFactory
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 ORDINARY = SyntheticShape(turns=4, system_tokens=64, tool_result_tokens=16, completion_tokens=8)
-#: 60 calls, each prompt 4,000 + n x 1,032 tokens: per_call holds 2.07 M tokens (9 bytes each).
-OVERSIZED = SyntheticShape(turns=60, system_tokens=4000, tool_result_tokens=1000)
+#: 21 calls, each adding 100k tokens to the last: 2 M new tokens (9 bytes each) as deltas.
+OVERSIZED = SyntheticShape(turns=21, system_tokens=64, tool_result_tokens=100_000)
 WAVE = 4
 
 
@@ -129,31 +130,31 @@ async def test_a_per_call_trajectory_over_the_record_limit_blocks_nothing(
                     # The oversized session goes with the second wave, its records among theirs.
                     await _send(producer, names.events, [big, *wave] if n == 2 else wave)
                     await _until(readers, services, _holds(trajectories, n * WAVE))
-                await _until(readers, services, _holds(scored, 3 * WAVE))
-                await _until(readers, services, _holds(letters, 1))
+                await _until(readers, services, _holds(scored, 3 * WAVE + 1))
                 for reader in readers:
                     await reader.settle(2.0)
             except TimeoutError:
                 raise AssertionError(
-                    f"{len(trajectories.records)} of {3 * WAVE} trajectories, "
+                    f"{len(trajectories.records)} of {3 * WAVE + 1} trajectories, "
                     f"{len(scored.records)} scores; reconstructor started "
                     f"{reconstruct.starts} times:\n{reconstruct.tail()}"
                 ) from None
     made = [t.session_id for t in trajectories.of(Trajectory)]
     scores = [s.trajectory.session_id for s in scored.of(Scored)]
-    dead = letters.of(DeadLetter)
-    assert set(made) == set(scores) == ordinary
+    everyone = {*ordinary, "oversized"}
+    assert set(made) == set(scores) == everyone
     assert repeats(made) == repeats(scores) == 0
-    [letter] = dead
-    assert letter.key == b"oversized" and letter.error_type == "RecordTooLargeError"
-    assert "over the" in letter.error_message and letter.source_topic == names.events
+    [whole] = [t for t in trajectories.of(Trajectory) if t.session_id == "oversized"]
+    expected = [big.prompts[c.call_id] + c.completion_token_ids for c in big.calls]
+    assert [s.input_ids for s in whole.segments] == expected
+    assert not letters.of(DeadLetter)
     assert reconstruct.starts == score.starts == 1, reconstruct.tail()
     chaos_report(
-        fault="a session whose per_call trajectory exceeds the record limit",
-        load=f"1 session of 60 calls (18.6 MB per_call) amid {len(ordinary)} sessions, "
-        "one partition",
-        lost=len(ordinary - set(made)) + len(ordinary - set(scores)),
+        fault="a session whose trajectory exceeds the record limit (issue 36, point 12)",
+        load=f"1 session of 21 calls (18 MB of segments as deltas) amid {len(ordinary)} "
+        "sessions, one partition",
+        lost=len(everyone - set(made)) + len(everyone - set(scores)),
         duplicated=repeats(made) + repeats(scores),
-        errors=f"0; the oversized session dead-lettered ({letter.error_type}), "
+        errors="0; its trajectory and its Scored record each carried in parts, "
         f"{reconstruct.starts - 1} restarts",
     )

@@ -10,7 +10,11 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
 from rollstream.errors import BrokerError, ConfigurationError
+from rollstream.kafka.parts import split
 from rollstream.schemas import AvroRecord, AvroSerializer, PolicyVersion, Scored, TopicNames
+from rollstream.schemas.packed import Logprobs, LossMask, TokenIds
+from rollstream.schemas.topics import RECORD_BUDGET_BYTES
+from rollstream.schemas.trajectories import Segment
 from rollstream.settings import KafkaSettings
 from rollstream.trainer import (
     Group,
@@ -362,3 +366,48 @@ async def test_a_checkpointed_position_holds_through_a_rebalance_until_a_commit(
         await until(lambda: held(resumed) == [3], timeout=60, what="the rank's leave")
         got = await collect_until(resumed, "b")
         assert members(got) == {"b": ids(group_of("b", 3))}
+
+
+async def test_a_record_in_parts_is_delivered_whole_and_a_restart_inside_it_skips_its_rest(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    producer_factory: ProducerFactory,
+) -> None:
+    """Sample 0 of group a is over the record budget, written in two parts with g's first
+    sample between them (another writer's transaction). The stream delivers a whole and commits
+    at g's sample, which waits for its group; restarted there, it reads a's second part alone,
+    which it leaves out: a is not delivered twice, nothing is counted unusable."""
+    topic = rollstream_topics.scored
+    producer = await producer_factory()
+    serializer = AvroSerializer()
+    a, g = group_of("a", 2), group_of("g", 2)
+    tokens = (RECORD_BUDGET_BYTES + 64 * 1024) // 9
+    segment = Segment(
+        input_ids=TokenIds(random.randbytes(4 * tokens)),
+        loss_mask=LossMask(bytes(tokens)),
+        logprobs=Logprobs(bytes(4 * tokens)),
+        call_ids=["c"],
+    )
+    big = a[0].model_copy(
+        update={"trajectory": a[0].trajectory.model_copy(update={"segments": [segment]})}
+    )
+    first, second = split(b"a", serializer.encode(big))
+    for value, headers in (first, (serializer.encode(g[0]), ()), second):
+        await producer.send(topic, value, key=b"a", partition=0, headers=list(headers) or None)
+    await produce(producer, topic, [(1, a[1]), *sentinel("end1")])
+
+    async with TrajectoryStream(TrainerSettings(), "trainer-parts", kafka_settings) as stream:
+        got = await collect_until(stream, "end1")
+        assert members(got).keys() == {"a", "end1"}
+        [delivered] = [s for s in got[0].records if s.trajectory.sample_index == 0]
+        assert delivered.trajectory.segments == [segment]
+        committed = await stream.commit()
+    assert committed[(topic, 0)] == 1  # g's first sample, not past it, not before it
+
+    await produce(producer, topic, [(1, g[1]), *sentinel("end2")])
+    async with TrajectoryStream(TrainerSettings(), "trainer-parts", kafka_settings) as stream:
+        assert members(await collect_until(stream, "end2")) == {
+            "g": ids(g),
+            "end2": ids(group_of("end2", 3)),
+        }
+        assert (stream.metrics.unusable, stream.metrics.duplicates) == (0, 0)

@@ -4,8 +4,7 @@ The events topic is the replay source. A replay reads it from the beginning (or 
 stops at the end offsets it saw when it started, and writes to ``<prefix>.trajectories.<name>``,
 leaving the live pipeline and its consumer group alone. It joins no group and commits nothing:
 a replay is re-run from scratch into a new name rather than resumed. A trajectory over the
-record budget goes out without its messages, or is left out and named in the report (a replay
-has no dead-letter transaction), never sent to fail in the producer.
+record budget goes out as several records (``rollstream.kafka.parts``), which readers join.
 """
 
 from __future__ import annotations
@@ -18,13 +17,13 @@ from datetime import datetime
 
 from aiokafka import AIOKafkaProducer
 
-from rollstream.errors import ConfigurationError, RecordTooLargeError, SerializationError
+from rollstream.errors import ConfigurationError, SerializationError
 from rollstream.kafka.admin import TopicAdmin
 from rollstream.kafka.clients import behind, make_consumer, make_producer, topic_partitions
+from rollstream.kafka.parts import split
 from rollstream.kafka.reading import seek
 from rollstream.models.family import Family
 from rollstream.models.tokenizer import ChatTokenizer
-from rollstream.processing.oversized import encode_trajectory
 from rollstream.processing.reconstruct.buffers import PartitionBuffers, build_trajectory
 from rollstream.processing.reconstruct.strategies import get_strategy
 from rollstream.schemas import AvroSerializer, TopicNames, TopicSpec, topic_specs
@@ -44,7 +43,7 @@ class ReplayReport:
     trajectories: int = 0
     by_status: dict[str, int] = field(default_factory=dict)
     unfinished_sessions: int = 0  # no SessionEnded before the end offsets: still running
-    oversized: list[str] = field(default_factory=list)  # sessions over the record budget: left out
+    in_parts: int = 0  # trajectories over the record budget, written as several records
 
 
 async def replay(
@@ -133,13 +132,10 @@ async def _emit(
     serializer: AvroSerializer,
 ) -> None:
     key = (trajectory.group_id or trajectory.session_id).encode()
-    try:
-        encoded = encode_trajectory(serializer, key, trajectory)
-    except RecordTooLargeError as exc:
-        log.warning("replay: session %s left out: %s", trajectory.session_id, exc)
-        report.oversized.append(trajectory.session_id)
-        return
-    await producer.send(output, encoded.value, key=key)
+    parts = split(key, serializer.encode(trajectory))
+    report.in_parts += len(parts) > 1
+    for value, headers in parts:
+        await producer.send(output, value, key=key, headers=list(headers) or None)
     report.trajectories += 1
     status = trajectory.status.value
     report.by_status[status] = report.by_status.get(status, 0) + 1

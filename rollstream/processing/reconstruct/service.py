@@ -8,9 +8,8 @@ or a rebalance does not push them back. Each poll's emissions go out in one tran
 input partition (``rollstream.kafka.processor``) together with its dead letters, its state and
 its offset; offsets only move up to the oldest still-open session, so a crash or a rebalance
 re-reads what is needed, and the state written in the same transaction keeps the re-read from
-emitting anything twice. Every trajectory is measured before the transaction opens: one over
-the record budget goes out without its messages (flagged), or as a dead letter saying why
-(``processing.oversized``).
+emitting anything twice. A trajectory over the record budget goes out as several records in
+the same transaction (``rollstream.kafka.parts``), which every reader joins back.
 """
 
 from __future__ import annotations
@@ -23,13 +22,12 @@ from typing import Any
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from rollstream.errors import ConfigurationError, RecordTooLargeError
+from rollstream.errors import ConfigurationError
 from rollstream.kafka.batches import Batch, Output, ProcessorMetrics, Transaction
 from rollstream.kafka.processor import TransactionalProcessor
 from rollstream.kafka.processor_service import ProcessorService
 from rollstream.models.families import load_family
 from rollstream.models.family import Family
-from rollstream.processing.oversized import encode_trajectory
 from rollstream.processing.reconstruct.buffers import (
     PartitionBuffers,
     SessionBuffer,
@@ -56,8 +54,7 @@ class ReconstructMetrics:
     by_status: dict[str, int] | None = None
     late_records: int = 0  # dropped: their session's trajectory had gone out already
     ignored_records: int = 0  # dropped: not a session record
-    oversized_trimmed: int = 0  # trajectories recorded without their messages to fit
-    oversized_dead_letters: int = 0  # trajectories too large even so: dead-lettered
+    in_parts: int = 0  # trajectories over the record budget, written as several records
     processor: ProcessorMetrics = field(default_factory=ProcessorMetrics)
 
 
@@ -207,24 +204,19 @@ class Reconstructor(ProcessorService):
         try:
             trajectory = self._trajectory(buffer, status)
             key = (trajectory.group_id or trajectory.session_id).encode()
-            encoded = encode_trajectory(self.serializer, key, trajectory)
-        except RecordTooLargeError as exc:
-            # Sending it would abort the transaction, and the restart would meet it again.
-            log.warning("session %s dead-lettered: %s", buffer.session_id, exc)
-            self.metrics.oversized_dead_letters += 1
-            transaction.dead.append(self._session_dead_letter(tp, buffer, exc))
+            outputs = Output.split(self.output, key, self.serializer.encode(trajectory))
         except Exception as exc:  # a strategy bug must not stop every other session
             log.exception("session %s could not be reconstructed", buffer.session_id)
             transaction.dead.append(self._session_dead_letter(tp, buffer, exc))
         else:
-            if encoded.left_out:
-                log.warning(
-                    "session %s recorded without its %s: its trajectory is over the record budget",
+            if len(outputs) > 1:
+                log.info(
+                    "session %s: its trajectory goes out in %d records (over the record budget)",
                     buffer.session_id,
-                    ", ".join(encoded.left_out),
+                    len(outputs),
                 )
-                self.metrics.oversized_trimmed += 1
-            transaction.outputs.append(Output(self.output, key, encoded.value))
+                self.metrics.in_parts += 1
+            transaction.outputs += outputs
             assert self.metrics.by_status is not None
             self.metrics.by_status[status.value] = self.metrics.by_status.get(status.value, 0) + 1
         self.partitions[tp].mark_emitted(buffer.session_id)
@@ -244,11 +236,7 @@ class Reconstructor(ProcessorService):
             key=buffer.session_id.encode(),
             value=None,
             consumer_group=self.settings.group_id,
-            error_type=(
-                type(exc).__name__
-                if isinstance(exc, RecordTooLargeError)
-                else f"strategy:{type(exc).__name__}"
-            ),
+            error_type=f"strategy:{type(exc).__name__}",
             error_message=str(exc)[:2000],
             retriable=False,
             failed_at=utcnow(),
@@ -261,8 +249,7 @@ class Reconstructor(ProcessorService):
         return (
             f"{m.records} records ({m.late_records} late, {m.ignored_records} ignored), "
             f"{open_sessions} open sessions, {m.trajectories} trajectories "
-            f"({m.oversized_trimmed} without their messages to fit), {m.dead_letters} dead "
-            f"letters ({m.oversized_dead_letters} over the record budget)"
+            f"({m.in_parts} in several records), {m.dead_letters} dead letters"
         )
 
 

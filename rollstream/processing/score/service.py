@@ -5,10 +5,9 @@ partition's Scored records, dead letters (undecodable records, records that are 
 trajectories) and next offset go out in one transaction (``rollstream.kafka.processor``). A
 crash before the commit re-scores the batch on restart; the aborted transaction's records never
 reach a ``read_committed`` reader, so each trajectory is scored once in what readers see. Each
-Scored record is measured before the transaction opens: one over the record budget goes out
-with bulky parts left out (flagged), or its trajectory is dead-lettered saying why
-(``processing.oversized``), so no record can abort the transaction and have a restarted scorer
-meet it again.
+Scored record over the record budget goes out as several records in the same transaction
+(``rollstream.kafka.parts``), so no record can abort the transaction and have a restarted
+scorer meet it again.
 
 A rebalance during a batch cancels its evaluations and voids it: the partitions' next owner
 (maybe this instance again) starts from the committed offsets.
@@ -24,12 +23,10 @@ from typing import Any
 
 from aiokafka.structs import TopicPartition
 
-from rollstream.errors import ConfigurationError, RecordTooLargeError
-from rollstream.kafka.batches import Batch, Incoming, Output, ProcessorMetrics, Transaction
-from rollstream.kafka.deadletters import dead_letter
+from rollstream.errors import ConfigurationError
+from rollstream.kafka.batches import Batch, Output, ProcessorMetrics, Transaction
 from rollstream.kafka.processor import TransactionalProcessor
 from rollstream.kafka.processor_service import ProcessorService
-from rollstream.processing.oversized import encode_scored
 from rollstream.processing.score.evaluators import EVALUATORS, EvalResult, evaluate, spec_for
 from rollstream.processing.score.settings import ScoreSettings
 from rollstream.sandbox.runtime import LocalRuntime, Runtime
@@ -49,8 +46,7 @@ class ScoreMetrics:
     failed: int = 0  # Scored records without a reward
     dead_letters: int = 0
     transactions: int = 0
-    oversized_trimmed: int = 0  # Scored records recorded with bulky parts left out to fit
-    oversized_dead_letters: int = 0  # trajectories whose Scored record could not fit at all
+    in_parts: int = 0  # Scored records over the record budget, written as several records
     by_evaluator: dict[str, int] = field(default_factory=dict)
     processor: ProcessorMetrics = field(default_factory=ProcessorMetrics)
 
@@ -164,7 +160,7 @@ class Scorer(ProcessorService):
         for tp, incoming in batch.records.items():
             for i in incoming:
                 if isinstance(i.record, Trajectory):
-                    self._add(tp, transactions[tp], next(scored), i)
+                    self._add(tp, transactions[tp], next(scored))
         return transactions
 
     def committed(self, tp: TopicPartition, transaction: Transaction) -> None:
@@ -204,34 +200,20 @@ class Scorer(ProcessorService):
             scored_at=utcnow(),
         )
 
-    def _add(
-        self, tp: TopicPartition, transaction: Transaction, record: Scored, incoming: Incoming
-    ) -> None:
-        """``record`` within the budget into ``transaction``, else its trajectory's dead letter."""
+    def _add(self, tp: TopicPartition, transaction: Transaction, record: Scored) -> None:
+        """``record`` into ``transaction``: one record, or several when over the record budget."""
         key = record.trajectory.group_id.encode()
-        try:
-            encoded = encode_scored(self.serializer, key, record)
-        except RecordTooLargeError as exc:
-            log.warning("trajectory %s dead-lettered: %s", record.trajectory.trajectory_id, exc)
-            transaction.dead.append(dead_letter(incoming.message, exc, self.settings.group_id))
-            self.metrics.oversized_dead_letters += 1
-            return
-        if encoded.left_out:
-            log.warning(
-                "trajectory %s scored without its %s: the Scored record is over the record budget",
-                record.trajectory.trajectory_id,
-                ", ".join(encoded.left_out),
-            )
-            self.metrics.oversized_trimmed += 1
-        transaction.outputs.append(Output(self.output, key, encoded.value))
+        outputs = Output.split(self.output, key, self.serializer.encode(record))
+        if len(outputs) > 1:
+            self.metrics.in_parts += 1
+        transaction.outputs += outputs
         self._pending.setdefault(tp, []).append(record)
 
     def progress(self) -> str:
         """One line: records read, Scored records emitted, how many without a reward."""
         return (
             f"{self.metrics.records} records, {self.metrics.scored} scored "
-            f"({self.metrics.failed} without a reward, {self.metrics.oversized_trimmed} with parts "
-            f"left out to fit), {self.metrics.dead_letters} dead letters "
-            f"({self.metrics.oversized_dead_letters} over the record budget), "
+            f"({self.metrics.failed} without a reward, {self.metrics.in_parts} in several "
+            f"records), {self.metrics.dead_letters} dead letters, "
             f"{self.metrics.dropped_batches} batches dropped"
         )

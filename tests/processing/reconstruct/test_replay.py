@@ -17,7 +17,7 @@ from rollstream.schemas import TopicNames
 from rollstream.schemas.trajectories import Trajectory, TrajectoryStatus
 from rollstream.settings import KafkaSettings
 from tests.conftest import ProducerFactory
-from tests.kafka_reading import read_records
+from tests.kafka_reading import parts_written, read_records
 from tests.processing.reconstruct.test_service import _send
 
 pytestmark = pytest.mark.integration
@@ -88,19 +88,24 @@ async def test_replay_and_check_commands(
     assert bad.exit_code == 1 and "nope" in bad.output
 
 
-async def test_a_replayed_trajectory_over_the_record_budget_is_left_out_and_reported(
+async def test_a_replayed_trajectory_over_the_record_budget_goes_out_in_parts(
     kafka_settings: KafkaSettings,
     rollstream_topics: TopicNames,
     producer_factory: ProducerFactory,
 ) -> None:
-    """per_call over 60 calls of 4k-token contexts: 18.6 MB, over the budget; the rest goes out."""
+    """per_call over 21 calls adding 100k tokens each: 18 MB as deltas, over the budget; it goes
+    out in parts and reads whole, beside the rest (before, it was left out of the replay)."""
     producer = await producer_factory()
     big = synthetic_session(
-        "big", SyntheticShape(turns=60, system_tokens=4000, tool_result_tokens=1000)
+        "big", SyntheticShape(turns=21, system_tokens=64, tool_result_tokens=100_000)
     )
     small = synthetic_session("small", SHAPE, seed=1)
     await _send(producer, rollstream_topics.events, [*big.records, *small.records])
     report = await replay(kafka_settings, "per_call", "big", progress=lambda _: None)
-    assert (report.trajectories, report.oversized) == (1, ["big"])
-    [trajectory] = await read_records(kafka_settings, report.topic, Trajectory, 1, settle_s=1.0)
-    assert trajectory.session_id == "small"
+    assert (report.trajectories, report.in_parts) == (2, 1)
+    trajectories = await read_records(kafka_settings, report.topic, Trajectory, 2, settle_s=1.0)
+    assert sorted(t.session_id for t in trajectories) == ["big", "small"]
+    [whole] = [t for t in trajectories if t.session_id == "big"]
+    expected = [big.prompts[c.call_id] + c.completion_token_ids for c in big.calls]
+    assert [s.input_ids for s in whole.segments] == expected
+    assert await parts_written(kafka_settings, report.topic) == 2

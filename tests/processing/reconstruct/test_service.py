@@ -31,7 +31,7 @@ from rollstream.schemas import (
 from rollstream.schemas.trajectories import Trajectory, TrajectoryStatus
 from rollstream.settings import KafkaSettings
 from tests.conftest import ProducerFactory
-from tests.kafka_reading import read_records
+from tests.kafka_reading import parts_written, read_records
 from tests.schemas.samples import ENDED
 
 pytestmark = pytest.mark.integration
@@ -277,19 +277,18 @@ async def _send_to(producer: AIOKafkaProducer, topic: str, records: Iterable[Avr
     await producer.flush()
 
 
-async def test_a_trajectory_over_the_record_budget_is_dead_lettered_and_the_rest_flows(
+async def test_a_trajectory_over_the_record_budget_goes_out_in_parts_and_reads_whole(
     kafka_settings: KafkaSettings,
     rollstream_topics: TopicNames,
     producer_factory: ProducerFactory,
 ) -> None:
-    """A per_call session of 60 calls over 4k-token contexts (18.6 MB of segments) between two
-    ordinary ones on the same partition: it is dead-lettered with its reason, in the same
-    transaction as the others' trajectories; the service does not die on it."""
+    """A per_call session whose segments hold 2 M new tokens (18 MB, over the budget even as
+    deltas) between two ordinary ones on the same partition: its trajectory goes out as several
+    records in the same transaction as the others', and a reader gets it back whole, each
+    segment its call's prompt and completion. Before, it was dead-lettered for its size."""
     producer = await producer_factory()
-    big = synthetic_session(
-        "big",
-        SyntheticShape(turns=60, system_tokens=4000, tool_result_tokens=1000, completion_tokens=32),
-    )
+    shape = SyntheticShape(turns=21, system_tokens=64, tool_result_tokens=100_000)
+    big = synthetic_session("big", shape)
     before, after = synthetic_session("before", SHAPE, seed=1), synthetic_session("after", SHAPE)
     settings = ReconstructSettings(strategy="per_call", wait_for_calls_s=1.0)
     async with Reconstructor(settings, kafka_settings) as service:
@@ -299,21 +298,18 @@ async def test_a_trajectory_over_the_record_budget_is_dead_lettered_and_the_rest
                 producer, rollstream_topics.events, [*before.records, *big.records, *after.records]
             )
             trajectories = await read_records(
-                kafka_settings, rollstream_topics.trajectories, Trajectory, 2, settle_s=1.5
-            )
-            [letter] = await read_records(
-                kafka_settings, rollstream_topics.deadletters, DeadLetter, 1, settle_s=0.5
+                kafka_settings, rollstream_topics.trajectories, Trajectory, 3, settle_s=1.5
             )
             assert not task.done()
         finally:
             stop.set()
             await task
-    assert sorted(t.session_id for t in trajectories) == ["after", "before"]
-    assert letter.key == b"big" and letter.error_type == "RecordTooLargeError"
-    assert letter.source_topic == rollstream_topics.events and letter.partition == 0
-    assert letter.offset == len(before.records) and letter.value is None  # its first record
-    assert "over the" in letter.error_message and not letter.retriable
-    assert service.metrics.oversized_dead_letters == 1
+    assert sorted(t.session_id for t in trajectories) == ["after", "before", "big"]
+    [whole] = [t for t in trajectories if t.session_id == "big"]
+    expected = [big.prompts[c.call_id] + c.completion_token_ids for c in big.calls]
+    assert [s.input_ids for s in whole.segments] == expected
+    assert service.metrics.in_parts == 1 and service.metrics.dead_letters == 0
+    assert await parts_written(kafka_settings, rollstream_topics.trajectories) == 2
 
 
 async def test_a_state_over_the_record_budget_is_written_in_chunks_and_read_back_whole(

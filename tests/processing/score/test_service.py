@@ -15,6 +15,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from rollstream.kafka.clients import behind, make_consumer, topic_partitions
+from rollstream.kafka.parts import split
 from rollstream.processing.score.service import Scorer
 from rollstream.processing.score.settings import ScoreSettings
 from rollstream.schemas import (
@@ -28,11 +29,10 @@ from rollstream.schemas import (
 )
 from rollstream.schemas.deadletter import DeadLetter
 from rollstream.schemas.packed import Logprobs, LossMask, TokenIds
-from rollstream.schemas.topics import MAX_MESSAGE_BYTES
 from rollstream.schemas.trajectories import Segment
 from rollstream.settings import KafkaSettings
 from tests.conftest import ProducerFactory
-from tests.kafka_reading import read_records
+from tests.kafka_reading import parts_written, read_records
 from tests.schemas.samples import TASK, TRAJECTORY
 
 pytestmark = pytest.mark.integration
@@ -346,16 +346,17 @@ async def test_instances_share_the_partitions_and_a_rebalance_duplicates_nothing
     assert first.metrics.dropped_batches + second.metrics.dropped_batches >= 1
 
 
-async def test_a_scored_record_over_the_budget_is_slimmed_or_dead_lettered_and_the_rest_flows(
+async def test_records_over_the_budget_are_read_and_written_in_parts_and_the_rest_flows(
     scorer: Scorer,
     kafka_settings: KafkaSettings,
     rollstream_topics: TopicNames,
     producer_factory: ProducerFactory,
 ) -> None:
-    """Between ordinary trajectories on one partition: one whose Scored record would pass the
-    16 MiB a producer takes (its messages fill it, its evaluator adds 8 KB of details) goes out
-    without its messages, flagged; one whose segments alone fill the budget is dead-lettered
-    with its reason. The scorer goes on with the rest."""
+    """Between ordinary trajectories on one partition: one whose Scored record passes the budget
+    (its messages fill it, its evaluator adds 8 KB of details) and one whose segments alone do,
+    written in parts. Each is scored whole, nothing left out, its Scored record in parts; the
+    scorer goes on with the rest. Before, the first lost its messages and the second was
+    dead-lettered."""
     verbose = EvaluatorSpec(
         kind="python", config={"function": "tests.processing.score.functions:verbose"}
     )
@@ -367,11 +368,10 @@ async def test_a_scored_record_over_the_budget_is_slimmed_or_dead_lettered_and_t
     )
     serializer = AvroSerializer()
     ordinary = [base.model_copy(update={"trajectory_id": f"ok-{i}"}) for i in range(2)]
-    # Filled up to 1 KB under what a producer takes (MAX_MESSAGE_BYTES) with its messages.
+    # Filled up to 1 KB under the budget with its messages: its Scored record is over.
     chatty = base.model_copy(update={"trajectory_id": "chatty", "messages": b""})
-    room = MAX_MESSAGE_BYTES - 1024 - len(serializer.encode(chatty))
+    room = RECORD_BUDGET_BYTES - 1024 - len(serializer.encode(chatty))
     chatty = chatty.model_copy(update={"messages": os.urandom(room)})
-    # Segments alone over the budget, yet under what the producer and broker take.
     tokens = (RECORD_BUDGET_BYTES + 16 * 1024) // 9
     segment = Segment(
         input_ids=TokenIds(os.urandom(4 * tokens)),
@@ -381,33 +381,24 @@ async def test_a_scored_record_over_the_budget_is_slimmed_or_dead_lettered_and_t
     )
     bulky = base.model_copy(update={"trajectory_id": "bulky", "segments": [segment]})
     producer = await producer_factory()
-    placed = []
     for trajectory in [ordinary[0], chatty, bulky, ordinary[1]]:
-        value = serializer.encode(trajectory)
-        placed.append(
-            await producer.send(rollstream_topics.trajectories, value, key=b"g", partition=0)
-        )
-    offsets = [(await future).offset for future in placed]
+        for value, headers in split(b"g", serializer.encode(trajectory)):
+            await producer.send(
+                rollstream_topics.trajectories,
+                value,
+                key=b"g",
+                partition=0,
+                headers=list(headers) or None,
+            )
+    await producer.flush()
 
     scored = await read_records(
-        kafka_settings, rollstream_topics.scored, Scored, 3, timeout=90, settle_s=1.5
-    )
-    [letter] = await read_records(
-        kafka_settings, rollstream_topics.deadletters, DeadLetter, 1, settle_s=0.5
+        kafka_settings, rollstream_topics.scored, Scored, 4, timeout=90, settle_s=1.5
     )
     by_id = {s.trajectory.trajectory_id: s for s in scored}
-    assert sorted(by_id) == ["chatty", "ok-0", "ok-1"] and len(scored) == 3
-    slim = by_id["chatty"]
-    assert slim.reward == 1.0 and slim.trajectory.messages is None
-    assert slim.details["log"].startswith("checked")  # only the messages had to go
-    assert slim.details["oversized"].startswith("oversized: messages left out")
-    assert slim.trajectory.stats.notes[-1] == slim.details["oversized"]
-    assert by_id["ok-0"].details.get("oversized") is None
-    assert (letter.source_topic, letter.partition, letter.offset) == (
-        rollstream_topics.trajectories,
-        0,
-        offsets[2],
-    )
-    assert letter.error_type == "RecordTooLargeError" and not letter.retriable
-    assert "bulky" in letter.error_message and letter.value is None  # too large to carry
-    assert (scorer.metrics.oversized_trimmed, scorer.metrics.oversized_dead_letters) == (1, 1)
+    assert sorted(by_id) == ["bulky", "chatty", "ok-0", "ok-1"] and len(scored) == 4
+    assert by_id["chatty"].trajectory == chatty and by_id["chatty"].reward == 1.0
+    assert by_id["chatty"].details["log"].startswith("checked")
+    assert by_id["bulky"].trajectory.segments == [segment]
+    assert (scorer.metrics.in_parts, scorer.metrics.dead_letters) == (2, 0)
+    assert await parts_written(kafka_settings, rollstream_topics.scored) == 4

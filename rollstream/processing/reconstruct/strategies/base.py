@@ -7,14 +7,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-import numpy as np
-
 from rollstream.models.family import Family
 from rollstream.models.template_family import TemplateFamily
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.processing.reconstruct.calls import ResolvedCall
 from rollstream.schemas.calls import CallStatus
-from rollstream.schemas.packed import Logprobs, LossMask, TokenIds
+from rollstream.schemas.packed import Logprobs, LossMask, TokenIds, common_prefix
 from rollstream.schemas.trajectories import Segment, TrajectoryStats
 
 _ID_SIZE = TokenIds.itemsize
@@ -163,19 +161,6 @@ def completion_logprobs(call: ResolvedCall) -> bytes:
     if call.logprobs is not None:
         return call.logprobs.data
     return MISSING_LOGPROB * len(call.completion)
-
-
-def common_prefix(a: bytes | bytearray, b: bytes | bytearray) -> int:
-    """How many leading token ids two packed id buffers share (one vectorized comparison)."""
-    if b.startswith(a):
-        return len(a) // _ID_SIZE
-    if a.startswith(b):
-        return len(b) // _ID_SIZE
-    n = min(len(a), len(b)) // _ID_SIZE
-    differ = np.flatnonzero(
-        np.frombuffer(a, dtype="<u4", count=n) != np.frombuffer(b, dtype="<u4", count=n)
-    )
-    return int(differ[0]) if differ.size else n
 
 
 class SegmentBuilder:
