@@ -119,7 +119,7 @@ check: venv
 # The reliability suite alone, long cluster faults included (`make test` runs the rest of it);
 # prints the fault table at the end.
 chaos: venv jars harnesses
-	$(BIN)/pytest -m chaos tests/chaos
+	$(BIN)/pytest -m chaos tests
 
 demo: venv jars harnesses
 	$(BIN)/rollstream demo --report rollstream-demo.html

@@ -21,6 +21,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from pydantic import SecretStr
 
+from rollstream.durable import make_directory
 from rollstream.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,8 @@ def auth_headers(token: SecretStr | None) -> dict[str, str]:
 def token_file(path: Path) -> SecretStr:
     """The token kept in ``path``, made (32 random bytes, URL-safe) with mode 0600 if missing.
 
+    A directory made for it is private (0700).
+
     An existing file readable by others is refused (its token may have been read), an empty
     one too (it would let any caller in).
     """
@@ -125,7 +128,7 @@ def token_file(path: Path) -> SecretStr:
         if not kept:  # Authorization: Bearer would pass
             raise ConfigurationError(f"{path} is empty: delete it to have a token made")
         return SecretStr(kept)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_directory(path.parent)  # private: it holds the session journals beside the key too
     made = secrets.token_urlsafe(32)
     partial = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -30,6 +30,7 @@ from tests.docker_fixtures import (  # noqa: F401
     own_engine,
 )
 from tests.engine_servers import engine_servers  # noqa: F401
+from tests.fault_table import chaos_report  # noqa: F401
 
 # The tables the tests fill (fault table, fidelity, ablation), whole under pytest-xdist too.
 from tests.run_tables import pytest_runtest_logreport, pytest_terminal_summary  # noqa: F401

@@ -183,6 +183,9 @@ def test_a_generated_token_is_kept_with_mode_0600_and_read_back(tmp_path: Path) 
     path = tmp_path / "state" / "admin.token"
     made = token_file(path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    # The directory made for it is private too: the interceptor's session journals (strict
+    # mode's credentials) live beside its key (before: 0755, from the default umask).
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert len(made.get_secret_value()) >= 40 and "admin" not in repr(made)
     assert token_file(path).get_secret_value() == made.get_secret_value()
     assert [p.name for p in path.parent.iterdir()] == ["admin.token"]

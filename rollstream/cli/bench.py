@@ -388,9 +388,28 @@ def _register_more() -> None:
     from rollstream.cli.bench_scale import scale
     from rollstream.cli.bench_scaleout import cluster, instances
     from rollstream.cli.bench_stream import stream
-    from rollstream.cli.bench_suite import all_benchmarks, outage, pipeline, publisher, state, wall
+    from rollstream.cli.bench_suite import (
+        all_benchmarks,
+        long_session,
+        outage,
+        pipeline,
+        publisher,
+        state,
+        wall,
+    )
 
-    for command in (publisher, outage, state, cluster, pipeline, instances, scale, stream, wall):
+    for command in (
+        publisher,
+        outage,
+        state,
+        cluster,
+        pipeline,
+        instances,
+        scale,
+        stream,
+        wall,
+        long_session,
+    ):
         bench.add_command(command)
     bench.add_command(all_benchmarks)
 

@@ -1,4 +1,4 @@
-"""``rollstream bench publisher``, ``outage``, ``state``, ``pipeline``, ``wall`` and ``all``.
+"""The ``rollstream bench`` commands publisher, outage, state, pipeline, wall, long-session, all.
 
 Registered on the ``bench`` group by :mod:`rollstream.cli.bench`, which stays small this way.
 """
@@ -14,6 +14,7 @@ import click
 
 from rollstream.cli.bench_common import delete_topics, output_options
 from rollstream.cli.options import settings_options
+from rollstream.dev.bench.long_stack import RUNS, LongRun, run_session
 from rollstream.dev.bench.outage import OutageBenchConfig, run_outage_bench
 from rollstream.dev.bench.pipeline import PipelineBenchConfig, run_pipeline_bench
 from rollstream.dev.bench.publisher import PublisherBenchConfig, run_publisher_bench
@@ -121,6 +122,44 @@ def state(kafka: KafkaSettings, json_path: Path, markdown: Path, seconds: float)
     click.echo("state: the state topic's writes and reads, per layout")
     result = asyncio.run(run_state_bench(config, _bench_kafka(kafka), click.echo))
     data = record(json_path, "state", result)
+    write_markdown(data, markdown)
+    click.echo(f"results in {json_path}, summary in {markdown}")
+
+
+@click.command(name="long-session")
+@output_options
+@click.option(
+    "--calls",
+    type=click.IntRange(2),
+    multiple=True,
+    help="Sessions of this many calls (repeatable; default: 1,500, and 10,000 compacted every "
+    "300 calls).",
+)
+@settings_options(KafkaSettings, "kafka")
+def long_session(
+    kafka: KafkaSettings, json_path: Path, markdown: Path, calls: tuple[int, ...]
+) -> None:
+    """Long sessions with a break at every call through the local stack: bytes and memory.
+
+    Needs a broker (`rollstream kafka start`); each session gets a stack of its own (`up`) under
+    a temporary directory and topics under the prefix `bench-<time>`, deleted afterwards.
+    """
+    known = {run.calls: run for run in RUNS}
+    runs = [known.get(n, LongRun(n)) for n in calls] if calls else list(RUNS)
+    bench_kafka = _bench_kafka(kafka)
+    out = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="rollstream-long-") as tmp:
+            for run in runs:
+                click.echo(f"long-session: {run.calls} calls ({run.instruction})")
+                out.append(run_session(bench_kafka, run, Path(tmp), f"long-{run.calls}"))
+                click.echo(
+                    f"  {out[-1]['segments']} segments, {out[-1]['trajectory_bytes']:,} bytes, "
+                    f"client peak {out[-1]['client_peak_mb']} MB"
+                )
+    finally:
+        asyncio.run(delete_topics(bench_kafka))
+    data = record(json_path, "long-session", {"runs": out})
     write_markdown(data, markdown)
     click.echo(f"results in {json_path}, summary in {markdown}")
 
@@ -246,7 +285,8 @@ def all_benchmarks(
     """Every benchmark with its default configuration, one after another, then RESULTS.md.
 
     Runs backend, interceptor, stream, node, wall, reconstruct, publisher, outage, state, cluster,
-    pipeline, instances, scale and fidelity (those that exist), each merging its results into
+    pipeline, instances, scale, long-session and fidelity (those that exist), each merging its
+    results into
     --json;
     regenerates --markdown once at the end, with the machine description at the top. A
     benchmark that fails does not stop the others; the command then exits with 1. Needs a broker

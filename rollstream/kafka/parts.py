@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -86,7 +87,6 @@ class _Whole:
     parts: list[ConsumerRecord[bytes, bytes]]
     count: int = 1
     digest: str = ""
-    behind: int = 0  # records read after its first part while it waited
     ready: list[ConsumerRecord[bytes, bytes]] = field(default_factory=list)
 
 
@@ -103,7 +103,7 @@ class Joiner:
     """Joins parts into wholes per partition, releasing records in offset order."""
 
     def __init__(self) -> None:
-        self._waiting: dict[TopicPartition, list[_Whole]] = {}
+        self._waiting: dict[TopicPartition, deque[_Whole]] = {}
         self._next: dict[TopicPartition, int] = {}
         self.metrics = JoinerMetrics()
 
@@ -130,7 +130,7 @@ class Joiner:
         if message.offset < self._next.get(tp, 0):
             self.forget([tp])  # sought back: what waited comes again
         self._next[tp] = message.offset + 1
-        waiting = self._waiting.setdefault(tp, [])
+        waiting = self._waiting.setdefault(tp, deque())
         part = _part(message)
         if part is None:
             waiting.append(_Whole([], ready=[message]))
@@ -157,9 +157,6 @@ class Joiner:
                     whole.parts.append(message)
             if whole is not None:
                 self._complete(tp, whole)
-        for waiter in waiting:
-            if not waiter.ready:
-                waiter.behind += 1
         return self._release(tp, waiting)
 
     def _complete(self, tp: TopicPartition, whole: _Whole) -> None:
@@ -201,14 +198,14 @@ class Joiner:
         whole.ready = list(whole.parts)
 
     def _release(
-        self, tp: TopicPartition, waiting: list[_Whole]
+        self, tp: TopicPartition, waiting: deque[_Whole]
     ) -> list[ConsumerRecord[bytes, bytes]]:
         released: list[ConsumerRecord[bytes, bytes]] = []
         while waiting:
             head = waiting[0]
-            if not head.ready and head.behind > MAX_BEHIND:
+            if not head.ready and len(waiting) > MAX_BEHIND:  # what waits behind it
                 self._broken(tp, head, f"{MAX_BEHIND} records read since without the rest")
             if not head.ready:
                 break
-            released += waiting.pop(0).ready
+            released += waiting.popleft().ready
         return released

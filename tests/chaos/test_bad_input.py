@@ -34,9 +34,9 @@ from rollstream.dev.backend.tokenizer import default_tokenizer_dir
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import CallRecord, CallStatus, TopicNames
 from rollstream.settings import KafkaSettings
-from tests.chaos.conftest import ChaosReport
 from tests.chaos.interceptor_proc import InterceptorProcess
 from tests.chaos.upstreams import FaultyUpstream, scripted_backend
+from tests.fault_table import ChaosReport
 from tests.kafka_reading import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]

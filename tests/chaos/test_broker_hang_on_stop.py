@@ -29,7 +29,6 @@ import pytest
 
 from rollstream.capture.publisher.spool import Spool
 from rollstream.schemas import AvroSerializer, CallRecord
-from tests.chaos.conftest import ChaosReport
 from tests.chaos.interceptor_proc import InterceptorProcess
 from tests.chaos.pipeline import counting_backend
 from tests.chaos.publisher_faults import (
@@ -42,6 +41,7 @@ from tests.chaos.publisher_faults import (
     wait_metrics,
     wait_sent,
 )
+from tests.fault_table import ChaosReport
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 

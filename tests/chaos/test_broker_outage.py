@@ -53,7 +53,6 @@ from rollstream.schemas import (
 from rollstream.schemas.sessions import SessionStatus
 from rollstream.schemas.trajectories import Trajectory, TrajectoryStatus
 from rollstream.settings import KafkaSettings, StatePaths
-from tests.chaos.conftest import ChaosReport
 from tests.chaos.pipeline import (
     MODEL,
     CountingBackend,
@@ -64,6 +63,7 @@ from tests.chaos.pipeline import (
     topic_readers,
 )
 from tests.conftest import JAR_CACHE
+from tests.fault_table import ChaosReport
 from tests.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]

@@ -23,7 +23,7 @@ import pytest
 from rollstream.dev.broker import LocalCluster
 from rollstream.settings import KafkaSettings
 from tests.chaos.cluster_run import ClusterRun, cluster_pipeline, wait_in_sync
-from tests.chaos.conftest import ChaosReport
+from tests.fault_table import ChaosReport
 from tests.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]

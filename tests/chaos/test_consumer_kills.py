@@ -38,7 +38,6 @@ from rollstream.schemas import CallRecord, CallStatus, SessionEnded, SessionStar
 from rollstream.schemas.sessions import SessionStatus
 from rollstream.schemas.trajectories import Scored, Trajectory, TrajectoryStatus
 from rollstream.settings import KafkaSettings, StatePaths
-from tests.chaos.conftest import ChaosReport
 from tests.chaos.pipeline import (
     MODEL,
     Service,
@@ -49,6 +48,7 @@ from tests.chaos.pipeline import (
     topic_readers,
 )
 from tests.conftest import JAR_CACHE
+from tests.fault_table import ChaosReport
 from tests.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]

@@ -26,8 +26,8 @@ from rollstream.capture.node.settings import NodeSettings
 from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.schemas import TopicNames
 from rollstream.settings import KafkaSettings, StatePaths
-from tests.chaos.conftest import ChaosReport
 from tests.conftest import JAR_CACHE
+from tests.fault_table import ChaosReport
 from tests.harness_stack import MODEL, scripted_interceptor
 from tests.kafka_reading import records_produced
 

@@ -31,9 +31,9 @@ from rollstream.host import free_port
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import AvroSerializer, CallRecord, CallStatus, TopicNames
 from rollstream.settings import KafkaSettings
-from tests.chaos.conftest import ChaosReport
 from tests.chaos.interceptor_proc import InterceptorProcess
 from tests.chaos.upstreams import scripted_backend
+from tests.fault_table import ChaosReport
 from tests.kafka_reading import read_records
 
 pytestmark = [
@@ -149,6 +149,11 @@ def _gemini(url: str, session: str) -> genai.Client:
     return genai.Client(api_key=session, http_options=options)
 
 
+def _modes(root: Path) -> dict[str, int]:
+    """The permission bits of ``root`` and everything under it."""
+    return {str(p): p.stat().st_mode & 0o777 for p in [root, *root.rglob("*")]}
+
+
 def _spooled_calls(spool_dir: Path) -> list[str]:
     """The call ids of the records waiting in a spool (read without consuming)."""
     serializer = AvroSerializer()
@@ -212,6 +217,11 @@ async def test_in_flight_calls_fail_cleanly_and_the_spool_drains_after_a_restart
         spooled = _spooled_calls(proxy.spool_dir)
         in_spool = len(whole) + (len(calls) if signum == signal.SIGTERM else 0)
         assert len(spooled) == len(set(spooled)) == in_spool
+        # What it left is private (issue 36, point 8): the spool and the session journal (the
+        # registered ids are strict mode's credentials) to the owner alone.
+        journal = proxy.state_dir / "sessions" / proxy.spool_dir.name
+        left = _modes(proxy.spool_dir) | _modes(journal.with_suffix(".txt").parent)
+        assert left and {p: oct(m) for p, m in left.items() if m not in (0o600, 0o700)} == {}
 
         await proxy.start()  # same port, same state dir, the broker reachable now
         after = [(api, f"after-{api}") for api in APIS]
@@ -247,7 +257,8 @@ async def test_in_flight_calls_fail_cleanly_and_the_spool_drains_after_a_restart
     errors = Counter(type(o).__name__ for o in outcomes if isinstance(o, Exception))
     name = signal.Signals(signum).name
     chaos_report(
-        fault=f"interceptor {name} mid-stream, restarted on the same port and state dir",
+        fault=f"interceptor {name} mid-stream, restarted on the same port and state dir "
+        "(spool and session journal durable by name and private: issue 36, point 8)",
         load=f"{len(whole)} calls spooled (broker unreachable), {len(calls)} streams in flight "
         f"({len(APIS)} APIs)",
         lost=len(lost),

@@ -25,9 +25,9 @@ from rollstream.schemas import (
     decompress_json,
 )
 from rollstream.settings import KafkaSettings
-from tests.chaos.conftest import ChaosReport
 from tests.chaos.pipeline import Service, service_env
 from tests.conftest import ProducerFactory
+from tests.fault_table import ChaosReport
 from tests.kafka_reading import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]

@@ -18,7 +18,7 @@ from rollstream.sandbox.harnesses.presets import HarnessLaunch
 from rollstream.sandbox.harnesses.runner import run_harness
 from rollstream.sandbox.netns import Endpoint, Wall
 from rollstream.settings import KafkaSettings
-from tests.chaos.conftest import ChaosReport
+from tests.fault_table import ChaosReport
 from tests.network_probe import probe_command
 
 pytestmark = pytest.mark.integration

@@ -34,7 +34,6 @@ from rollstream.kafka.clients import make_producer
 from rollstream.schemas import AvroSerializer, SessionEnded, SessionStarted, TopicNames
 from rollstream.schemas.sessions import SessionStatus
 from rollstream.settings import KafkaSettings, StatePaths
-from tests.chaos.conftest import ChaosReport
 from tests.chaos.pipeline import (
     MODEL,
     Service,
@@ -44,6 +43,7 @@ from tests.chaos.pipeline import (
     topic_readers,
 )
 from tests.conftest import JAR_CACHE
+from tests.fault_table import ChaosReport
 from tests.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]

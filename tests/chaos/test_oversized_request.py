@@ -29,10 +29,10 @@ from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.processing.reconstruct.calls import resolve_calls
 from rollstream.schemas import RECORD_BUDGET_BYTES, CallRecord, TopicNames
 from rollstream.settings import KafkaSettings
-from tests.chaos.conftest import ChaosReport
 from tests.chaos.interceptor_proc import InterceptorProcess
 from tests.chaos.pipeline import repeats
 from tests.chaos.upstreams import scripted_backend
+from tests.fault_table import ChaosReport
 from tests.kafka_reading import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]

@@ -26,9 +26,9 @@ from rollstream.dev.synthetic import SyntheticSession, SyntheticShape, synthetic
 from rollstream.schemas import AvroSerializer, DeadLetter, TopicNames
 from rollstream.schemas.trajectories import Scored, Trajectory
 from rollstream.settings import KafkaSettings
-from tests.chaos.conftest import ChaosReport
 from tests.chaos.pipeline import Service, TopicReader, repeats, service_env, topic_readers
 from tests.conftest import ProducerFactory
+from tests.fault_table import ChaosReport
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 

@@ -50,8 +50,8 @@ from rollstream.schemas.serializer import HEADER_LEN, MAGIC
 from rollstream.settings import KafkaSettings, StatePaths
 from rollstream.trainer import Group, TrainerSettings, TrajectoryStream
 from tests.capture.node.helpers import command_task
-from tests.chaos.conftest import ChaosReport
 from tests.conftest import ConsumerFactory, ProducerFactory
+from tests.fault_table import ChaosReport
 from tests.kafka_reading import read_records
 from tests.schemas.samples import CALL, SCORED, STARTED, TASK, TRAJECTORY
 from tests.trainer.records import group_of

@@ -26,8 +26,8 @@ from tests.capture.interceptor.test_policy import (
     corpus,
     send_corpus,
 )
-from tests.chaos.conftest import ChaosReport
 from tests.chaos.interceptor_proc import InterceptorProcess
+from tests.fault_table import ChaosReport
 from tests.kafka_reading import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]

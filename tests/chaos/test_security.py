@@ -42,10 +42,10 @@ from rollstream.schemas import (
 )
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.capture.node.helpers import command_task
-from tests.chaos.conftest import ChaosReport
 from tests.chaos.interceptor_proc import InterceptorProcess
 from tests.chaos.upstreams import FaultyUpstream, scripted_backend
 from tests.conftest import ProducerFactory
+from tests.fault_table import ChaosReport
 from tests.kafka_reading import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]

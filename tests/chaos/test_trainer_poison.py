@@ -24,8 +24,8 @@ from rollstream.schemas import AvroRecord, AvroSerializer, TopicNames
 from rollstream.schemas.serializer import HEADER_LEN, MAGIC
 from rollstream.settings import KafkaSettings
 from rollstream.trainer import StreamMetrics, TrainerSettings, TrajectoryStream
-from tests.chaos.conftest import ChaosReport
 from tests.conftest import ProducerFactory
+from tests.fault_table import ChaosReport
 from tests.schemas.samples import TASK
 from tests.trainer.records import group_of, scored
 

@@ -18,8 +18,8 @@ import pytest
 from rollstream.schemas import TopicNames
 from rollstream.settings import KafkaSettings
 from rollstream.trainer import Group, TrainerSettings, TrajectoryStream
-from tests.chaos.conftest import ChaosReport
 from tests.conftest import ProducerFactory
+from tests.fault_table import ChaosReport
 from tests.trainer.test_stream import collect_until, produce, sentinel
 from tests.waiting import until
 

@@ -10,6 +10,7 @@ from rollstream.dev.bench.cluster_report import cluster_section
 from rollstream.dev.bench.common import machine
 from rollstream.dev.bench.fidelity_report import fidelity_section
 from rollstream.dev.bench.instances_report import instances_section
+from rollstream.dev.bench.long_stack import long_stack_section
 from rollstream.dev.bench.outage import outage_section
 from rollstream.dev.bench.pipeline_report import pipeline_section
 from rollstream.dev.bench.publisher_report import publisher_section
@@ -356,6 +357,7 @@ SECTIONS = {
     "fidelity": fidelity_section,
     "fidelity-vllm": fidelity_section,
     "wall": wall_section,
+    "long-session": long_stack_section,
 }
 
 

@@ -25,6 +25,7 @@ ORDER = (
     "pipeline",
     "instances",
     "scale",
+    "long-session",
     "fidelity",
 )
 

@@ -166,6 +166,14 @@ def _wall(result: Result) -> str:
 
 
 #: In README order: (benchmark, what its row is called, how its result reads).
+def _long_session(result: Result) -> str:
+    return "; ".join(
+        f"{run['calls']:,} calls breaking at every call: {run['trajectory_bytes'] / 1e6:.1f} MB "
+        f"in the log for {run['materialised_tokens'] / 1e6:.1f} M tokens of segments"
+        for run in result["runs"]
+    )
+
+
 ROWS: tuple[tuple[str, str, Callable[[Result], str]], ...] = (
     ("backend", "reference backend, one core", _backend),
     ("interceptor", "interceptor vs plain mitmproxy", _interceptor),
@@ -179,6 +187,7 @@ ROWS: tuple[tuple[str, str, Callable[[Result], str]], ...] = (
     ("pipeline", "reconstruct + score through Kafka", _pipeline),
     ("instances", "reconstructor and scorer, more instances", _instances),
     ("fidelity", "model families x real harnesses", _fidelity),
+    ("long-session", "long sessions through the stack", _long_session),
 )
 
 

@@ -33,8 +33,8 @@ from rollstream.kafka.clients import make_producer
 from rollstream.schemas import Topic, TopicNames, topic_specs
 from rollstream.settings import KafkaSettings, StatePaths
 from tests import run_tables
-from tests.chaos.conftest import TABLE as FAULTS
 from tests.conftest import JAR_CACHE
+from tests.fault_table import TABLE as FAULTS
 from tests.kafka_access import read_in_group, write_one
 
 #: aiokafka leaves a refused TLS connection's transport to the garbage collector (the tests

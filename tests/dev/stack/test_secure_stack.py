@@ -20,9 +20,11 @@ import yaml
 from rollstream.dev.stack.processes import StackState, state_path
 from rollstream.schemas import Scored, TopicNames
 from tests.conftest import JAR_CACHE
+from tests.fault_table import ChaosReport
 from tests.kafka_reading import read_records
 
-pytestmark = pytest.mark.integration
+# A row of the fault table too (``make chaos``): issue 36's point 2, a pool on password files.
+pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 
 def _rollstream(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -47,7 +49,7 @@ def _children(pid: int) -> list[int]:
 
 
 def test_a_task_runs_through_a_stack_whose_services_each_have_their_principal(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chaos_report: ChaosReport
 ) -> None:
     monkeypatch.delenv("ROLLSTREAM_BOOTSTRAP_SERVERS", raising=False)
     env = os.environ | {
@@ -113,9 +115,17 @@ def test_a_task_runs_through_a_stack_whose_services_each_have_their_principal(
         assert "sessions 2 completed" in run.stdout
         trainer = state.kafka("trainer")
         records = asyncio.run(
-            read_records(trainer, TopicNames(state.topic_prefix).scored, Scored, 2)
+            read_records(trainer, TopicNames(state.topic_prefix).scored, Scored, 2, settle_s=1.0)
         )
         assert sorted(r.trajectory.sample_index for r in records) == [0, 1]
+        chaos_report(
+            fault="an interceptor pool of 2 workers on a password file, secure broker "
+            "(issue 36, point 2)",
+            load="1 task of 2 sessions through the local stack, each service its principal",
+            lost=2 - len({r.trajectory.sample_index for r in records}),
+            duplicated=len(records) - len({r.trajectory.sample_index for r in records}),
+            errors="0; no process holds a password in its environment",
+        )
         assert all(r.reward is not None for r in records)
         status = _rollstream("status", env=env)
         assert status.returncode == 0, status.stdout + status.stderr
