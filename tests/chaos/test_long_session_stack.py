@@ -1,12 +1,14 @@
-"""A session of 1,500 calls drifting at every call, through the real local stack.
+"""Sessions of 1,500 and 10,000 calls drifting at every call, through the real local stack.
 
 Found by trying it as a new user would (issue 36, point 12): one python-harness session whose
 every call drifts, starting a new segment that repeats the whole context (contexts to 33k
 tokens), had its trajectory dead-lettered as 65 MB over the record budget; no trainer saw it.
 Here ``rollstream up``'s stack (reference backend, interceptor, Kafka, reconstructor, scorer,
 node) runs the long agent; a trainer client in its own process reads the group and
-materialises its batch. Expected: one trajectory of 1,500 segments, delivered once, its
-records far smaller than its segments whole.
+materialises its batch. The 10,000-call session compacts its history every 300 calls, as
+harnesses bound their context (its contexts would otherwise pass 300k tokens). Expected: one
+trajectory with a segment per call, delivered once, its records far smaller than its segments
+whole.
 """
 
 from __future__ import annotations
@@ -16,29 +18,35 @@ from pathlib import Path
 
 import pytest
 
-from rollstream.dev.bench.long_stack import LongRun, run_session
+from rollstream.dev.bench.long_stack import RUNS, LongRun, run_session
 from rollstream.settings import KafkaSettings
 from tests.fault_table import ChaosReport
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
-CALLS = 1500
 
-
-async def test_a_session_of_1500_calls_drifting_at_every_call_reaches_the_trainer_whole(
-    kafka_settings: KafkaSettings, tmp_path: Path, chaos_report: ChaosReport
+@pytest.mark.timeout(1200)  # under load the 10,000 calls take minutes (bench: about 2)
+@pytest.mark.parametrize("run", RUNS, ids=[str(run.calls) for run in RUNS])
+async def test_a_session_drifting_at_every_call_reaches_the_trainer_whole(
+    run: LongRun, kafka_settings: KafkaSettings, tmp_path: Path, chaos_report: ChaosReport
 ) -> None:
-    run = LongRun(CALLS, timeout_s=900)
-    result = await asyncio.to_thread(run_session, kafka_settings, run, tmp_path, "long")
-    assert (result["trajectories"], result["calls"], result["segments"]) == (1, CALLS, CALLS)
-    assert result["breaks"] == {"drift": CALLS - 1}
+    calls = run.calls
+    result = await asyncio.to_thread(run_session, kafka_settings, run, tmp_path, f"long{calls}")
+    assert (result["trajectories"], result["calls"], result["segments"]) == (1, calls, calls)
+    compactions = (calls - 1) // run.compact if run.compact else 0
+    expected = {"drift": calls - 1 - compactions} | (
+        {"edited_history": compactions} if compactions else {}
+    )
+    assert result["breaks"] == expected
     assert result["trajectory_wholes"] == result["scored_wholes"] == 1
     # The segments whole weigh 9 bytes a token; the record carries each token about once.
     assert result["materialised_tokens"] > 10 * result["session_tokens"]
-    assert result["trajectory_bytes"] < 12 * result["session_tokens"] + 64 * CALLS
+    assert result["trajectory_bytes"] < 12 * result["session_tokens"] + 64 * calls
     assert result["batch_tokens"] == result["materialised_tokens"]
     chaos_report(
-        fault="a session of 1,500 calls drifting at every call (issue 36, point 12)",
+        fault=f"a session of {calls:,} calls drifting at every call"
+        + (f", compacted every {run.compact}" if run.compact else "")
+        + " (issue 36, point 12)",
         load=f"{result['materialised_tokens']:,} tokens in its segments whole, "
         f"{result['session_tokens']:,} of its own; the local stack",
         lost=1 - result["trajectories"],

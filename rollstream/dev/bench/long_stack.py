@@ -1,6 +1,6 @@
 """Long sessions through the real local stack: bytes per trajectory, the trainer client's memory.
 
-One ``python``-harness session of the long agent (``rollstream.dev.bench.long_agent``: a break
+One ``python``-harness session of the long agent (``rollstream.dev.bench.long_agent``: drifting
 at every call) runs through ``rollstream up``'s stack (reference backend, interceptor, Kafka,
 reconstructor, scorer, node); then a trainer client in a process of its own reads its group,
 materialises its batch (``to_batch``, packed) and reports its peak memory. The trajectory's
@@ -193,7 +193,7 @@ def long_stack_section(result: dict[str, Any]) -> list[str]:
     lines = [
         "## Long sessions through the stack (`rollstream bench long-session`)",
         "",
-        "One `python`-harness session of the long agent (a break at every call: each answer is "
+        "One `python`-harness session of the long agent (drifting at every call: each answer is "
         "sent back edited) through `rollstream up`'s stack on the reference backend; a trainer "
         "client in its own process reads its group and materialises the packed batch. "
         "*Session tokens*: the tokens the segments add to one another (what the deltas carry); "

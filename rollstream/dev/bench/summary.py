@@ -168,8 +168,10 @@ def _wall(result: Result) -> str:
 #: In README order: (benchmark, what its row is called, how its result reads).
 def _long_session(result: Result) -> str:
     return "; ".join(
-        f"{run['calls']:,} calls breaking at every call: {run['trajectory_bytes'] / 1e6:.1f} MB "
-        f"in the log for {run['materialised_tokens'] / 1e6:.1f} M tokens of segments"
+        f"{run['calls']:,} calls drifting at every call"
+        + (f" (compacted every {run['compact']})" if run["compact"] else "")
+        + f": {run['trajectory_bytes'] / 1e6:.1f} MB in the log for "
+        f"{run['materialised_tokens'] / 1e6:.1f} M tokens of segments"
         for run in result["runs"]
     )
 
