@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from aiokafka import AIOKafkaConsumer
-
-from rollstream.kafka.clients import behind, make_consumer, topic_partitions
+from rollstream.kafka.clients import make_consumer, topic_partitions
 from rollstream.kafka.parts import PART_HEADER
+from rollstream.kafka.reading import raw_records
 from rollstream.schemas import AvroRecord, AvroSerializer
-from rollstream.schemas.topics import MAX_MESSAGE_BYTES
 from rollstream.settings import KafkaSettings
 
 
@@ -129,25 +127,9 @@ async def records_produced(kafka: KafkaSettings, topic: str) -> int:
 
 async def parts_written(kafka: KafkaSettings, topic: str) -> int:
     """Records of ``topic`` that are parts of a larger one (read raw: nothing joined)."""
-    consumer = AIOKafkaConsumer(
-        **kafka.client_kwargs(),
-        isolation_level="read_committed",
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
+    return sum(
+        [
+            any(name == PART_HEADER for name, _ in m.headers or ())
+            async for m in raw_records(kafka, topic)
+        ]
     )
-    await consumer.start()
-    try:
-        tps = await topic_partitions(consumer, topic) or []
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        end = await consumer.end_offsets(tps)
-        count = 0
-        while await behind(consumer, end):
-            for messages in (await consumer.getmany(timeout_ms=500)).values():
-                count += sum(
-                    any(name == PART_HEADER for name, _ in m.headers or ()) for m in messages
-                )
-        return count
-    finally:
-        await consumer.stop()

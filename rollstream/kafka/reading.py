@@ -18,6 +18,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 from rollstream.errors import ConfigurationError, SerializationError
 from rollstream.kafka.clients import behind, make_consumer, topic_partitions
 from rollstream.schemas import AvroSerializer, CallRecord, TopicNames
+from rollstream.schemas.topics import MAX_MESSAGE_BYTES
 from rollstream.settings import KafkaSettings
 
 
@@ -68,6 +69,26 @@ async def iter_records(
             for message in messages:
                 if message.offset < end[tp] and (tombstones or message.value is not None):
                     yield message
+
+
+async def raw_records(kafka: KafkaSettings, topic: str) -> AsyncIterator[ConsumerRecord]:
+    """The committed records of ``topic`` as the log holds them: parts not joined.
+
+    From the beginning to the end seen at start, like :func:`iter_records`; for weighing what
+    was written (``rollstream.kafka.parts``), not for reading records.
+    """
+    consumer = AIOKafkaConsumer(
+        **kafka.client_kwargs(),
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
+    )
+    await consumer.start()
+    try:
+        async for message in iter_records(consumer, topic):
+            yield message
+    finally:
+        await consumer.stop()
 
 
 async def written_ends(kafka: KafkaSettings, topic: str) -> dict[TopicPartition, int]:

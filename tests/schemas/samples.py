@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
 
 from rollstream.schemas import (
+    RECORD_BUDGET_BYTES,
     ApiKind,
     Artifact,
     AvroRecord,
@@ -194,3 +196,14 @@ POLICY = PolicyVersion(version=8, published_at=T1, publisher="trainer-a", metada
 SAMPLES: dict[str, AvroRecord] = {
     r.avro_name: r for r in (CALL, STARTED, ENDED, TRAJECTORY, SCORED, TASK, DEAD_LETTER, POLICY)
 }
+
+
+def oversized_segment(over: int = 16 * 1024) -> Segment:
+    """A segment of random context ids whose record alone is ``over`` bytes past the budget."""
+    tokens = (RECORD_BUDGET_BYTES + over) // 9  # 9 bytes a token: id, mask, logprob
+    return Segment(
+        input_ids=TokenIds(os.urandom(4 * tokens)),
+        loss_mask=LossMask(bytes(tokens)),
+        logprobs=Logprobs(bytes(4 * tokens)),
+        call_ids=["c"],
+    )

@@ -12,9 +12,6 @@ from aiokafka.structs import TopicPartition
 from rollstream.errors import BrokerError, ConfigurationError
 from rollstream.kafka.parts import split
 from rollstream.schemas import AvroRecord, AvroSerializer, PolicyVersion, Scored, TopicNames
-from rollstream.schemas.packed import Logprobs, LossMask, TokenIds
-from rollstream.schemas.topics import RECORD_BUDGET_BYTES
-from rollstream.schemas.trajectories import Segment
 from rollstream.settings import KafkaSettings
 from rollstream.trainer import (
     Group,
@@ -25,6 +22,7 @@ from rollstream.trainer import (
 )
 from tests.conftest import ConsumerFactory, ProducerFactory
 from tests.kafka_reading import read_records
+from tests.schemas.samples import oversized_segment
 from tests.trainer.records import group_of, scored
 from tests.waiting import until
 
@@ -381,13 +379,7 @@ async def test_a_record_in_parts_is_delivered_whole_and_a_restart_inside_it_skip
     producer = await producer_factory()
     serializer = AvroSerializer()
     a, g = group_of("a", 2), group_of("g", 2)
-    tokens = (RECORD_BUDGET_BYTES + 64 * 1024) // 9
-    segment = Segment(
-        input_ids=TokenIds(random.randbytes(4 * tokens)),
-        loss_mask=LossMask(bytes(tokens)),
-        logprobs=Logprobs(bytes(4 * tokens)),
-        call_ids=["c"],
-    )
+    segment = oversized_segment()
     big = a[0].model_copy(
         update={"trajectory": a[0].trajectory.model_copy(update={"segments": [segment]})}
     )

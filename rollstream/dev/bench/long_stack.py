@@ -23,12 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from aiokafka import AIOKafkaConsumer
 
-from rollstream.kafka.clients import behind, topic_partitions
 from rollstream.kafka.parts import PART_HEADER
+from rollstream.kafka.reading import raw_records
 from rollstream.schemas import TopicNames
-from rollstream.schemas.topics import MAX_MESSAGE_BYTES
 from rollstream.settings import KafkaSettings
 
 AGENT = "rollstream.dev.bench.long_agent:run"
@@ -121,37 +119,21 @@ async def record_weights(kafka: KafkaSettings, key: bytes) -> dict[str, int]:
     names = TopicNames(kafka.topic_prefix)
     out: dict[str, int] = {}
     for label, topic in (("trajectory", names.trajectories), ("scored", names.scored)):
-        consumer = AIOKafkaConsumer(
-            **kafka.client_kwargs(),
-            isolation_level="read_committed",
-            enable_auto_commit=False,
-            max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
-        )
-        await consumer.start()
-        try:
-            tps = await topic_partitions(consumer, topic) or []
-            consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
-            end = await consumer.end_offsets(tps)
-            size = records = parts = wholes = 0
-            while await behind(consumer, end):
-                for messages in (await consumer.getmany(timeout_ms=500)).values():
-                    for m in messages:
-                        if m.key != key:
-                            continue
-                        part = next((v for n, v in m.headers or () if n == PART_HEADER), None)
-                        size += len(m.value or b"")
-                        records += 1
-                        parts += part is not None
-                        wholes += part is None or part.startswith(b"0/")
-            out |= {
-                f"{label}_bytes": size,
-                f"{label}_records": records,
-                f"{label}_parts": parts,
-                f"{label}_wholes": wholes,
-            }
-        finally:
-            await consumer.stop()
+        size = records = parts = wholes = 0
+        async for m in raw_records(kafka, topic):
+            if m.key != key:
+                continue
+            part = next((v for n, v in m.headers or () if n == PART_HEADER), None)
+            size += len(m.value or b"")
+            records += 1
+            parts += part is not None
+            wholes += part is None or part.startswith(b"0/")
+        out |= {
+            f"{label}_bytes": size,
+            f"{label}_records": records,
+            f"{label}_parts": parts,
+            f"{label}_wholes": wholes,
+        }
     return out
 
 

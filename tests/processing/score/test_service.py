@@ -28,12 +28,10 @@ from rollstream.schemas import (
     Trajectory,
 )
 from rollstream.schemas.deadletter import DeadLetter
-from rollstream.schemas.packed import Logprobs, LossMask, TokenIds
-from rollstream.schemas.trajectories import Segment
 from rollstream.settings import KafkaSettings
 from tests.conftest import ProducerFactory
 from tests.kafka_reading import parts_written, read_records
-from tests.schemas.samples import TASK, TRAJECTORY
+from tests.schemas.samples import TASK, TRAJECTORY, oversized_segment
 
 pytestmark = pytest.mark.integration
 
@@ -372,13 +370,7 @@ async def test_records_over_the_budget_are_read_and_written_in_parts_and_the_res
     chatty = base.model_copy(update={"trajectory_id": "chatty", "messages": b""})
     room = RECORD_BUDGET_BYTES - 1024 - len(serializer.encode(chatty))
     chatty = chatty.model_copy(update={"messages": os.urandom(room)})
-    tokens = (RECORD_BUDGET_BYTES + 16 * 1024) // 9
-    segment = Segment(
-        input_ids=TokenIds(os.urandom(4 * tokens)),
-        loss_mask=LossMask(bytes(tokens)),
-        logprobs=Logprobs(bytes(4 * tokens)),
-        call_ids=["c"],
-    )
+    segment = oversized_segment()
     bulky = base.model_copy(update={"trajectory_id": "bulky", "segments": [segment]})
     producer = await producer_factory()
     for trajectory in [ordinary[0], chatty, bulky, ordinary[1]]:
