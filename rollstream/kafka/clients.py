@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import (
     IllegalStateError,
@@ -80,6 +81,15 @@ class Consumer(AIOKafkaConsumer):  # type: ignore[misc]
             self._joined += self.joiner.join({tp: [message]}).get(tp, [])
         return self._joined.pop(0)
 
+    def subscribe(
+        self,
+        topics: Sequence[str] = (),
+        pattern: str | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+    ) -> None:
+        """As aiokafka's; a revoked partition's records waiting for parts are dropped first."""
+        super().subscribe(topics=topics, pattern=pattern, listener=_Forgetting(self, listener))
+
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """As aiokafka's; what waited for parts in ``partition`` is dropped."""
         self._forget([partition])
@@ -110,6 +120,26 @@ class Consumer(AIOKafkaConsumer):  # type: ignore[misc]
             self._joined = [
                 m for m in self._joined if TopicPartition(m.topic, m.partition) not in kept
             ]
+
+
+class _Forgetting(ConsumerRebalanceListener):  # type: ignore[misc]
+    """The caller's listener, after the consumer drops what waits in revoked partitions."""
+
+    def __init__(self, consumer: Consumer, inner: ConsumerRebalanceListener | None) -> None:
+        self.consumer, self.inner = consumer, inner
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        self.consumer._forget(list(revoked))
+        if self.inner is not None:
+            done = self.inner.on_partitions_revoked(revoked)
+            if inspect.isawaitable(done):
+                await done
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        if self.inner is not None:
+            done = self.inner.on_partitions_assigned(assigned)
+            if inspect.isawaitable(done):
+                await done
 
 
 def make_consumer(

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 
 import pytest
+from aiokafka import ConsumerRebalanceListener
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from rollstream.kafka import parts
+from rollstream.kafka.clients import Consumer
 from rollstream.kafka.parts import JoinedRecord, Joiner, after, split
 
 TP = TopicPartition("t", 0)
@@ -97,3 +99,27 @@ def test_parts_that_do_not_join_to_their_digest_are_released_raw() -> None:
     joiner = Joiner()
     released = joiner.join({TP: records})[TP]
     assert released == records and joiner.metrics.broken_wholes == 1
+
+
+async def test_a_revoked_partition_drops_what_waits_for_parts_before_the_callers_listener() -> None:
+    """The next owner reads it again from the committed offset; nothing stays held here."""
+    consumer = Consumer(bootstrap_servers="127.0.0.1:1")
+    seen: list[list[TopicPartition]] = []
+
+    class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+        def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+            seen.append(list(revoked))
+
+        def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+            seen.append(list(assigned))
+
+    consumer.subscribe(["t"], listener=Listener())
+    first = _parts(os.urandom(2 * BUDGET), 0)[0]
+    assert consumer.joiner.join({TP: [first, _record(1, b"b")]}) == {}  # b waits behind it
+    wrapped = consumer._subscription.listener
+    await wrapped.on_partitions_revoked([TP])
+    await wrapped.on_partitions_assigned([TP])
+    assert seen == [[TP], [TP]]
+    # Nothing held from before: a record comes out at once, not behind the part.
+    assert consumer.joiner.join({TP: [_record(5, b"c")]})[TP][0].value == b"c"
+    await consumer.stop()
