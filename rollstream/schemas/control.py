@@ -6,6 +6,10 @@ from pydantic import AwareDatetime, Field
 
 from rollstream.schemas.base import AvroRecord
 
+#: The interceptor's admin route registering a session (PUT, with its context mode) and
+#: forgetting it (DELETE): what the node calls, over HTTP only.
+SESSION_PATH = "/sessions/{session}"
+
 #: The key PolicyVersion records are written under; the control topic is compacted on it.
 POLICY_VERSION_KEY = b"policy_version"
 

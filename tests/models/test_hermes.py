@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 
-from hypothesis import given
-from hypothesis import strategies as st
-
 from rollstream.models.hermes import (
-    START,
-    StreamingToolParser,
     parse_tool_calls,
 )
 
@@ -74,71 +68,3 @@ def test_parameters_alias() -> None:
         '<tool_call>{"name": "f", "parameters": {"a": 1}}</tool_call>'
     ).tool_calls
     assert json.loads(call.arguments) == {"a": 1}
-
-
-def _stream(text: str, cuts: list[int]) -> tuple[str, list[dict[str, object]]]:
-    parser = StreamingToolParser()
-    content, deltas = "", []
-    points = sorted({c % (len(text) + 1) for c in cuts} | {0, len(text)})
-    for a, b in itertools.pairwise(points):
-        out = parser.feed(text[a:b])
-        content += out.content
-        deltas += out.tool_calls
-    out = parser.finish()
-    return content + out.content, deltas + out.tool_calls
-
-
-def _calls_from_deltas(deltas: list[dict[str, object]]) -> list[tuple[str, str]]:
-    calls: dict[int, list[str]] = {}
-    for d in deltas:
-        index = int(d["index"])  # type: ignore[call-overload]
-        function = d["function"]
-        assert isinstance(function, dict)
-        entry = calls.setdefault(index, ["", ""])
-        entry[0] += function.get("name", "")
-        entry[1] += function.get("arguments", "")
-    return [(n, a) for _, (n, a) in sorted(calls.items())]
-
-
-names = st.sampled_from(["bash", "Bash", "exec_command", "read_file"])
-args = st.dictionaries(
-    st.sampled_from(["command", "cmd", "path"]), st.text(max_size=20), max_size=2
-)
-content_text = st.text(alphabet=st.characters(blacklist_characters="<"), max_size=40)
-
-
-@given(
-    content=content_text,
-    calls=st.lists(st.tuples(names, args, st.booleans()), max_size=3),
-    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=12),
-)
-def test_streaming_matches_whole_parsing_for_any_chunking(
-    content: str, calls: list[tuple[str, dict[str, object], bool]], cuts: list[int]
-) -> None:
-    text = content + "\n".join(_block(n, a, c) for n, a, c in calls)
-    whole = parse_tool_calls(text)
-    streamed_content, deltas = _stream(text, cuts)
-    assert streamed_content == (whole.content or "")
-    assert _calls_from_deltas(deltas) == [(c.name, c.arguments) for c in whole.tool_calls]
-
-
-def test_streaming_holds_back_a_possible_tag_start() -> None:
-    parser = StreamingToolParser()
-    assert parser.feed("Hi <tool").content == "Hi "
-    assert parser.feed("box>").content == "<toolbox>"
-
-
-def test_streaming_first_delta_names_the_call_second_carries_arguments() -> None:
-    parser = StreamingToolParser()
-    out = parser.feed(_block("bash", {"command": "ls"}))
-    first, second = out.tool_calls
-    assert first["index"] == 0 and first["type"] == "function"
-    assert first["function"] == {"name": "bash", "arguments": ""}
-    assert second == {"index": 0, "function": {"arguments": '{"command": "ls"}'}}
-
-
-def test_streaming_malformed_block_comes_out_as_content() -> None:
-    parser = StreamingToolParser()
-    text = START + "{oops}</tool_call>"
-    out = parser.feed(text)
-    assert out.tool_calls == [] and out.content == text

@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from aiohttp import web
 
-from rollstream.capture.interceptor.registry import CONTEXT_MODES, RegistryError
+from rollstream.capture.interceptor.registry import RegistryError
 from rollstream.host import reachable
 from rollstream.http_auth import bearer_middleware, warn_if_open
+from rollstream.schemas.calls import ContextMode
+from rollstream.schemas.control import SESSION_PATH
 
 if TYPE_CHECKING:
     from rollstream.capture.interceptor.addon import RollstreamAddon
@@ -23,7 +25,6 @@ if TYPE_CHECKING:
 #: workers, the node registers sessions.
 HEALTH_PATH = "/health"
 METRICS_PATH = "/metrics"
-SESSION_PATH = "/sessions/{session}"
 PAUSE_PATH = "/admin/pause"
 RESUME_PATH = "/admin/resume"
 POLICY_VERSION_PATH = "/admin/policy-version"
@@ -189,7 +190,7 @@ class AdminApp:
         body = await _json(request)
         context = body.get("context")
         wanted = None if context is None else str(context).strip().lower()
-        refused = wanted is not None and wanted not in CONTEXT_MODES
+        refused = wanted is not None and wanted not in set(ContextMode)
         try:
             self.addon.sessions.register(session, None if refused else wanted)
         except RegistryError as exc:
@@ -200,7 +201,7 @@ class AdminApp:
         if self.url is not None:
             reply["url"] = self.url
         if refused:
-            error = f"context must be one of {', '.join(CONTEXT_MODES)}, not {context!r}"
+            error = f"context must be one of {', '.join(ContextMode)}, not {context!r}"
             return web.json_response(reply | {"error": error}, status=400)
         return web.json_response(reply)
 

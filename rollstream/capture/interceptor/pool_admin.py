@@ -19,13 +19,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
 from yarl import URL
 
 from rollstream.capture.interceptor.admin import METRICS_PATH, admin_app
+from rollstream.capture.interceptor.pool_affinity import Affinity
 from rollstream.capture.interceptor.pool_metrics import (
     ScrapeCache,
     by_worker,
@@ -33,11 +34,30 @@ from rollstream.capture.interceptor.pool_metrics import (
     render,
     single,
 )
+from rollstream.capture.interceptor.pool_router import ConnectionRouter
+from rollstream.capture.interceptor.pool_worker import WorkerProcess
+from rollstream.capture.interceptor.settings import InterceptorSettings
 from rollstream.host import reachable
 
-if TYPE_CHECKING:
-    from rollstream.capture.interceptor.pool import InterceptorPool
-    from rollstream.capture.interceptor.pool_worker import WorkerProcess
+
+class Pool(Protocol):
+    """What the admin port reads of the pool (``pool.InterceptorPool``), which owns the port."""
+
+    settings: InterceptorSettings
+    http: aiohttp.ClientSession | None
+    workers: list[WorkerProcess]
+    router: ConnectionRouter | None
+    affinity: Affinity
+
+    def note_pause(self, lease_s: float | None) -> None:
+        """The workers were paused: a worker that restarts is paused too."""
+
+    def note_resume(self) -> None:
+        """The workers were resumed."""
+
+    def note_policy_version(self, version: int) -> None:
+        """The policy version set on the workers: a worker that restarts starts with it."""
+
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +70,7 @@ WORKER_TIMEOUT_S = 5.0
 class PoolAdminApp:
     """Routes of the pool's admin port."""
 
-    def __init__(self, pool: InterceptorPool, worker_timeout_s: float = WORKER_TIMEOUT_S) -> None:
+    def __init__(self, pool: Pool, worker_timeout_s: float = WORKER_TIMEOUT_S) -> None:
         self.pool = pool
         self.worker_timeout_s = worker_timeout_s
         self.scrapes = ScrapeCache()

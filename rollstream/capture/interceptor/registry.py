@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rollstream.durable import append_durably, make_directory, replace_durably
 from rollstream.errors import RollstreamError
+from rollstream.schemas.calls import ContextMode
 
 
 class RegistryError(RollstreamError):
@@ -37,8 +38,8 @@ class SessionRegistry:
     def register(self, session: str, context: str | None = None) -> None:
         """Accept calls of ``session`` from now on, in ``context`` mode if one is given."""
         _check(session)
-        if context is not None and context not in CONTEXT_MODES:
-            raise RegistryError(f"context must be one of {', '.join(CONTEXT_MODES)}")
+        if context is not None and context not in set(ContextMode):
+            raise RegistryError(f"context must be one of {', '.join(ContextMode)}")
         if session not in self._sessions or self._sessions[session] != context:
             self._append(_line(session, context))
             self._sessions[session] = context
@@ -75,10 +76,6 @@ class SessionRegistry:
             append_durably(self.path, line.encode())
         except OSError as exc:
             raise RegistryError(f"cannot write the session registry {self.path}: {exc}") from exc
-
-
-#: The context modes a session may be registered with (see the interceptor's ``context``).
-CONTEXT_MODES = ("exact", "ordinary")
 
 
 def _line(session: str, context: str | None) -> str:

@@ -10,25 +10,43 @@ import asyncio
 import logging
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import yaml
 from aiohttp import web
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
-from rollstream.capture.interceptor.registry import CONTEXT_MODES
 from rollstream.capture.node.history import SessionSummary
+from rollstream.capture.node.intake import TaskIntake
+from rollstream.capture.node.pool import NodeScheduler
 from rollstream.capture.node.session import CONTEXT_METADATA, harness_options
+from rollstream.capture.node.settings import NodeSettings
+from rollstream.capture.publisher.client import CapturePublisher
 from rollstream.errors import RollstreamError
 from rollstream.http_auth import bearer_middleware, warn_if_open
 from rollstream.kafka.clients import LazyProducer
 from rollstream.sandbox.harnesses.presets import HarnessContext, preset
 from rollstream.sandbox.workspace import WorkspaceError, check_workspace
-from rollstream.schemas import Task, utcnow
+from rollstream.schemas import AvroSerializer, Task, TopicNames, utcnow
+from rollstream.schemas.calls import ContextMode
+from rollstream.settings import KafkaSettings
 
-if TYPE_CHECKING:
-    from rollstream.capture.node.service import Node
+
+class Node(Protocol):
+    """What the API reads of the node (``service.Node``), which serves it."""
+
+    settings: NodeSettings
+    kafka: KafkaSettings
+    names: TopicNames
+    serializer: AvroSerializer
+    publisher: CapturePublisher
+    scheduler: NodeScheduler
+    intake: TaskIntake
+
+    @property
+    def tasks_seen(self) -> int:
+        """Tasks the node took from the tasks topic."""
 
 
 log = logging.getLogger(__name__)
@@ -57,8 +75,8 @@ def task_from_document(doc: Any) -> Task:
     except (RollstreamError, WorkspaceError) as exc:
         raise ValueError(str(exc)) from exc
     mode = task.metadata.get(CONTEXT_METADATA)
-    if mode is not None and mode.strip().lower() not in CONTEXT_MODES:
-        raise ValueError(f"metadata {CONTEXT_METADATA} must be one of {', '.join(CONTEXT_MODES)}")
+    if mode is not None and mode.strip().lower() not in set(ContextMode):
+        raise ValueError(f"metadata {CONTEXT_METADATA} must be one of {', '.join(ContextMode)}")
     return task
 
 

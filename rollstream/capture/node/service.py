@@ -20,7 +20,6 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 from aiohttp import web
 
-from rollstream.capture.interceptor.admin import SESSION_PATH
 from rollstream.capture.node.intake import TaskIntake
 from rollstream.capture.node.pool import NodeScheduler
 from rollstream.capture.node.session import SessionRunner
@@ -36,6 +35,7 @@ from rollstream.schemas import (
     PolicyVersion,
     TopicNames,
 )
+from rollstream.schemas.control import SESSION_PATH
 from rollstream.settings import KafkaSettings, StatePaths
 
 log = logging.getLogger(__name__)
