@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from hypothesis import settings as hypothesis_settings
 
 from rollstream.dev.broker import BrokerInfo, BrokerSettings, LocalBroker, LocalCluster
 from rollstream.kafka.admin import TopicAdmin
@@ -36,6 +37,12 @@ from tests.fault_table import chaos_report  # noqa: F401
 from tests.run_tables import pytest_runtest_logreport, pytest_terminal_summary  # noqa: F401
 
 # The jar cache is shared with the user's (downloads once); everything else is per test run.
+# Properties are checked for what they assert, never for how long an example takes: on a shared
+# machine (two busy loops beside the suite) hypothesis's 200 ms deadline failed examples that
+# passed when replayed. Speed lives in the benchmarks.
+hypothesis_settings.register_profile("rollstream", deadline=None)
+hypothesis_settings.load_profile("rollstream")
+
 JAR_CACHE = StatePaths().cache_dir
 
 

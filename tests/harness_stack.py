@@ -13,9 +13,6 @@ import pytest
 from aiohttp.test_utils import TestServer
 from pydantic import SecretStr
 
-from rollstream.capture.interceptor.proxy import Interceptor
-from rollstream.capture.interceptor.settings import InterceptorSettings
-from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.dev.backend.policies.base import Policy
 from rollstream.dev.backend.policies.scenarios import ScenarioFile, load_scenarios
 from rollstream.dev.backend.server import Backend
@@ -24,7 +21,10 @@ from rollstream.dev.backend.tokenizer import default_tokenizer_dir
 from rollstream.dev.bench.fidelity_serving import MODEL as MODEL
 from rollstream.dev.bench.fidelity_serving import SCENARIOS, TASK, write_scenarios
 from rollstream.dev.engine.serve import EngineServer
+from rollstream.interceptor.proxy import Interceptor
+from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.models.tokenizer import ChatTokenizer
+from rollstream.producers.publisher.client import PublisherSettings
 from rollstream.sandbox.harnesses.install import PACKAGES, install
 from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext
 from rollstream.sandbox.harnesses.runner import run_harness

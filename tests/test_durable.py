@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from rollstream import durable
-from rollstream.capture.interceptor.registry import SessionRegistry
-from rollstream.capture.publisher.spool import Spool
+from rollstream.interceptor.registry import SessionRegistry
+from rollstream.producers.publisher.spool import Spool
 
 
 @pytest.fixture

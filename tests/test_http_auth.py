@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr, ValidationError
 
-from rollstream.capture.interceptor.settings import InterceptorSettings
-from rollstream.capture.node.settings import NodeSettings
 from rollstream.dev.backend.settings import BackendSettings
 from rollstream.errors import ConfigurationError
 from rollstream.http_auth import auth_headers, bearer_middleware, matches, token_file
+from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.producers.node.settings import NodeSettings
 from rollstream.settings import env_name
 
 TOKEN = SecretStr("control-token-0123456789")

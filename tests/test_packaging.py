@@ -20,7 +20,7 @@ import pytest
 from rollstream.schemas import AvroSerializer, TopicNames
 from rollstream.settings import KafkaSettings
 from tests.conftest import ProducerFactory
-from tests.trainer.records import group_of
+from tests.consumers.trainer.records import group_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,7 +33,7 @@ ELSEWHERE = ("mitmproxy", "transformers", "tokenizers", "pyarrow", "aiohttp", "m
 READER = """
 import asyncio, json, sys
 from rollstream.settings import KafkaSettings
-from rollstream.trainer import TrainerSettings, TrajectoryStream, to_batch
+from rollstream.consumers.trainer import TrainerSettings, TrajectoryStream, to_batch
 
 async def main():
     kafka = KafkaSettings(bootstrap_servers=sys.argv[1], topic_prefix=sys.argv[2])

@@ -24,11 +24,12 @@ from rollstream.cli.group import Group, alias
 def cli(log_level: str) -> None:
     """Token-faithful RL rollouts from any agent harness, streamed through Apache Kafka.
 
-    The product: the capture and processing services, and the data commands on their topics.
-    A trainer reads the scored groups with the library (`rollstream.trainer.TrajectoryStream`);
-    `pip install rollstream` installs that client alone, and a command that needs more names
-    the extra to install. The development tools run all of it on one machine, demonstrate and
-    measure it. `rollstream COMMAND --help` tells more.
+    The product: the interceptor, producers and consumers, and the data commands on their
+    topics. A trainer reads the scored groups with the library
+    (`rollstream.consumers.trainer.TrajectoryStream`); `pip install rollstream` installs that
+    client alone, and a command that needs more names the extra to install. The development
+    tools run all of it on one machine, demonstrate and measure it. `rollstream COMMAND --help`
+    tells more.
     """
     logging.basicConfig(
         level=log_level.upper(),

@@ -55,12 +55,12 @@ def ablate(
     Markdown table (sessions, segments per session, tokens, merge rate, invariant violations,
     break reasons) and writes it with JSON and a PNG chart to --out.
     """
+    from rollstream.consumers.reconstruct.ablation import ablate as run_ablation
+    from rollstream.consumers.reconstruct.ablation import write_all
+    from rollstream.consumers.reconstruct.strategies import get_strategy
     from rollstream.dev.backend.tokenizer import default_tokenizer_dir
     from rollstream.kafka.reading import read_session_calls
     from rollstream.models.tokenizer import ChatTokenizer
-    from rollstream.processing.reconstruct.ablation import ablate as run_ablation
-    from rollstream.processing.reconstruct.ablation import write_all
-    from rollstream.processing.reconstruct.strategies import get_strategy
 
     names = [name.strip() for name in strategies.split(",") if name.strip()]
     if not names:

@@ -16,7 +16,7 @@ from rollstream.settings import KafkaSettings
 @settings_options(KafkaSettings, "kafka")
 def check(topic: str, show: int, kafka: KafkaSettings) -> None:
     """Check every trajectory in TOPIC against its calls; exit 1 on any violation."""
-    from rollstream.processing.reconstruct.check import check_topic
+    from rollstream.consumers.reconstruct.check import check_topic
 
     report = asyncio.run(check_topic(kafka, topic, lambda line: click.echo(line, err=True)))
     for trajectory_id, violation in report.violations[:show]:

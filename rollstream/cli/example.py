@@ -9,10 +9,10 @@ from pathlib import Path
 import click
 
 from rollstream.cli.options import settings_options
+from rollstream.consumers.trainer import TrainerSettings
 from rollstream.dev.examples.settings import ExampleTrainerSettings
 from rollstream.lifecycle import StopSignal, run_service
 from rollstream.settings import KafkaSettings
-from rollstream.trainer import TrainerSettings
 
 
 @click.command(name="example-trainer", short_help="The example GRPO trainer on the tiny model.")

@@ -84,8 +84,8 @@ def export(
     Reads without a consumer group, from the beginning (or --since) up to the end seen at
     start, or on until stopped with --follow. Progress goes to stderr every few seconds.
     """
-    from rollstream.export import ExportOptions, format_for
-    from rollstream.export import export as run_export
+    from rollstream.consumers.export import ExportOptions, format_for
+    from rollstream.consumers.export import export as run_export
 
     options = ExportOptions(
         out=out,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from rollstream.capture.interceptor.settings import InterceptorSettings
-from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.cli.extras import require_extra
 from rollstream.cli.options import settings_options
+from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.lifecycle import StopSignal, announce, run_service
+from rollstream.producers.publisher.client import PublisherSettings
 from rollstream.settings import KafkaSettings, StatePaths
 
 
@@ -30,7 +30,7 @@ def interceptor(
     if settings.workers > 1:
         _pool(settings, kafka, publisher)
         return
-    from rollstream.capture.interceptor.proxy import Interceptor
+    from rollstream.interceptor.proxy import Interceptor
 
     async def main(stop: StopSignal) -> None:
         proxy = Interceptor(settings, kafka, publisher, StatePaths())
@@ -55,7 +55,7 @@ def _pool(
     settings: InterceptorSettings, kafka: KafkaSettings, publisher: PublisherSettings
 ) -> None:
     """Run ``settings.workers`` interceptors under one supervisor until stopped."""
-    from rollstream.capture.interceptor.pool import InterceptorPool
+    from rollstream.interceptor.pool import InterceptorPool
 
     async def main(stop: StopSignal) -> None:
         pool = InterceptorPool(settings, kafka, publisher, StatePaths())

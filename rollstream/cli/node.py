@@ -10,11 +10,11 @@ from typing import Any
 import click
 from pydantic import SecretStr
 
-from rollstream.capture.node.settings import NodeSettings
-from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.cli.extras import require_extra
 from rollstream.cli.options import settings_options
 from rollstream.lifecycle import StopSignal, announce, run_service
+from rollstream.producers.node.settings import NodeSettings
+from rollstream.producers.publisher.client import PublisherSettings
 from rollstream.schemas.swe import GITHUB_REPOS
 from rollstream.settings import KafkaSettings, StatePaths
 
@@ -26,7 +26,7 @@ from rollstream.settings import KafkaSettings, StatePaths
 def node(settings: NodeSettings, kafka: KafkaSettings, publisher: PublisherSettings) -> None:
     """Run harness sessions for the tasks topic (a consumer group); serve the task API."""
     require_extra("capture")
-    from rollstream.capture.node.service import Node
+    from rollstream.producers.node.service import Node
 
     async def main(stop: StopSignal) -> None:
         async with Node(settings, kafka, publisher, StatePaths()) as service:

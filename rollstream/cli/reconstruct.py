@@ -6,8 +6,8 @@ import click
 
 from rollstream.cli.extras import require_extra
 from rollstream.cli.options import settings_options
+from rollstream.consumers.reconstruct.settings import ReconstructSettings
 from rollstream.lifecycle import StopSignal, run_service
-from rollstream.processing.reconstruct.settings import ReconstructSettings
 from rollstream.settings import KafkaSettings
 
 
@@ -20,7 +20,7 @@ def reconstruct(settings: ReconstructSettings, kafka: KafkaSettings) -> None:
     Run more instances with the same --strategy to scale out.
     """
     require_extra("processing")
-    from rollstream.processing.reconstruct.service import Reconstructor
+    from rollstream.consumers.reconstruct.service import Reconstructor
 
     async def main(stop: StopSignal) -> None:
         async with Reconstructor(settings, kafka) as service:

@@ -35,8 +35,8 @@ def replay(
     kafka: KafkaSettings,
 ) -> None:
     """Rebuild the events retained in Kafka with STRATEGY, up to the end seen at start."""
+    from rollstream.consumers.reconstruct.replay import replay as run_replay
     from rollstream.models.tokenizer import ChatTokenizer
-    from rollstream.processing.reconstruct.replay import replay as run_replay
 
     if from_beginning and since is not None:
         raise click.UsageError("--from-beginning and --since exclude each other")

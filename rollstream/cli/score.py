@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from rollstream.cli.options import settings_options
+from rollstream.consumers.score.settings import ScoreSettings
 from rollstream.lifecycle import StopSignal, run_service
-from rollstream.processing.score.settings import ScoreSettings
 from rollstream.settings import KafkaSettings
 
 
@@ -20,7 +20,7 @@ def score(settings: ScoreSettings, kafka: KafkaSettings) -> None:
     session_completed), else --default-evaluator. Run more instances with the same --group-id to
     scale out.
     """
-    from rollstream.processing.score.service import Scorer
+    from rollstream.consumers.score.service import Scorer
 
     async def main(stop: StopSignal) -> None:
         async with Scorer(settings, kafka) as service:

@@ -17,11 +17,11 @@ from typing import Any
 
 import aiohttp
 
-from rollstream.capture.node.api import task_from_document
 from rollstream.dev.broker import LocalCluster
 from rollstream.host import free_port
 from rollstream.kafka.admin import TopicAdmin
 from rollstream.kafka.clients import make_admin, make_producer
+from rollstream.producers.node.api import task_from_document
 from rollstream.schemas import (
     AvroSerializer,
     CallRecord,

@@ -3,4 +3,4 @@
 from __future__ import annotations
 
 # A real upstream that answers every route and notes what it served (the proxy policy's row).
-from tests.capture.interceptor.test_policy import any_route_upstream  # noqa: F401
+from tests.interceptor.test_policy import any_route_upstream  # noqa: F401

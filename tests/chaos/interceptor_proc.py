@@ -49,7 +49,7 @@ class InterceptorProcess:
 
     @property
     def spool_dir(self) -> Path:
-        """Where the capture publisher spools (see rollstream.capture.interceptor.proxy)."""
+        """Where the capture publisher spools (see rollstream.interceptor.proxy)."""
         return self.state_dir / "spool" / f"interceptor-{self.port}"
 
     @property

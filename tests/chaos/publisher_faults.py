@@ -19,9 +19,9 @@ from typing import Any
 import aiohttp
 import openai
 
-from rollstream.capture.interceptor.sessions import SESSION_HEADER
 from rollstream.dev.broker import BrokerInfo, BrokerSettings, LocalBroker
 from rollstream.host import free_port
+from rollstream.interceptor.sessions import SESSION_HEADER
 from rollstream.kafka.admin import TopicAdmin
 from rollstream.schemas import CallRecord, TopicNames, topic_specs
 from rollstream.settings import KafkaSettings, StatePaths

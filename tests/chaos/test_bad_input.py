@@ -29,8 +29,8 @@ from typing import Any, Literal
 import aiohttp
 import pytest
 
-from rollstream.capture.interceptor.sessions import SESSION_HEADER
 from rollstream.dev.backend.tokenizer import default_tokenizer_dir
+from rollstream.interceptor.sessions import SESSION_HEADER
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import CallRecord, CallStatus, TopicNames
 from rollstream.settings import KafkaSettings

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from rollstream.capture.publisher.spool import Spool
+from rollstream.producers.publisher.spool import Spool
 from rollstream.schemas import AvroSerializer, CallRecord
 from tests.chaos.interceptor_proc import InterceptorProcess
 from tests.chaos.pipeline import counting_backend

@@ -32,15 +32,15 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from rollstream.capture.interceptor.proxy import Interceptor
-from rollstream.capture.interceptor.settings import InterceptorSettings
-from rollstream.capture.publisher.client import CapturePublisher, PublisherSettings
 from rollstream.dev.bench.instances_gate import GroupWatch
 from rollstream.dev.bench.outage import LoopProbe
 from rollstream.dev.broker import BrokerInfo, BrokerSettings, LocalBroker
 from rollstream.dev.demo import agent
 from rollstream.host import free_port
+from rollstream.interceptor.proxy import Interceptor
+from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.kafka.admin import TopicAdmin
+from rollstream.producers.publisher.client import CapturePublisher, PublisherSettings
 from rollstream.schemas import (
     AvroSerializer,
     CallRecord,

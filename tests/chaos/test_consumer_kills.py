@@ -29,11 +29,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from rollstream.capture.interceptor.proxy import Interceptor
-from rollstream.capture.interceptor.settings import InterceptorSettings
-from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.host import free_port
+from rollstream.interceptor.proxy import Interceptor
+from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.kafka.clients import make_admin
+from rollstream.producers.publisher.client import PublisherSettings
 from rollstream.schemas import CallRecord, CallStatus, SessionEnded, SessionStarted, TopicNames
 from rollstream.schemas.sessions import SessionStatus
 from rollstream.schemas.trajectories import Scored, Trajectory, TrajectoryStatus

@@ -21,9 +21,9 @@ import aiohttp
 import pytest
 from pydantic import SecretStr
 
-from rollstream.capture.node.service import Node
-from rollstream.capture.node.settings import NodeSettings
-from rollstream.capture.publisher.client import PublisherSettings
+from rollstream.producers.node.service import Node
+from rollstream.producers.node.settings import NodeSettings
+from rollstream.producers.publisher.client import PublisherSettings
 from rollstream.schemas import TopicNames
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.conftest import JAR_CACHE

@@ -25,10 +25,10 @@ from aiohttp.test_utils import TestServer
 from google import genai
 from google.genai import types
 
-from rollstream.capture.publisher.spool import Spool
 from rollstream.dev.backend.tokenizer import default_tokenizer_dir
 from rollstream.host import free_port
 from rollstream.models.tokenizer import ChatTokenizer
+from rollstream.producers.publisher.spool import Spool
 from rollstream.schemas import AvroSerializer, CallRecord, CallStatus, TopicNames
 from rollstream.settings import KafkaSettings
 from tests.chaos.interceptor_proc import InterceptorProcess

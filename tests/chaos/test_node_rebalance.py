@@ -25,12 +25,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from rollstream.capture.interceptor.proxy import Interceptor
-from rollstream.capture.interceptor.settings import InterceptorSettings
-from rollstream.capture.node.api import task_from_document
-from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.host import free_port
+from rollstream.interceptor.proxy import Interceptor
+from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.kafka.clients import make_producer
+from rollstream.producers.node.api import task_from_document
+from rollstream.producers.publisher.client import PublisherSettings
 from rollstream.schemas import AvroSerializer, SessionEnded, SessionStarted, TopicNames
 from rollstream.schemas.sessions import SessionStatus
 from rollstream.settings import KafkaSettings, StatePaths

@@ -24,9 +24,9 @@ import openai
 import pytest
 from aiohttp.test_utils import TestServer
 
+from rollstream.consumers.reconstruct.calls import resolve_calls
 from rollstream.dev.backend.tokenizer import default_tokenizer_dir
 from rollstream.models.tokenizer import ChatTokenizer
-from rollstream.processing.reconstruct.calls import resolve_calls
 from rollstream.schemas import RECORD_BUDGET_BYTES, CallRecord, TopicNames
 from rollstream.settings import KafkaSettings
 from tests.chaos.interceptor_proc import InterceptorProcess

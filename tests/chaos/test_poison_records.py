@@ -24,17 +24,18 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
-from rollstream.capture.node.service import Node
-from rollstream.capture.node.settings import NodeSettings
-from rollstream.capture.publisher.client import PublisherSettings
+from rollstream.consumers.export.run import ExportOptions, export
+from rollstream.consumers.reconstruct.service import Reconstructor
+from rollstream.consumers.reconstruct.settings import ReconstructSettings
+from rollstream.consumers.score.service import Scorer
+from rollstream.consumers.score.settings import ScoreSettings
+from rollstream.consumers.trainer import Group, TrainerSettings, TrajectoryStream
 from rollstream.dev.report.read import read_report_input
 from rollstream.dev.synthetic import SyntheticShape, synthetic_session
-from rollstream.export.run import ExportOptions, export
 from rollstream.host import free_port
-from rollstream.processing.reconstruct.service import Reconstructor
-from rollstream.processing.reconstruct.settings import ReconstructSettings
-from rollstream.processing.score.service import Scorer
-from rollstream.processing.score.settings import ScoreSettings
+from rollstream.producers.node.service import Node
+from rollstream.producers.node.settings import NodeSettings
+from rollstream.producers.publisher.client import PublisherSettings
 from rollstream.schemas import (
     AvroRecord,
     AvroSerializer,
@@ -48,13 +49,12 @@ from rollstream.schemas import (
 )
 from rollstream.schemas.serializer import HEADER_LEN, MAGIC
 from rollstream.settings import KafkaSettings, StatePaths
-from rollstream.trainer import Group, TrainerSettings, TrajectoryStream
-from tests.capture.node.helpers import command_task
 from tests.conftest import ConsumerFactory, ProducerFactory
+from tests.consumers.trainer.records import group_of
 from tests.fault_table import ChaosReport
 from tests.kafka_reading import read_records
+from tests.producers.node.helpers import command_task
 from tests.schemas.samples import CALL, SCORED, STARTED, TASK, TRAJECTORY
-from tests.trainer.records import group_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 

@@ -1,6 +1,6 @@
 """The proxy policy under a corpus of path spellings, through an interceptor process.
 
-Every route of the policy's table (tests/capture/interceptor/test_policy.py) spelled as an
+Every route of the policy's table (tests/interceptor/test_policy.py) spelled as an
 upstream decodes it (percent-encoding, dot segments, doubled slashes, trailing slashes), sent
 by a registered and an unregistered session to ``rollstream interceptor --strict-sessions``
 in front of a real aiohttp upstream that answers every route and notes what it served, decoded
@@ -16,18 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from rollstream.capture.interceptor.policy import Route
+from rollstream.interceptor.policy import Route
 from rollstream.schemas import CallRecord, TopicNames
 from rollstream.settings import KafkaSettings
-from tests.capture.interceptor.test_policy import (
+from tests.chaos.interceptor_proc import InterceptorProcess
+from tests.fault_table import ChaosReport
+from tests.interceptor.test_policy import (
     KNOWN,
     LLM_ROUTES,
     TABLE,
     corpus,
     send_corpus,
 )
-from tests.chaos.interceptor_proc import InterceptorProcess
-from tests.fault_table import ChaosReport
 from tests.kafka_reading import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]

@@ -24,13 +24,13 @@ import anthropic
 import openai
 import pytest
 
-from rollstream.capture.interceptor.sessions import keyed_session
-from rollstream.capture.node.service import Node
-from rollstream.capture.node.settings import NodeSettings
-from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.dev.backend.tokenizer import default_tokenizer_dir
+from rollstream.interceptor.sessions import keyed_session
 from rollstream.kafka.clients import behind, make_consumer, topic_partitions
 from rollstream.models.tokenizer import ChatTokenizer
+from rollstream.producers.node.service import Node
+from rollstream.producers.node.settings import NodeSettings
+from rollstream.producers.publisher.client import PublisherSettings
 from rollstream.schemas import (
     AvroRecord,
     AvroSerializer,
@@ -41,12 +41,12 @@ from rollstream.schemas import (
     decompress_json,
 )
 from rollstream.settings import KafkaSettings, StatePaths
-from tests.capture.node.helpers import command_task
 from tests.chaos.interceptor_proc import InterceptorProcess
 from tests.chaos.upstreams import FaultyUpstream, scripted_backend
 from tests.conftest import ProducerFactory
 from tests.fault_table import ChaosReport
 from tests.kafka_reading import read_records
+from tests.producers.node.helpers import command_task
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 

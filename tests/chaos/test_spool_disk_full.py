@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.capture.publisher.tiny_disk import fill, tiny_disk
 from tests.chaos.interceptor_proc import InterceptorProcess
 from tests.chaos.pipeline import counting_backend
 from tests.chaos.publisher_faults import (
@@ -35,6 +34,7 @@ from tests.chaos.publisher_faults import (
     wait_sent,
 )
 from tests.fault_table import ChaosReport
+from tests.producers.publisher.tiny_disk import fill, tiny_disk
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 

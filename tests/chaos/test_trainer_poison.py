@@ -20,14 +20,14 @@ import dataclasses
 
 import pytest
 
+from rollstream.consumers.trainer import StreamMetrics, TrainerSettings, TrajectoryStream
 from rollstream.schemas import AvroRecord, AvroSerializer, TopicNames
 from rollstream.schemas.serializer import HEADER_LEN, MAGIC
 from rollstream.settings import KafkaSettings
-from rollstream.trainer import StreamMetrics, TrainerSettings, TrajectoryStream
 from tests.conftest import ProducerFactory
+from tests.consumers.trainer.records import group_of, scored
 from tests.fault_table import ChaosReport
 from tests.schemas.samples import TASK
-from tests.trainer.records import group_of, scored
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 

@@ -15,12 +15,12 @@ from collections import Counter
 
 import pytest
 
+from rollstream.consumers.trainer import Group, TrainerSettings, TrajectoryStream
 from rollstream.schemas import TopicNames
 from rollstream.settings import KafkaSettings
-from rollstream.trainer import Group, TrainerSettings, TrajectoryStream
 from tests.conftest import ProducerFactory
+from tests.consumers.trainer.test_stream import collect_until, produce, sentinel
 from tests.fault_table import ChaosReport
-from tests.trainer.test_stream import collect_until, produce, sentinel
 from tests.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]

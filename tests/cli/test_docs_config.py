@@ -42,7 +42,7 @@ def _all_subclasses(cls: type) -> set[type]:
 
 def test_discovery_finds_every_settings_class_of_the_package() -> None:
     found = settings_classes()
-    for module in ("rollstream.capture.publisher.client", "rollstream.dev.stack.settings"):
+    for module in ("rollstream.producers.publisher.client", "rollstream.dev.stack.settings"):
         importlib.import_module(module)
     imported = {
         c

@@ -35,7 +35,7 @@ def test_a_service_without_its_extra_is_one_line_naming_it(monkeypatch: pytest.M
     monkeypatch.setitem(sys.modules, "mitmproxy", None)  # `import mitmproxy` now fails
     # Were the service's check gone, its import (fresh, not cached) would still fail: no proxy
     # starts serving here either way.
-    monkeypatch.delitem(sys.modules, "rollstream.capture.interceptor.proxy", raising=False)
+    monkeypatch.delitem(sys.modules, "rollstream.interceptor.proxy", raising=False)
     result = _invoke(cli, "interceptor", "--port", "0")
     assert result.exit_code == 1
     assert result.output.splitlines() == [

@@ -46,7 +46,7 @@ async def test_harness_run_registers_its_session_on_a_strict_interceptor(
         kafka_settings, tmp_path / "state", admin_token=token, strict=True
     ) as proxy:
         args = ["harness", "run", "python", "hi", "--base-url", proxy.url, "--session", "h-1"]
-        args += ["--option", "function=tests.capture.node.agents:one_call"]
+        args += ["--option", "function=tests.producers.node.agents:one_call"]
         args += ["--option", f"pythonpath={REPO_ROOT}", "--workdir", str(tmp_path / "w")]
         refused = await asyncio.to_thread(CliRunner().invoke, cli, args)
         assert refused.exit_code == 1  # not registered: the strict interceptor's 401

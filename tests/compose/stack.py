@@ -20,17 +20,17 @@ import click
 import yaml
 from pydantic_settings import BaseSettings
 
-from rollstream.capture.interceptor.settings import InterceptorSettings
-from rollstream.capture.node.settings import NodeSettings
-from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.cli import cli
+from rollstream.consumers.reconstruct.settings import ReconstructSettings
+from rollstream.consumers.score.settings import ScoreSettings
+from rollstream.consumers.trainer.settings import TrainerSettings
 from rollstream.dev.backend.settings import BackendSettings
 from rollstream.dev.examples.settings import ExampleTrainerSettings
+from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.kafka.admin import TopicsSettings
-from rollstream.processing.reconstruct.settings import ReconstructSettings
-from rollstream.processing.score.settings import ScoreSettings
+from rollstream.producers.node.settings import NodeSettings
+from rollstream.producers.publisher.client import PublisherSettings
 from rollstream.settings import KafkaSettings, StatePaths, env_name
-from rollstream.trainer.settings import TrainerSettings
 from tests.compose.docker_build import dockerfile_env
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,11 +16,11 @@ from typing import Any
 import jsonschema
 import pytest
 
-from rollstream.capture.interceptor.settings import InterceptorSettings
-from rollstream.capture.node.settings import NodeSettings
+from rollstream.consumers.score.settings import ScoreSettings
 from rollstream.dev.backend.settings import BackendSettings
 from rollstream.dev.examples.settings import ExampleTrainerSettings
-from rollstream.processing.score.settings import ScoreSettings
+from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.producers.node.settings import NodeSettings
 from tests.compose import checks
 from tests.compose.docker_build import (
     dockerfile_env,

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from aiokafka.structs import TopicPartition
 
+from rollstream.consumers.reconstruct.service import Reconstructor
+from rollstream.consumers.reconstruct.settings import ReconstructSettings
+from rollstream.consumers.score.service import Scorer
+from rollstream.consumers.score.settings import ScoreSettings
 from rollstream.dev.broker.config import BrokerLayout, render_server_properties
 from rollstream.kafka.admin import TopicsSettings
 from rollstream.kafka.processor import TransactionalProcessor
-from rollstream.processing.reconstruct.service import Reconstructor
-from rollstream.processing.reconstruct.settings import ReconstructSettings
-from rollstream.processing.score.service import Scorer
-from rollstream.processing.score.settings import ScoreSettings
 from rollstream.settings import KafkaSettings
 from tests.compose import checks
 from tests.compose.stack import COMMAND_SETTINGS, Stack, base_doc, cluster_doc

@@ -7,9 +7,9 @@ import re
 
 import yaml
 
-from rollstream.capture.node.api import task_from_document
-from rollstream.processing.score.evaluators.registry import EVALUATORS
-from rollstream.processing.score.settings import ScoreSettings
+from rollstream.consumers.score.evaluators.registry import EVALUATORS
+from rollstream.consumers.score.settings import ScoreSettings
+from rollstream.producers.node.api import task_from_document
 from tests.compose.stack import COMPOSE_DIR, Stack, base_doc
 
 TASK_FILE = COMPOSE_DIR / "tasks" / "hello.yaml"

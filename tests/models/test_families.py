@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from rollstream.capture.interceptor.exact.sessions import ExactContext
 from rollstream.errors import ConfigurationError
+from rollstream.interceptor.exact.sessions import ExactContext
 from rollstream.models.families import FAMILIES, known_families, load_family
 from rollstream.models.family import AnsweredTurn, ContinuationError, Family
 from tests.loaded_families import loaded_family

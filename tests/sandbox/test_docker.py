@@ -1,7 +1,7 @@
 """The docker runtime against the run's private Docker daemon: sessions in real containers.
 
 The busybox image (a shell in 2 MB) stands in for a task's image; the harness-level tests use
-the Debian base. ``tests/capture/node/test_docker_runtime.py`` covers the same runtime against a
+the Debian base. ``tests/producers/node/test_docker_runtime.py`` covers the same runtime against a
 fake client, where the engine's failures can be staged one by one.
 """
 

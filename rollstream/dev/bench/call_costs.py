@@ -16,9 +16,9 @@ import aiohttp
 from rollstream.apis.adapters import ADAPTER_BY_KIND
 from rollstream.apis.chat import CaptureOptions, prepare_chat_request
 from rollstream.apis.sse import SSEParser
-from rollstream.capture.interceptor.recording import CallState, build_record
-from rollstream.capture.interceptor.sessions import SessionLedger
-from rollstream.capture.interceptor.streaming import PROMPT_IDS_KEY
+from rollstream.interceptor.recording import CallState, build_record
+from rollstream.interceptor.sessions import SessionLedger
+from rollstream.interceptor.streaming import PROMPT_IDS_KEY
 from rollstream.schemas import ApiKind, AvroSerializer, jsonfast
 
 STEPS = ("request", "stream", "record", "avro")

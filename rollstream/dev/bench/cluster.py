@@ -26,7 +26,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rollstream.capture.publisher.client import CapturePublisher, PublisherSettings, Record
 from rollstream.dev.bench.cluster_report import summarize
 from rollstream.dev.bench.common import percentile
 from rollstream.dev.bench.load import Encoding
@@ -44,6 +43,7 @@ from rollstream.dev.broker.config import replication_for
 from rollstream.dev.broker.process import LocalBroker
 from rollstream.dev.broker.settings import BrokerSettings
 from rollstream.kafka.admin import TopicAdmin
+from rollstream.producers.publisher.client import CapturePublisher, PublisherSettings, Record
 from rollstream.settings import KafkaSettings, StatePaths
 
 Progress = Callable[[str], None]

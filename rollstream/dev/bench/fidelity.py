@@ -6,7 +6,7 @@ this process) or, with ``--engine vllm``, a real vLLM serving the family's tiny 
 template, parsers and token ids; the plan played by its logits processor). Each real harness then
 runs headless on one tool task through them (write hello.txt with the shell tool, read it back,
 answer). The session's CallRecords are read back from Kafka and
-:func:`~rollstream.processing.reconstruct.fidelity.fidelity_row` gives its figures: threads,
+:func:`~rollstream.consumers.reconstruct.fidelity.fidelity_row` gives its figures: threads,
 ``prefix_merge`` segments and breaks, invariant violations, trainable tokens, exact calls and the
 serve gap. A harness that fails gives a row saying so (its stderr tail kept), never an exception
 that stops the matrix.
@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from rollstream.capture.interceptor.proxy import Interceptor
+from rollstream.consumers.reconstruct.fidelity import FidelityRow, fidelity_row
 from rollstream.dev.bench.fidelity_serving import (
     MODEL,
     MODES,
@@ -37,12 +37,12 @@ from rollstream.dev.bench.fidelity_serving import (
     task_of,
 )
 from rollstream.dev.engine.families import ENGINE_FAMILIES
+from rollstream.interceptor.proxy import Interceptor
 from rollstream.kafka.admin import TopicAdmin
 from rollstream.kafka.clients import ordinary_tasks
 from rollstream.kafka.reading import read_session_calls
 from rollstream.models.families import FAMILIES, load_family
 from rollstream.models.family import Family
-from rollstream.processing.reconstruct.fidelity import FidelityRow, fidelity_row
 from rollstream.sandbox.harnesses.install import PACKAGES
 from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext
 from rollstream.sandbox.harnesses.runner import HarnessResult, run_harness

@@ -16,14 +16,14 @@ from typing import Literal
 
 from aiohttp import web
 
-from rollstream.capture.interceptor.proxy import Interceptor
-from rollstream.capture.interceptor.settings import InterceptorSettings
-from rollstream.capture.publisher.client import PublisherSettings
 from rollstream.dev.backend.server import Backend
 from rollstream.dev.backend.settings import BackendSettings
 from rollstream.dev.bench.engine_upstream import vllm_upstream
+from rollstream.interceptor.proxy import Interceptor
+from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.models.families import FAMILIES
 from rollstream.models.family import Family
+from rollstream.producers.publisher.client import PublisherSettings
 from rollstream.sandbox.harnesses.install import PACKAGES
 from rollstream.settings import KafkaSettings, StatePaths
 

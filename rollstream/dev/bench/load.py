@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from rollstream.capture.interceptor.sessions import SessionLedger
 from rollstream.dev.synthetic import SyntheticSession
+from rollstream.interceptor.sessions import SessionLedger
 from rollstream.schemas import AvroRecord, CallRecord, compress_json
 from rollstream.schemas.calls import PromptTokens
 from rollstream.schemas.packed import TokenIds

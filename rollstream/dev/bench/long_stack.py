@@ -139,8 +139,8 @@ async def record_weights(kafka: KafkaSettings, key: bytes) -> dict[str, int]:
 
 async def _client(group_id: str, task_id: str) -> dict[str, Any]:
     """Read the group with the trainer client, materialise its batch, report memory."""
+    from rollstream.consumers.trainer import TrainerSettings, TrajectoryStream, to_batch
     from rollstream.schemas.segment_deltas import to_wire
-    from rollstream.trainer import TrainerSettings, TrajectoryStream, to_batch
 
     kafka = KafkaSettings()
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

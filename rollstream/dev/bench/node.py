@@ -34,10 +34,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rollstream.capture.node.pool import NodeScheduler, StageSpan
-from rollstream.capture.node.session import Emit, SessionRecord, SessionRunner
-from rollstream.capture.node.settings import NodeSettings
 from rollstream.dev.bench.common import percentile
+from rollstream.producers.node.pool import NodeScheduler, StageSpan
+from rollstream.producers.node.session import Emit, SessionRecord, SessionRunner
+from rollstream.producers.node.settings import NodeSettings
 from rollstream.sandbox.harnesses.presets import resolve_executable
 from rollstream.sandbox.runtime import LocalRuntime, Runtime
 from rollstream.schemas.base import utcnow

@@ -23,11 +23,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rollstream.capture.publisher.backlog import DiskThread
-from rollstream.capture.publisher.client import CapturePublisher, PublisherSettings
 from rollstream.dev.broker import BrokerSettings, LocalBroker
 from rollstream.host import free_port
 from rollstream.kafka.admin import TopicAdmin
+from rollstream.producers.publisher.backlog import DiskThread
+from rollstream.producers.publisher.client import CapturePublisher, PublisherSettings
 from rollstream.schemas import TopicSpec
 from rollstream.settings import KafkaSettings, StatePaths
 

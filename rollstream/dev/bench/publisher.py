@@ -25,13 +25,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rollstream.capture.publisher.client import CapturePublisher, PublisherSettings
 from rollstream.dev.bench.common import process_cpu_seconds
 from rollstream.dev.bench.load import Encoding, encoded, renamed
 from rollstream.dev.bench.logdirs import topic_log_bytes
 from rollstream.dev.synthetic import SyntheticShape, synthetic_session
 from rollstream.kafka.admin import TopicAdmin
 from rollstream.kafka.clients import make_admin, make_consumer, topic_partitions
+from rollstream.producers.publisher.client import CapturePublisher, PublisherSettings
 from rollstream.schemas import AvroSerializer, CallRecord, TopicNames, TopicSpec, topic_specs
 from rollstream.settings import KafkaSettings
 

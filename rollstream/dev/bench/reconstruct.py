@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rollstream.consumers.reconstruct.buffers import PartitionBuffers, build_trajectory
+from rollstream.consumers.reconstruct.strategies import get_strategy
 from rollstream.dev.bench.common import (
     percentile,
     process_cpu_seconds,
@@ -40,8 +42,6 @@ from rollstream.dev.bench.reconstruct_long import measure_long_sessions
 from rollstream.dev.synthetic import SyntheticShape, synthetic_session
 from rollstream.kafka.admin import TopicAdmin
 from rollstream.kafka.clients import make_consumer, make_producer, topic_partitions
-from rollstream.processing.reconstruct.buffers import PartitionBuffers, build_trajectory
-from rollstream.processing.reconstruct.strategies import get_strategy
 from rollstream.schemas import AvroSerializer, SessionEnded, TopicNames, topic_specs
 from rollstream.schemas.trajectories import Trajectory
 from rollstream.settings import KafkaSettings

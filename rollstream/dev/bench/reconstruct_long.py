@@ -22,9 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rollstream.consumers.reconstruct.buffers import PartitionBuffers, build_trajectory
+from rollstream.consumers.reconstruct.strategies import get_strategy
 from rollstream.dev.bench.long_sessions import LongSession, LongShape
-from rollstream.processing.reconstruct.buffers import PartitionBuffers, build_trajectory
-from rollstream.processing.reconstruct.strategies import get_strategy
 from rollstream.schemas import AvroRecord, AvroSerializer
 
 Progress = Callable[[str], None]

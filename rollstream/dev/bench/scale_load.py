@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from rollstream.capture.interceptor.sessions import SESSION_HEADER
+from rollstream.interceptor.sessions import SESSION_HEADER
 
 
 @dataclass(frozen=True)

@@ -171,8 +171,8 @@ def event_costs(events: list[bytes], tokens: int, repeats: int = 30) -> dict[str
     from rollstream.apis.adapters import ADAPTER_BY_KIND
     from rollstream.apis.chat import Asked, Capture
     from rollstream.apis.sse import SSEParser
-    from rollstream.capture.interceptor.recording import CallState
-    from rollstream.capture.interceptor.streaming import PROMPT_IDS_KEY, stream_function
+    from rollstream.interceptor.recording import CallState
+    from rollstream.interceptor.streaming import PROMPT_IDS_KEY, stream_function
     from rollstream.schemas import ApiKind
 
     adapter, clock = ADAPTER_BY_KIND[ApiKind.CHAT_COMPLETIONS], time.perf_counter

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import aiohttp
 from pydantic import SecretStr
 
+from rollstream.consumers.trainer import TrainerSettings
 from rollstream.dev.examples.grpo_trainer import ExampleTrainer, StepReport
 from rollstream.dev.examples.settings import ExampleTrainerSettings
 from rollstream.dev.stack.processes import StackState
@@ -31,7 +32,6 @@ from rollstream.kafka.reading import iter_values
 from rollstream.sandbox.harnesses.install import installed
 from rollstream.schemas import AvroSerializer, CallRecord, Scored, TopicNames
 from rollstream.settings import KafkaSettings, StatePaths
-from rollstream.trainer import TrainerSettings
 
 Progress = Callable[[str], None]
 

@@ -1,6 +1,6 @@
 """The example trainer: GRPO on the reference backend's tiny model, closing the loop.
 
-Scored groups come from :class:`~rollstream.trainer.TrajectoryStream`; each update
+Scored groups come from :class:`~rollstream.consumers.trainer.TrajectoryStream`; each update
 recomputes the sampled tokens' logprobs at the current weights (equal to the recorded ones
 on the first step: the trajectories are token-faithful), takes one clipped policy-gradient
 step in numpy and syncs the weights as a deployment would: the interceptor pauses and drains,
@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 import aiohttp
 import numpy as np
 
+from rollstream.consumers.trainer import Batch, Group, TrainerSettings, TrajectoryStream, to_batch
 from rollstream.dev.backend.policies.tiny import TinyWeights
 from rollstream.dev.backend.policies.tiny_train import (
     Row,
@@ -40,7 +41,6 @@ from rollstream.errors import ConfigurationError
 from rollstream.http_auth import auth_headers
 from rollstream.kafka.control import PolicyWatcher
 from rollstream.settings import KafkaSettings
-from rollstream.trainer import Batch, Group, TrainerSettings, TrajectoryStream, to_batch
 
 log = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from rollstream.dev.report.facts import Reportable, TrajectoryFacts, facts_of
-from rollstream.export import exportable
+from rollstream.consumers.export import exportable
 
 # The export's decoder learns a newer writer's schema from the schema store once.
-from rollstream.export.run import RecordDecoder
+from rollstream.consumers.export.run import RecordDecoder
+from rollstream.dev.report.facts import Reportable, TrajectoryFacts, facts_of
 from rollstream.kafka.clients import make_consumer
 from rollstream.kafka.reading import iter_records
 from rollstream.schemas import TopicNames

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from rollstream.cli import cli
+from rollstream.consumers.reconstruct.fidelity import FidelityRow
 from rollstream.dev.bench.fidelity import (
     RunRow,
     parse_modes,
@@ -20,7 +21,6 @@ from rollstream.dev.bench.fidelity import (
 from rollstream.dev.bench.fidelity_serving import FidelityBenchConfig
 from rollstream.dev.bench.report import SECTIONS, record, write_markdown
 from rollstream.dev.bench.suite import ORDER
-from rollstream.processing.reconstruct.fidelity import FidelityRow
 from rollstream.settings import KafkaSettings
 from tests.harness_stack import harnesses_installed
 

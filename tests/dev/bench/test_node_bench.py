@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from rollstream.capture.node.pool import StageSpan
 from rollstream.cli.bench import bench
 from rollstream.dev.bench.node import (
     MODES,
@@ -22,6 +21,7 @@ from rollstream.dev.bench.node import (
 )
 from rollstream.dev.bench.report import SECTIONS
 from rollstream.dev.containers import DockerEngine, ImageResult
+from rollstream.producers.node.pool import StageSpan
 from rollstream.sandbox.docker import LABEL
 
 TINY = NodeBenchConfig(

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from rollstream.capture.publisher.backlog import DiskThread
 from rollstream.dev.bench.outage import OutageBenchConfig, run_outage_bench
 from rollstream.dev.bench.report import SECTIONS
+from rollstream.producers.publisher.backlog import DiskThread
 
 
 def test_inline_disk_work_runs_on_the_callers_thread_and_reports_its_outcome() -> None:

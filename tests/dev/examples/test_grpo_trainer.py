@@ -14,19 +14,20 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from aiokafka.structs import TopicPartition
 
-from rollstream.capture.interceptor.proxy import Interceptor
-from rollstream.capture.interceptor.settings import InterceptorSettings
-from rollstream.capture.publisher.client import PublisherSettings
+from rollstream.consumers.reconstruct.service import Reconstructor
+from rollstream.consumers.reconstruct.settings import ReconstructSettings
+from rollstream.consumers.score.service import Scorer
+from rollstream.consumers.score.settings import ScoreSettings
+from rollstream.consumers.trainer import TrainerSettings
 from rollstream.dev.backend.policies.tiny_train import weights_digest, weights_from_bytes
 from rollstream.dev.backend.server import Backend
 from rollstream.dev.backend.settings import BackendSettings
 from rollstream.dev.examples.grpo_trainer import ExampleTrainer
 from rollstream.dev.examples.settings import ExampleTrainerSettings
+from rollstream.interceptor.proxy import Interceptor
+from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.kafka.clients import make_consumer, ordinary_tasks
-from rollstream.processing.reconstruct.service import Reconstructor
-from rollstream.processing.reconstruct.settings import ReconstructSettings
-from rollstream.processing.score.service import Scorer
-from rollstream.processing.score.settings import ScoreSettings
+from rollstream.producers.publisher.client import PublisherSettings
 from rollstream.schemas import (
     AvroRecord,
     AvroSerializer,
@@ -40,10 +41,9 @@ from rollstream.schemas import (
     utcnow,
 )
 from rollstream.settings import KafkaSettings, StatePaths
-from rollstream.trainer import TrainerSettings
 from tests.conftest import ConsumerFactory, ProducerFactory
+from tests.consumers.trainer.records import group_of
 from tests.kafka_reading import read_records
-from tests.trainer.records import group_of
 
 pytestmark = pytest.mark.integration
 SAMPLES = 4

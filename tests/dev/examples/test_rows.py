@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from rollstream.consumers.trainer import to_batch
 from rollstream.dev.examples.grpo_trainer import rows_of
 from rollstream.schemas import Logprobs, LossMask, Segment, TokenIds
-from rollstream.trainer import to_batch
-from tests.trainer.records import scored
+from tests.consumers.trainer.records import scored
 
 
 def test_a_sampled_token_without_its_logprob_is_left_out_of_the_update() -> None:

@@ -11,7 +11,7 @@ from dataclasses import astuple, dataclass
 
 import pytest
 
-from rollstream.processing.reconstruct.fidelity import FidelityRow
+from rollstream.consumers.reconstruct.fidelity import FidelityRow
 from tests import run_tables
 
 

@@ -16,11 +16,11 @@ from typing import Any, Literal
 
 import pytest
 
-from rollstream.capture.interceptor.exact.sessions import FIRST_CALL, NOT_APPENDED
-from rollstream.processing.reconstruct.calls import resolve_calls
-from rollstream.processing.reconstruct.checker import check_segments
-from rollstream.processing.reconstruct.fidelity import count_threads
-from rollstream.processing.reconstruct.strategies import StrategyContext, get_strategy
+from rollstream.consumers.reconstruct.calls import resolve_calls
+from rollstream.consumers.reconstruct.checker import check_segments
+from rollstream.consumers.reconstruct.fidelity import count_threads
+from rollstream.consumers.reconstruct.strategies import StrategyContext, get_strategy
+from rollstream.interceptor.exact.sessions import FIRST_CALL, NOT_APPENDED
 from rollstream.sandbox.harnesses.install import PACKAGES
 from rollstream.schemas import CallRecord, CallStatus, ContextMode, TopicNames
 from rollstream.settings import KafkaSettings

@@ -15,7 +15,7 @@ from typing import Literal
 
 import pytest
 
-from rollstream.processing.reconstruct.fidelity import fidelity_row
+from rollstream.consumers.reconstruct.fidelity import fidelity_row
 from rollstream.schemas import CallRecord, CallStatus, TopicNames
 from rollstream.settings import KafkaSettings
 from tests.harness_stack import harnesses_installed, scripted_interceptor, solve_session

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from rollstream.consumers.reconstruct.fidelity import fidelity_row
 from rollstream.dev.engine.real_model import real_model_dir
-from rollstream.processing.reconstruct.fidelity import fidelity_row
 from rollstream.sandbox.harnesses.install import PACKAGES
 from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext
 from rollstream.sandbox.harnesses.runner import run_harness

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from rollstream.capture.interceptor.proxy import Interceptor
+from rollstream.consumers.reconstruct.calls import resolve_calls
+from rollstream.consumers.reconstruct.checker import check_segments
+from rollstream.consumers.reconstruct.strategies import StrategyContext, get_strategy
 from rollstream.dev.backend.policies.base import Generation, GenerationRequest, Policy
 from rollstream.dev.backend.policies.scenarios import ScenarioFile
 from rollstream.dev.backend.policies.scripted import ScriptedGeneration, ScriptedPolicy
+from rollstream.interceptor.proxy import Interceptor
 from rollstream.models.tokenizer import ChatTokenizer
-from rollstream.processing.reconstruct.calls import resolve_calls
-from rollstream.processing.reconstruct.checker import check_segments
-from rollstream.processing.reconstruct.strategies import StrategyContext, get_strategy
 from rollstream.sandbox.harnesses.install import PACKAGES
 from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext
 from rollstream.sandbox.harnesses.runner import run_harness
