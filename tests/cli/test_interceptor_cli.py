@@ -111,9 +111,7 @@ async def test_a_call_through_the_process_lands_in_kafka(
     else:
         mitmdump = shutil.which("mitmdump", path=str(Path(sys.executable).parent))
         assert mitmdump is not None
-        script = (
-            Path(__file__).parents[2] / "rollstream" / "capture" / "interceptor" / "mitm_script.py"
-        )
+        script = Path(__file__).parents[2] / "rollstream" / "interceptor" / "mitm_script.py"
         cmd = [
             mitmdump,
             "-q",

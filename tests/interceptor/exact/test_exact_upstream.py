@@ -260,7 +260,7 @@ async def test_a_session_registered_with_a_context_mode_gets_it(
         async with admin.put("/sessions/bad@solve", json={"context": "always"}) as reply:
             refused = await reply.json()
             # Refused, but the session registered in the default mode: never locked out.
-            assert reply.status == 400 and "exact, ordinary" in refused["error"]
+            assert reply.status == 400 and "ordinary, exact" in refused["error"]
             assert refused["registered"] and refused["context"] == "ordinary"
             assert "bad@solve" in interceptor.addon.sessions
         await _chat_session(interceptor.url, "chosen@solve", True)
