@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import logging
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -19,10 +20,12 @@ from aiokafka.errors import (
 )
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from rollstream.errors import ConfigurationError
+from rollstream.errors import BrokerError, ConfigurationError
 from rollstream.kafka.parts import Joiner
 from rollstream.schemas.topics import MAX_MESSAGE_BYTES
 from rollstream.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
 
 #: What every producer keeps, transactional or not: a write is acknowledged once every in-sync
 #: replica has it (at least ``min.insync.replicas``), and a retried send is never duplicated.
@@ -56,27 +59,47 @@ def make_producer(settings: KafkaSettings, **overrides: Any) -> AIOKafkaProducer
 
 
 class Consumer(AIOKafkaConsumer):  # type: ignore[misc]
-    """aiokafka's consumer, with records carried as parts joined (``rollstream.kafka.parts``).
+    """aiokafka's consumer: parts joined, a rebalance listener's failure raised.
 
-    A seek drops what waits for parts in the partitions sought: they are read again.
+    Records carried as parts are joined (``rollstream.kafka.parts``). A seek drops what waits
+    for parts in the partitions sought: they are read again. aiokafka logs and swallows what a
+    rebalance listener raises, which would leave partitions assigned but never placed (read
+    from the wrong offset, or by a member that never took them): the first such failure is kept
+    and every later poll raises it, non-retriable (restart the consumer; the group gives its
+    partitions to the members that are well).
     """
 
     def __init__(self, *topics: str, **kwargs: Any) -> None:
         super().__init__(*topics, **kwargs)
         self.joiner = Joiner()
         self._joined: list[ConsumerRecord] = []
+        self._group = kwargs.get("group_id")
+        self.listener_failure: BaseException | None = None
+
+    def _raise_listener_failure(self) -> None:
+        failure = self.listener_failure
+        if failure is not None:
+            raise BrokerError(
+                f"consumer group {self._group}: its rebalance listener failed ({failure}); "
+                "restart the consumer (reading on would start its partitions in the wrong place)",
+                retriable=False,
+            ) from failure
 
     async def getmany(
         self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """As aiokafka's, parts joined: records behind a whole still in parts wait for it."""
+        self._raise_listener_failure()
         polled = await super().getmany(*partitions, timeout_ms=timeout_ms, max_records=max_records)
+        self._raise_listener_failure()  # a rebalance during the poll: these are not to be read
         return self.joiner.join(polled)
 
     async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
         """As aiokafka's, parts joined."""
+        self._raise_listener_failure()
         while not self._joined:
             message = await super().getone(*partitions)
+            self._raise_listener_failure()
             tp = TopicPartition(message.topic, message.partition)
             self._joined += self.joiner.join({tp: [message]}).get(tp, [])
         return self._joined.pop(0)
@@ -87,8 +110,12 @@ class Consumer(AIOKafkaConsumer):  # type: ignore[misc]
         pattern: str | None = None,
         listener: ConsumerRebalanceListener | None = None,
     ) -> None:
-        """As aiokafka's; a revoked partition's records waiting for parts are dropped first."""
-        super().subscribe(topics=topics, pattern=pattern, listener=_Forgetting(self, listener))
+        """As aiokafka's, with the listener wrapped (see the class).
+
+        A revoked partition's records waiting for parts are dropped first, and what
+        ``listener`` raises is raised by the next poll.
+        """
+        super().subscribe(topics=topics, pattern=pattern, listener=_Listener(self, listener))
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """As aiokafka's; what waited for parts in ``partition`` is dropped."""
@@ -122,24 +149,34 @@ class Consumer(AIOKafkaConsumer):  # type: ignore[misc]
             ]
 
 
-class _Forgetting(ConsumerRebalanceListener):  # type: ignore[misc]
-    """The caller's listener, after the consumer drops what waits in revoked partitions."""
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    """The caller's listener, its failure kept for the consumer's next poll.
+
+    The one place that works around aiokafka swallowing listener errors; revoked partitions'
+    records waiting for parts are dropped before the caller's listener runs.
+    """
 
     def __init__(self, consumer: Consumer, inner: ConsumerRebalanceListener | None) -> None:
         self.consumer, self.inner = consumer, inner
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
         self.consumer._forget(list(revoked))
-        if self.inner is not None:
-            done = self.inner.on_partitions_revoked(revoked)
-            if inspect.isawaitable(done):
-                await done
+        await self._call("on_partitions_revoked", revoked)
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        if self.inner is not None:
-            done = self.inner.on_partitions_assigned(assigned)
+        await self._call("on_partitions_assigned", assigned)
+
+    async def _call(self, name: str, partitions: list[TopicPartition]) -> None:
+        if self.inner is None:
+            return
+        try:
+            done = getattr(self.inner, name)(partitions)
             if inspect.isawaitable(done):
                 await done
+        except Exception as exc:
+            log.exception("consumer group %s: %s failed", self.consumer._group, name)
+            if self.consumer.listener_failure is None:
+                self.consumer.listener_failure = exc
 
 
 def make_consumer(

@@ -125,7 +125,6 @@ class TransactionalProcessor[T]:
         self._producers: dict[TopicPartition, PartitionProducer] = {}
         self._store: SchemaStore | None = None
         self._working: asyncio.Task[T] | None = None
-        self._failure: BaseException | None = None  # from the rebalance listener
         self._listener = _Listener(self)
 
     def transactional_id(self, tp: TopicPartition) -> str:
@@ -172,8 +171,6 @@ class TransactionalProcessor[T]:
         """Poll, transform, commit; until ``stop`` is set (a batch in hand is the next's)."""
         assert self.consumer is not None
         while not stop.is_set():
-            if self._failure is not None:
-                raise self._failure  # taking partitions failed: restart rather than stall them
             generation = self.generation  # before the poll: a rebalance during it counts
             polled = await self.consumer.getmany(
                 timeout_ms=self.poll_timeout_ms, max_records=self.max_batch_records
@@ -340,13 +337,9 @@ class TransactionalProcessor[T]:
             self.generation += 1  # positions went back to the committed offsets
             if self._working is not None:
                 self._working.cancel()
-        try:
-            await self._take(tps)
-        except Exception as exc:
-            # aiokafka logs and swallows what a listener raises; the partitions would stay
-            # assigned and never processed. The run loop raises it instead (a restart).
-            log.exception("%s: taking partitions failed", self.group_id)
-            self._failure = exc
+        # A failure here is raised by the consumer's next poll (rollstream.kafka.clients): the
+        # partitions would otherwise stay assigned and never processed.
+        await self._take(tps)
 
     async def _take(self, tps: list[TopicPartition]) -> None:
         """Producers (fencing each partition's previous owner), state and positions of ``tps``.

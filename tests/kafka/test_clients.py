@@ -6,12 +6,14 @@ import asyncio
 import uuid
 
 import pytest
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.structs import TopicPartition
 
-from rollstream.kafka.clients import ordinary_tasks
+from rollstream.errors import BrokerError
+from rollstream.kafka.clients import make_consumer, ordinary_tasks
 from rollstream.schemas import AvroSerializer, CallRecord, SessionStarted
 from rollstream.schemas.topics import MAX_MESSAGE_BYTES
+from rollstream.settings import KafkaSettings
 from tests.conftest import ConsumerFactory, ProducerFactory, TopicFactory
 from tests.schemas.samples import CALL, STARTED
 
@@ -166,3 +168,33 @@ async def test_a_factory_installed_while_a_block_is_open_is_suspended_by_the_nex
         assert loop.get_task_factory() is asyncio.eager_task_factory
     finally:
         loop.set_task_factory(None)
+
+
+async def test_a_rebalance_listener_failure_is_raised_by_the_next_poll(
+    topic_factory: TopicFactory, kafka_settings: KafkaSettings
+) -> None:
+    """aiokafka logs and swallows what a listener raises: the partitions would stay assigned,
+    unplaced, and the consumer would read on as if nothing happened."""
+    topic = await topic_factory(partitions=2)
+
+    class Failing(ConsumerRebalanceListener):  # type: ignore[misc]
+        def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+            pass
+
+        async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+            raise RuntimeError("committed offsets unreadable")
+
+    consumer = make_consumer(kafka_settings, group_id=f"g-{uuid.uuid4().hex}")
+    consumer.subscribe([topic], listener=Failing())
+    await consumer.start()
+    try:
+        with pytest.raises(BrokerError, match="committed offsets unreadable") as raised:
+            async with asyncio.timeout(60):
+                while True:
+                    await consumer.getmany(timeout_ms=200)
+        assert not raised.value.retriable  # a restart, not a retry
+        assert isinstance(raised.value.__cause__, RuntimeError)
+        with pytest.raises(BrokerError):  # and again: nothing reads on from there
+            await consumer.getmany(timeout_ms=0)
+    finally:
+        await consumer.stop()

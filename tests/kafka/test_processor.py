@@ -17,6 +17,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError
 from aiokafka.structs import TopicPartition
 
+from rollstream.errors import BrokerError
 from rollstream.kafka.batches import Transaction
 from rollstream.kafka.partition_producer import PartitionProducer
 from rollstream.schemas import AvroSerializer, DeadLetter, PolicyVersion, TopicNames, utcnow
@@ -213,9 +214,10 @@ async def test_a_failure_taking_partitions_stops_the_run_instead_of_idling_on_th
 
     monkeypatch.setattr("rollstream.kafka.partition_producer.load_states", unreadable)
     async with processor(kafka_settings, Echo(spec["output"], "only"), spec) as member:
-        with pytest.raises(RuntimeError, match="state topic unreadable"):
+        with pytest.raises(BrokerError, match="state topic unreadable") as raised:
             async with asyncio.timeout(60):
                 await member.run(asyncio.Event())
+        assert not raised.value.retriable  # a restart of the member, not a retry
 
 
 async def test_a_producer_that_loses_its_broker_mid_transaction_is_replaced_not_fatal(

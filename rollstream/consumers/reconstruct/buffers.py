@@ -31,6 +31,7 @@ from typing import Any
 from rollstream.consumers.reconstruct.calls import resolve_calls
 from rollstream.consumers.reconstruct.conversation import conversation
 from rollstream.consumers.reconstruct.strategies import Strategy, StrategyContext
+from rollstream.kafka.ledger import PartitionLedger
 from rollstream.models.family import Family
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import (
@@ -95,9 +96,10 @@ class PartitionBuffers:
 
     def __init__(self, committed: int | None = None, emitted: dict[str, int] | None = None):
         self.open: dict[str, SessionBuffer] = {}
-        self.emitted: dict[str, int] = dict(emitted or {})  # session -> its last offset seen
-        self.recent: OrderedDict[str, None] = OrderedDict.fromkeys(self.emitted)
-        self.next_offset = committed
+        # Open sessions hold their first record; an emitted session is settled by the last
+        # record it saw (rollstream.kafka.ledger).
+        self.ledger: PartitionLedger[str] = PartitionLedger(committed, emitted)
+        self.recent: OrderedDict[str, None] = OrderedDict.fromkeys(self.ledger.done)
         self.clock = float("-inf")  # partition time: see ``advance``
         self.late_records = 0
         self.ignored_records = 0
@@ -114,23 +116,24 @@ class PartitionBuffers:
         ``at`` is its time (its timestamp); ``arrived`` when it was read (wall clock), which
         starts the wait after a SessionEnded if it is later (see the module docs).
         """
-        self.next_offset = offset + 1
+        self.ledger.read(offset)
         self.advance(at)
         session = getattr(record, "session_id", None)
         if not isinstance(record, CallRecord | SessionStarted | SessionEnded) or not session:
             self.ignored_records += 1
             return Taken.IGNORED
         if session in self.recent:
-            if offset <= self.emitted.get(session, -1):
+            if offset <= self.ledger.done.get(session, -1):
                 return Taken.REREAD  # in the emitted trajectory (or dropped before): again
             # After the trajectory (a call after the wait ran out): dropped, and kept in the
             # window so that a re-read skips it rather than dropping it again.
-            self.emitted[session] = offset
+            self.ledger.finish(session, offset)
             self.late_records += 1
             return Taken.LATE
         buffer = self.open.get(session)
         if buffer is None:
             buffer = self.open[session] = SessionBuffer(session, offset, offset, at)
+            self.ledger.hold(offset)
         buffer.last_offset, buffer.last_time = offset, max(buffer.last_time, at)
         if isinstance(record, CallRecord):
             buffer.calls.setdefault(record.call_id, record)  # at-least-once: first copy wins
@@ -143,7 +146,7 @@ class PartitionBuffers:
 
     def skip(self, offset: int) -> None:
         """A record that was dead-lettered: only the position moves."""
-        self.next_offset = offset + 1
+        self.ledger.read(offset)
 
     def ready(
         self, now: float | None, wait_s: float, idle_s: float
@@ -161,23 +164,20 @@ class PartitionBuffers:
     def mark_emitted(self, session_id: str) -> None:
         """The session's trajectory is in this transaction: stop buffering it."""
         buffer = self.open.pop(session_id)
-        self.emitted[session_id] = buffer.last_offset
+        self.ledger.release(buffer.first_offset)
+        self.ledger.finish(session_id, buffer.last_offset)
         self.recent[session_id] = None
         while len(self.recent) > RECENT_SESSIONS:
             self.recent.popitem(last=False)
 
     def commit_offset(self) -> int | None:
         """The offset to commit: the oldest open session's first record, or past everything."""
-        if self.open:
-            return min(b.first_offset for b in self.open.values())
-        return self.next_offset
+        return self.ledger.safe()
 
     def state(self) -> dict[str, Any]:
         """What a new owner needs: the commit offset and emitted sessions at or past it."""
-        committed = self.commit_offset()
-        if committed is not None:
-            self.emitted = {s: o for s, o in self.emitted.items() if o >= committed}
-        return {"version": STATE_VERSION, "committed": committed, "emitted": dict(self.emitted)}
+        emitted = dict(self.ledger.prune())
+        return {"version": STATE_VERSION, "committed": self.ledger.safe(), "emitted": emitted}
 
     @classmethod
     def from_state(cls, state: dict[str, Any] | None, committed: int | None) -> PartitionBuffers:

@@ -1,11 +1,12 @@
 """Per-partition offsets of a trainer stream: how far it is safe to commit, and what lies beyond.
 
-Pure bookkeeping, no Kafka. Every record read is *pending* (held by a group that is not yet
-delivered) or *finished* (delivered, dropped, a duplicate, undecodable). The safe offset of a
-partition is its oldest pending record, or the next offset to read when nothing is pending: a
-restart from there re-reads every record an unfinished group still needs. The trajectory ids of
-finished records at or past that offset are kept, so a restart that also knows them (a
-:class:`StreamPosition` stored in a checkpoint) skips them instead of delivering them again.
+Pure bookkeeping, no Kafka, on the consumers' ledger (``rollstream.kafka.ledger``). Every record
+read is *pending* (held by a group that is not yet delivered) or *finished* (delivered, dropped,
+a duplicate, undecodable). The safe offset of a partition is its oldest pending record, or the
+next offset to read when nothing is pending: a restart from there re-reads every record an
+unfinished group still needs. The trajectory ids of finished records at or past that offset are
+kept, so a restart that also knows them (a :class:`StreamPosition` stored in a checkpoint)
+skips them instead of delivering them again.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from rollstream.kafka.ledger import PartitionLedger
 
 Partition = tuple[str, int]
 """(topic, partition); aiokafka's ``TopicPartition`` is such a tuple."""
@@ -55,14 +58,19 @@ class StreamPosition(BaseModel):
 
 
 class OffsetLedger:
-    """Pending and finished records per partition, fed in offset order per partition."""
+    """Pending and finished records per partition, fed in offset order per partition.
+
+    A record is *held* while pending; a finished one names its trajectory (None: nothing to
+    skip on a re-read, a duplicate or an undecodable record, say).
+    """
 
     def __init__(self) -> None:
-        self._next: dict[Partition, int] = {}
-        self._pending: dict[Partition, set[int]] = {}
-        self._done: dict[Partition, dict[int, str]] = {}
+        self._ledgers: dict[Partition, PartitionLedger[str]] = {}
         self._carried: dict[Partition, set[str]] = {}
         self._since_prune = 0
+
+    def _ledger(self, partition: Partition) -> PartitionLedger[str]:
+        return self._ledgers.setdefault(partition, PartitionLedger())
 
     def read(self, partition: Partition, offset: int, end: int | None = None) -> None:
         """A record at ``offset`` was read (call before hold or finish).
@@ -70,20 +78,18 @@ class OffsetLedger:
         ``end``: where reading goes on after it, for a record joined from parts (its last
         part's offset + 1); a hold or finish still names ``offset``, its first part's.
         """
-        after = offset + 1 if end is None else end
-        self._next[partition] = max(self._next.get(partition, 0), after)
+        self._ledger(partition).read(offset, end)
 
     def hold(self, partition: Partition, offset: int) -> None:
         """The record is pending: commits must not pass it."""
-        self._pending.setdefault(partition, set()).add(offset)
+        self._ledger(partition).hold(offset)
 
     def finish(self, partition: Partition, offset: int, trajectory_id: str | None) -> None:
         """The record is delivered or dropped (or was never pending)."""
-        pending = self._pending.get(partition)
-        if pending is not None:
-            pending.discard(offset)
+        ledger = self._ledger(partition)
+        ledger.release(offset)
         if trajectory_id is not None:
-            self._done.setdefault(partition, {})[offset] = trajectory_id
+            ledger.finish(trajectory_id, offset)
             carried = self._carried.get(partition)
             if carried:
                 carried.discard(trajectory_id)  # now known with its offset
@@ -93,43 +99,40 @@ class OffsetLedger:
 
     def safe(self, partition: Partition) -> int | None:
         """The offset up to which everything of ``partition`` is finished; None if unknown."""
-        pending = self._pending.get(partition)
-        if pending:
-            return min(pending)
-        return self._next.get(partition)
+        ledger = self._ledgers.get(partition)
+        return None if ledger is None else ledger.safe()
 
     def safe_offsets(self) -> dict[Partition, int]:
         """:meth:`safe` of every partition read or restored."""
         out = {}
-        for partition in self._next:
-            offset = self.safe(partition)
+        for partition, ledger in self._ledgers.items():
+            offset = ledger.safe()
             if offset is not None:
                 out[partition] = offset
         return out
 
     def pending(self, partition: Partition) -> set[int]:
         """Offsets of the partition's pending records (a copy)."""
-        return set(self._pending.get(partition, ()))
+        ledger = self._ledgers.get(partition)
+        return set() if ledger is None else set(ledger.held)
 
     def prune(self) -> None:
         """Forget finished records before the safe offsets: a restart never re-reads them."""
         self._since_prune = 0
-        for partition, done in self._done.items():
-            safe = self.safe(partition)
-            if safe is not None:
-                self._done[partition] = {o: t for o, t in done.items() if o >= safe}
+        for ledger in self._ledgers.values():
+            ledger.prune()
 
     def release(self, partitions: Iterable[Partition]) -> None:
         """Forget partitions this process no longer reads (revoked in a rebalance)."""
         for partition in partitions:
-            for table in (self._next, self._pending, self._done, self._carried):
-                table.pop(partition, None)
+            self._ledgers.pop(partition, None)
+            self._carried.pop(partition, None)
 
     def restore(self, position: StreamPosition) -> None:
         """Resume from ``position``: its offsets are safe until records past them are read."""
         for p in position.partitions:
             key = (p.topic, p.partition)
-            self._next[key] = p.offset
+            self._ledgers[key] = PartitionLedger(p.offset)
             self._carried[key] = set(p.done)
 
     def position(self) -> StreamPosition:
@@ -137,7 +140,7 @@ class OffsetLedger:
         self.prune()
         partitions = []
         for (topic, partition), offset in sorted(self.safe_offsets().items()):
-            done = {t for o, t in self._done.get((topic, partition), {}).items() if o >= offset}
+            done = set(self._ledgers[(topic, partition)].done)
             done |= self._carried.get((topic, partition), set())
             partitions.append(
                 PartitionPosition(

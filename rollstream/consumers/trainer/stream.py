@@ -57,11 +57,8 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.owner._assembler.release((tp.topic, tp.partition) for tp in revoked)
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        # aiokafka logs and swallows what a listener raises: kept for __anext__ to raise.
-        try:
-            await self.owner._place(assigned)
-        except Exception as exc:
-            self.owner._failure = exc
+        # A failure is raised by the next poll (rollstream.kafka.clients.Consumer).
+        await self.owner._place(assigned)
 
 
 class TrajectoryStream:
@@ -110,7 +107,6 @@ class TrajectoryStream:
         self._consumer: AIOKafkaConsumer | None = None
         self._store: SchemaStore | None = None
         self._stopped = False
-        self._failure: Exception | None = None  # raised by the rebalance listener
         self._feeding: asyncio.Future[None] | None = None  # records being taken (_poll)
         self._generation = 0  # rebalances so far
 
@@ -131,7 +127,7 @@ class TrajectoryStream:
     async def start(self) -> None:
         """Join the consumer group on the topic (resuming from its committed offsets)."""
         self._stopped = False
-        self._failure = self._feeding = None
+        self._feeding = None
         self._store = SchemaStore(self.kafka, self._serializer.registry)
         self._consumer = make_consumer(
             self.kafka,
@@ -265,12 +261,6 @@ class TrajectoryStream:
 
     async def _poll(self, timeout_ms: int, max_records: int) -> None:
         """Read what the broker has (waiting up to ``timeout_ms``) into the assembler."""
-        if self._failure is not None:  # kept: reading on would start somewhere unintended
-            raise BrokerError(
-                f"trainer stream {self.group}: placing assigned partitions failed: "
-                f"{self._failure}; restart the stream",
-                retriable=False,  # not without a restart
-            ) from self._failure
         if self._feeding is not None:  # its caller was cancelled, or it failed: see _fed
             await self._fed()
         consumer = self._require()
