@@ -9,59 +9,81 @@ renderer). ``generic`` is any Hugging Face tokenizer folder with its own Jinja t
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rollstream.errors import ConfigurationError
 from rollstream.models.family import Family
+from rollstream.models.family_spec import FamilySpec
 
 GENERIC = "generic"
 #: The ``renderer`` of a spec rendered by mistral-common (:mod:`rollstream.models.mistral_family`).
 MISTRAL_COMMON = "mistral-common"
 
 
-@dataclass(frozen=True)
-class FamilySpec:
-    """How to build one family: its renderer, its vocabulary here, its options."""
-
-    renderer: str
-    vocabulary: str
-    config: dict[str, Any] = field(default_factory=dict)
-    thinks: bool = False
-    #: Why the vocabulary is a stand-in (no registry ships the real one), or "".
-    stand_in: str = ""
-    #: The template takes one system message, first: leading ones are joined, later ones
-    #: become user messages.
-    single_system: bool = False
-    #: A call may also be a bare JSON object opening the turn, without the family's call token
-    #: (Llama 3.1 writes ``{"name": ..., "parameters": ...}`` with or without <|python_tag|>).
-    json_calls: bool = False
-    #: vLLM's parsers for the family hand out reasoning and content as the model wrote them,
-    #: whitespace included (vLLM 0.32's qwen3 reasoning parser and hermes tool parser; checked
-    #: on vLLM's own tokens in tests/models/test_parse_on_vllm.py). Otherwise stripped.
-    verbatim: bool = False
-    #: A turn's header as (its opening token, the token that closes it), where a generation
-    #: prompt may leave it open: vLLM's harmony prompt ends ``<|start|>assistant`` and the model
-    #: writes the channel (renderers' ends ``…<|channel|>analysis<|message|>``); the parser reads
-    #: a completion with the header's part from the prompt.
-    header: tuple[str, ...] = ()
-
+#: Qwen's, GLM's and others' tool calls: ``<tool_call>{json or XML}</tool_call>``.
+_TOOL_CALL = ("<tool_call>",)
+_THINK = "</think>"
 
 FAMILIES: dict[str, FamilySpec] = {
-    "qwen3": FamilySpec("qwen3", "qwen3", {"enable_thinking": True}, thinks=True, verbatim=True),
-    "qwen3-instruct": FamilySpec("qwen3", "qwen3", {"enable_thinking": False}),
+    "qwen3": FamilySpec(
+        "qwen3",
+        "qwen3",
+        {"enable_thinking": True},
+        thinks=True,
+        verbatim=True,
+        call_opens=_TOOL_CALL,
+        reasoning_close=_THINK,
+    ),
+    "qwen3-instruct": FamilySpec(
+        "qwen3", "qwen3", {"enable_thinking": False}, call_opens=_TOOL_CALL, reasoning_close=_THINK
+    ),
     # Qwen3-Coder's template (XML <function=...> calls, no thinking) as renderers ships it.
-    "qwen3-coder": FamilySpec("prime-qwen3", "qwen3"),
-    "qwen3.5": FamilySpec("qwen3.5", "qwen3.5", thinks=True, single_system=True),
-    "llama-3": FamilySpec("llama-3", "llama3", single_system=True, json_calls=True),
-    "gpt-oss": FamilySpec("gpt-oss", "gpt-oss", thinks=True, header=("<|start|>", "<|message|>")),
-    "deepseek-v3": FamilySpec("deepseek-v3", "deepseek-v3"),
+    "qwen3-coder": FamilySpec(
+        "prime-qwen3", "qwen3", call_opens=_TOOL_CALL, reasoning_close=_THINK
+    ),
+    "qwen3.5": FamilySpec(
+        "qwen3.5",
+        "qwen3.5",
+        thinks=True,
+        single_system=True,
+        call_opens=_TOOL_CALL,
+        reasoning_close=_THINK,
+    ),
+    "llama-3": FamilySpec(
+        "llama-3", "llama3", single_system=True, json_calls=True, call_opens=("<|python_tag|>",)
+    ),
+    # Harmony: a call is a message on the commentary channel addressed to a function, so a
+    # channel header may open one (content before any header is final); reasoning is the
+    # analysis channel, closed by the final channel's header.
+    "gpt-oss": FamilySpec(
+        "gpt-oss",
+        "gpt-oss",
+        thinks=True,
+        header=("<|start|>", "<|message|>"),
+        call_opens=("<|channel|>",),
+        reasoning_close="<|channel|>final<|message|>",
+    ),
+    "deepseek-v3": FamilySpec(
+        "deepseek-v3",
+        "deepseek-v3",
+        call_opens=("<\uff5ctool\u2581calls\u2581begin\uff5c>",),
+        reasoning_close=_THINK,
+    ),
     "glm-4.5": FamilySpec(
-        "glm-4.5", "glm-4.5-standin", thinks=True, stand_in="no registry ships GLM's vocabulary"
+        "glm-4.5",
+        "glm-4.5-standin",
+        thinks=True,
+        stand_in="no registry ships GLM's vocabulary",
+        call_opens=_TOOL_CALL,
+        reasoning_close=_THINK,
     ),
     "kimi-k2": FamilySpec(
-        "kimi-k2", "kimi-k2-standin", stand_in="no registry ships Kimi's vocabulary"
+        "kimi-k2",
+        "kimi-k2-standin",
+        stand_in="no registry ships Kimi's vocabulary",
+        call_opens=("<|tool_calls_section_begin|>",),
+        reasoning_close=_THINK,
+        call_id_format="functions.{name}:{index}",
     ),
     # Mistral's v3 tekken format (Mistral Nemo, Pixtral), as vLLM's --tokenizer-mode mistral.
     "mistral": FamilySpec(MISTRAL_COMMON, "mistral-tekken"),
@@ -143,14 +165,4 @@ def load_family(
         os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(harmony_encodings_dir(cache_dir))
     from rollstream.models.renderer_family import load_renderer_family
 
-    return load_renderer_family(
-        name,
-        spec.renderer,
-        tokenizer,
-        spec.config,
-        spec.thinks,
-        spec.single_system,
-        spec.json_calls,
-        spec.verbatim,
-        spec.header,
-    )
+    return load_renderer_family(name, spec, tokenizer)

@@ -26,6 +26,7 @@ from rollstream.models.family import (
     Verdict,
     arguments_json,
 )
+from rollstream.models.family_spec import FamilySpec
 from rollstream.models.hermes import ToolCall
 from rollstream.models.renderer_text import chat_messages, verbatim_text
 from rollstream.models.tokenizer import ChatTokenizer
@@ -44,29 +45,18 @@ _KEEP_REASONING: dict[str, Any] = {
 class RendererFamily(Family, TaggedCalls):
     """A model family served through its ``renderers`` renderer."""
 
-    def __init__(
-        self,
-        name: str,
-        renderer_name: str,
-        tokenizer: ChatTokenizer,
-        config: dict[str, Any] | None = None,
-        thinks: bool = False,
-        single_system: bool = False,
-        json_calls: bool = False,
-        verbatim: bool = False,
-        header: tuple[str, ...] = (),
-    ) -> None:
+    def __init__(self, name: str, spec: FamilySpec, tokenizer: ChatTokenizer) -> None:
         from renderers import config_from_name
 
-        self._single_system = single_system
-        self._json_calls = json_calls
-        self._verbatim = verbatim
+        renderer_name, thinks = spec.renderer, spec.thinks
+        self.spec = spec
+        self._single_system = spec.single_system
         self.name = name
         self.tokenizer = tokenizer
         base = config_from_name(renderer_name)
         if base is None:
             raise ConfigurationError(f"renderers has no renderer named {renderer_name!r}")
-        config = dict(config or {})
+        config = dict(spec.config)
         if getattr(base, "enable_thinking", False) is None and "enable_thinking" not in config:
             # The renderer would look the default up by Hugging Face repo name, which a model
             # folder never matches (Qwen3.5's small sizes default to thinking off): the
@@ -88,10 +78,16 @@ class RendererFamily(Family, TaggedCalls):
         stops = [int(t) for t in self.renderer.get_stop_token_ids()]
         self._end_of_turn = stops[0]
         self._stop_ids = frozenset(stops) | tokenizer.generation_stop_ids
-        self._call_ids = self._tool_start_ids()
-        self._header = [tokenizer.special_id(token) for token in header]
-        if None in self._header:
-            raise ConfigurationError(f"the {name} vocabulary lacks a header token of {header}")
+        self._call_ids = frozenset(self._special_ids(spec.call_opens, "tool-call"))
+        self._header = self._special_ids(spec.header, "header")
+
+    def _special_ids(self, tokens: Sequence[str], what: str) -> list[int]:
+        """The ids of the format's ``tokens``; a vocabulary without one is another family's."""
+        ids = [self.tokenizer.special_id(token) for token in tokens]
+        missing = [t for t, i in zip(tokens, ids, strict=True) if i is None]
+        if missing:
+            raise ConfigurationError(f"the {self.name} vocabulary lacks the {what} token {missing}")
+        return [i for i in ids if i is not None]
 
     def _make_renderers(self, date: str) -> None:
         from renderers import create_renderer
@@ -120,27 +116,6 @@ class RendererFamily(Family, TaggedCalls):
         if self._dated and self._date != today():
             self._make_renderers(today())
         return self.renderer
-
-    def _tool_start_ids(self) -> frozenset[int]:
-        """Special tokens that open a tool call in this family's format (empty if none)."""
-        ids = set()
-        for token in (
-            "<tool_call>",
-            "<|tool_calls_section_begin|>",
-            "<\uff5ctool\u2581calls\u2581begin\uff5c>",  # DeepSeek
-            "<|python_tag|>",
-            "<minimax:tool_call>",
-        ):
-            tid = self.tokenizer.special_id(token)
-            if tid is not None:
-                ids.add(tid)
-        if self.renderer_name == "gpt-oss":
-            # Harmony: a call is a message on the commentary channel addressed to a function;
-            # content before the channel header is final.
-            tid = self.tokenizer.special_id("<|channel|>")
-            if tid is not None:
-                ids.add(tid)
-        return frozenset(ids)
 
     @property
     def stop_ids(self) -> frozenset[int]:
@@ -189,8 +164,7 @@ class RendererFamily(Family, TaggedCalls):
             last = len(messages)
             marks = zip(full, rendered.message_indices, rendered.sampled_mask, strict=True)
             ids = [t for t, index, sampled in marks if index == last and sampled]
-        stops = set(self.renderer.get_stop_token_ids())
-        cut = next((i for i, t in enumerate(ids) if t in stops), None)
+        cut = next((i for i, t in enumerate(ids) if t in self._stop_ids), None)
         if cut is not None:
             return ids[: cut + 1]
         return [*ids, self._end_of_turn]
@@ -219,7 +193,7 @@ class RendererFamily(Family, TaggedCalls):
             # As vLLM does: what the parser could not read reaches the harness as text, as the
             # model wrote it (after its reasoning).
             content = self._text_after_reasoning(completion_ids, reasoning) or None
-        if self._verbatim:
+        if self.spec.verbatim:
             # renderers strips the text around reasoning and calls; vLLM's parsers for most
             # families do too, this family's keep it.
             text = self.tokenizer.decode(self._without_stops(completion_ids), False)
@@ -266,9 +240,9 @@ class RendererFamily(Family, TaggedCalls):
 
     def _text_after_reasoning(self, completion_ids: Sequence[int], reasoning: str | None) -> str:
         text = self.tokenizer.decode(self._without_stops(completion_ids), skip_special_tokens=False)
-        for close in ("</think>", "<|channel|>final<|message|>"):
-            if close in text:
-                return text.split(close, 1)[1].strip()
+        close = self.spec.reasoning_close
+        if close and close in text:
+            return text.split(close, 1)[1].strip()
         # Reasoning never closed (a call written inside it): the text is what follows the
         # reasoning the parser kept, not the reasoning a second time.
         if reasoning and reasoning in text:
@@ -286,7 +260,7 @@ class RendererFamily(Family, TaggedCalls):
             return True
         if any(t in self._call_ids for t in completion_ids):
             return True
-        if self._json_calls and completion_ids:
+        if self.spec.json_calls and completion_ids:
             # A few tokens are enough to see the turn's first character past any whitespace.
             return self.tokenizer.decode(list(completion_ids[:8])).lstrip().startswith("{")
         return False
@@ -313,8 +287,8 @@ class RendererFamily(Family, TaggedCalls):
 
     def call_id(self, name: str, index: int) -> str:
         """A tool-call id as the family's server writes them (Kimi: ``functions.NAME:INDEX``)."""
-        if self.renderer_name.startswith("kimi"):
-            return f"functions.{name}:{index}"
+        if self.spec.call_id_format:
+            return self.spec.call_id_format.format(name=name, index=index)
         return super().call_id(name, index)
 
     def check(self) -> Verdict:
@@ -348,19 +322,6 @@ def template_opens_reasoning(tokenizer: ChatTokenizer) -> bool | None:
     return None
 
 
-def load_renderer_family(
-    name: str,
-    renderer_name: str,
-    folder: Path,
-    config: dict[str, Any] | None = None,
-    thinks: bool = False,
-    single_system: bool = False,
-    json_calls: bool = False,
-    verbatim: bool = False,
-    header: tuple[str, ...] = (),
-) -> RendererFamily:
-    """A renderer family on the tokenizer folder ``folder``."""
-    tokenizer = ChatTokenizer(folder, require_template=False)
-    return RendererFamily(
-        name, renderer_name, tokenizer, config, thinks, single_system, json_calls, verbatim, header
-    )
+def load_renderer_family(name: str, spec: FamilySpec, folder: Path) -> RendererFamily:
+    """The family ``name`` (built as ``spec`` says) on the tokenizer folder ``folder``."""
+    return RendererFamily(name, spec, ChatTokenizer(folder, require_template=False))

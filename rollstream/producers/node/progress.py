@@ -15,6 +15,11 @@ offsets only: a gap may hide a record not done), ``d:HEX`` the samples of a reco
 (bit ``i`` of ``HEX`` is sample ``i``). Kafka caps metadata (``offset.metadata.max.bytes``,
 4096 by default): past ``METADATA_BUDGET`` the items of the highest offsets are left out and
 counted, and those samples may run again should the partition move before they are committed.
+
+The rule is the consumers' (``rollstream.kafka.ledger``: commit at the oldest record still
+needed, remember what finished past it), but not their ledger: here a record is finished by its
+samples, in any order and from outside (a session ending), partly finished records must be
+named too, and what is named must fit the commit's metadata.
 """
 
 from __future__ import annotations
