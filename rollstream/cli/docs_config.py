@@ -1,4 +1,4 @@
-"""The README's configuration table, generated from the settings classes and the CLI.
+"""The configuration table (docs/configuration.md), generated from the settings classes and the CLI.
 
 Every pydantic-settings class of the package (found in the source: a class whose body assigns
 ``model_config = SettingsConfigDict(...)``) gives one row per field: its environment variable,
@@ -6,9 +6,9 @@ default, description, and the service that reads it, which is the ``rollstream``
 ``--help`` lists the variable. Variables the CLI reads outside any settings class (click's
 ``envvar``) are added from their options. So the table cannot drift from the code::
 
-    python -m rollstream.cli.docs_config                    # print the table
-    python -m rollstream.cli.docs_config --write README.md  # replace it between the markers
-    python -m rollstream.cli.docs_config --check README.md  # exit 1 if the README's table differs
+    python -m rollstream.cli.docs_config                                # print the table
+    python -m rollstream.cli.docs_config --write docs/configuration.md  # replace the block
+    python -m rollstream.cli.docs_config --check docs/configuration.md  # exit 1 if it differs
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from rollstream.settings import env_name
 
 START = "<!-- config-table:start -->"
 END = "<!-- config-table:end -->"
-REGENERATE = "python -m rollstream.cli.docs_config --write README.md"
+REGENERATE = "python -m rollstream.cli.docs_config --write docs/configuration.md"
 BLOCK = DocBlock(START, END, "the configuration table", REGENERATE)
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the rollstream package
@@ -299,8 +299,8 @@ def markdown_table(table_rows: list[Row] | None = None) -> str:
     return "\n".join(lines)
 
 
-def readme_table(text: str) -> str:
-    """The table between the markers of a README's text."""
+def document_table(text: str) -> str:
+    """The table between the markers of a document's text."""
     return BLOCK.body(text)
 
 
@@ -310,11 +310,11 @@ def replace_table(text: str, table: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the table, or write it into / check it against a README."""
+    """Print the table, or write it into / check it against a document."""
     parser = argparse.ArgumentParser(
         prog="python -m rollstream.cli.docs_config", description=__doc__
     )
-    BLOCK.add_arguments(parser, "README")
+    BLOCK.add_arguments(parser, "FILE")
     return BLOCK.run(parser.parse_args(argv), markdown_table(), out=sys.stdout)
 
 

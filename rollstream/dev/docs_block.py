@@ -1,7 +1,8 @@
 """A generated block of a document: the lines between a start and an end marker.
 
-The README's configuration and benchmark tables and ``docs/scaling.md``'s sizing table are each
-generated from the code or the results and kept in their document between two HTML comments.
+The configuration table (docs/configuration.md), the benchmark summary (bench/RESULTS.md) and
+``docs/scaling.md``'s sizing table are each generated from the code or the results and kept in
+their document between two HTML comments.
 Each generator prints its block, writes it into the document (``--write``) or checks that the
 document holds what it would write (``--check``); :class:`DocBlock` does that part for all.
 """

@@ -1,4 +1,4 @@
-"""The configuration table generator: discovery, defaults, services, Markdown, the README block."""
+"""The configuration table generator: discovery, defaults, services, Markdown, its block."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from rollstream.cli.docs_config import (
     class_rows,
     cli_env_vars,
     describe_commands,
+    document_table,
     main,
     markdown_table,
-    readme_table,
     replace_table,
     rows,
     settings_classes,
@@ -141,7 +141,7 @@ def test_write_then_check_round_trip(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["--write", str(readme)]) == 0
     assert main(["--check", str(readme)]) == 0
     text = readme.read_text(encoding="utf-8")
-    assert readme_table(text) == markdown_table()
+    assert document_table(text) == markdown_table()
     assert text.startswith("# x\n\n") and text.endswith(f"{END}\n\nafter\n")
 
 

@@ -1,4 +1,4 @@
-"""The ``bench stream`` section of RESULTS.md and its row in the README's table."""
+"""The ``bench stream`` section of RESULTS.md and its row in the summary table."""
 
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ def _bounds(result: dict[str, Any], cores: int) -> list[str]:
 
 
 def summary_row(result: dict[str, Any]) -> str:
-    """The README table's row: CPU per token against plain mitmproxy, and 1 vs 2 workers."""
+    """The summary table's row: CPU per token against plain mitmproxy, and 1 vs 2 workers."""
     paths = {p["mode"]: p for p in result["paths"]}
     v = verdicts(result)
     one, two, plain = paths["rollstream-1w"], paths["rollstream-2w"], paths["mitmproxy"]

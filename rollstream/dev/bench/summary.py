@@ -1,12 +1,12 @@
-"""The README's benchmark table, generated from ``bench/results.json`` like the config table.
+"""The benchmark summary table at the top of ``bench/RESULTS.md``, from ``bench/results.json``.
 
 One row per benchmark that has results, each number read from the JSON the benchmarks write, so
-the README cannot drift from ``bench/RESULTS.md`` (both come from the same file). ``rollstream
-bench`` rewrites the table after each run (``write_markdown``); by hand::
+the summary cannot drift from the sections below it (both come from the same file). ``rollstream
+bench`` rewrites RESULTS.md after each run (``write_markdown``); by hand::
 
-    python -m rollstream.dev.bench.summary                    # print the table
-    python -m rollstream.dev.bench.summary --write README.md  # replace it between the markers
-    python -m rollstream.dev.bench.summary --check README.md  # exit 1 if the README's table differs
+    python -m rollstream.dev.bench.summary                           # print the table
+    python -m rollstream.dev.bench.summary --write bench/RESULTS.md  # replace the block
+    python -m rollstream.dev.bench.summary --check bench/RESULTS.md  # exit 1 if it differs
 """
 
 from __future__ import annotations
@@ -25,7 +25,10 @@ START = "<!-- bench-table:start -->"
 END = "<!-- bench-table:end -->"
 RESULTS = Path("bench/results.json")
 BLOCK = DocBlock(
-    START, END, "the benchmark table", "python -m rollstream.dev.bench.summary --write README.md"
+    START,
+    END,
+    "the benchmark table",
+    "python -m rollstream.dev.bench.summary --write bench/RESULTS.md",
 )
 #: The interceptor's CPU target against plain mitmproxy (the RESULTS.md section states it too).
 INTERCEPTOR_CPU_TARGET = 1.3
@@ -165,7 +168,7 @@ def _wall(result: Result) -> str:
     )
 
 
-#: In README order: (benchmark, what its row is called, how its result reads).
+#: In the summary's order: (benchmark, what its row is called, how its result reads).
 def _long_session(result: Result) -> str:
     return "; ".join(
         f"{run['calls']:,} calls drifting at every call"
@@ -219,7 +222,7 @@ def summary_body(data: Result) -> str:
 
 
 def summary_table(data: Result) -> list[str]:
-    """The lines of the table with its markers, as the README holds them."""
+    """The lines of the table with its markers, as RESULTS.md holds them."""
     return BLOCK.wrap(summary_body(data)).split("\n")
 
 
@@ -228,18 +231,11 @@ def replace_table(text: str, table: list[str]) -> str:
     return BLOCK.replace(text, BLOCK.body("\n".join(table)))
 
 
-def update_readme(data: Result, readme: Path) -> bool:
-    """Rewrite ``readme``'s table from ``data`` when it has the markers; True if it changed."""
-    if not readme.is_file() or START not in readme.read_text(encoding="utf-8"):
-        return False
-    return BLOCK.rewrite(readme, summary_body(data))
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Print, write or check the README's benchmark table."""
+    """Print, write or check the benchmark summary table of a Markdown file."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=RESULTS)
-    BLOCK.add_arguments(parser, "README")
+    BLOCK.add_arguments(parser, "RESULTS.md")
     args = parser.parse_args(argv)
     body = summary_body(json.loads(args.results.read_text()))
     return BLOCK.run(args, body, shown=BLOCK.wrap(body))

@@ -1,4 +1,4 @@
-"""The README's benchmark table: generated from the results JSON, so it cannot drift."""
+"""The benchmark summary table: generated from the results JSON, so it cannot drift."""
 
 from __future__ import annotations
 
@@ -55,15 +55,14 @@ def test_replacing_keeps_the_text_around_the_markers(data: dict[str, Any]) -> No
         replace_table("no markers here", summary_table(data))
 
 
-def test_a_bench_run_rewrites_the_readme_of_its_checkout(
+def test_a_bench_run_writes_the_summary_at_the_top_of_results(
     tmp_path: Path, data: dict[str, Any]
 ) -> None:
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n{START}\nstale\n{END}\n")
-    (tmp_path / "bench").mkdir()
-    write_markdown(data, tmp_path / "bench" / "RESULTS.md")
-    assert "stale" not in readme.read_text()
-    assert "\n".join(summary_table(data)) in readme.read_text()
+    results = tmp_path / "RESULTS.md"
+    write_markdown(data, results)
+    text = results.read_text()
+    assert "\n".join(summary_table(data)) in text
+    assert text.index(START) < text.index("\n## ", text.index(END))  # before the sections
 
 
 def test_check_fails_on_a_stale_table(tmp_path: Path, data: dict[str, Any]) -> None:
