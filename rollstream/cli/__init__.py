@@ -42,7 +42,7 @@ def cli(log_level: str) -> None:
 #: The ``--help`` sections: heading, then (module of rollstream.cli, attribute, name) per command.
 SECTIONS: list[tuple[str, list[tuple[str, str, str]]]] = [
     (
-        "Capture (run harness sessions, record every model call)",
+        "Interceptor and producers (run harness sessions, record every model call)",
         [
             ("interceptor", "interceptor", "interceptor"),
             ("node", "node", "node"),
@@ -51,7 +51,7 @@ SECTIONS: list[tuple[str, list[tuple[str, str, str]]]] = [
         ],
     ),
     (
-        "Processing (trajectories and rewards from the recorded calls)",
+        "Consumers (trajectories and rewards from the recorded calls)",
         [
             ("reconstruct", "reconstruct", "reconstruct"),
             ("score", "score", "score"),

@@ -19,8 +19,9 @@ _MODELS = ("jinja2", "tokenizers", "transformers", "renderers", "openai_harmony"
 EXTRA_MODULES: dict[str, frozenset[str]] = {
     "models": frozenset(_MODELS),
     "export": frozenset({"pyarrow"}),
-    "processing": frozenset(_MODELS),
-    "capture": frozenset({*_MODELS, "mitmproxy", "aiohttp", "yaml"}),
+    "consumers": frozenset(_MODELS),
+    "producers": frozenset({*_MODELS, "aiohttp", "yaml"}),
+    "interceptor": frozenset({*_MODELS, "mitmproxy", "aiohttp", "yaml"}),
     "dev": frozenset({*_MODELS, "mitmproxy", "aiohttp", "yaml", "pyarrow", "matplotlib"}),
 }
 
@@ -41,14 +42,14 @@ _DEV_TOOLS = (
 
 #: The extra each top-level command (or group) is documented to need; absent: the base install.
 COMMAND_EXTRAS: dict[str, str] = {
-    "interceptor": "capture",
-    "node": "capture",
-    "run": "capture",
-    "harness": "capture",
-    "reconstruct": "processing",
-    "score": "processing",
-    "replay": "processing",
-    "check": "processing",
+    "interceptor": "interceptor",
+    "node": "producers",
+    "run": "producers",
+    "harness": "producers",
+    "reconstruct": "consumers",
+    "score": "consumers",
+    "replay": "consumers",
+    "check": "consumers",
     "export": "export",
     "models": "models",
     **dict.fromkeys(_DEV_TOOLS, "dev"),

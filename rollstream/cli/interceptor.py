@@ -26,7 +26,7 @@ def interceptor(
     Point a harness's base URL at the printed address and give it its session id as API key.
     With --workers N, N interceptor processes share the work, each session on one of them.
     """
-    require_extra("capture")
+    require_extra("interceptor")
     if settings.workers > 1:
         _pool(settings, kafka, publisher)
         return

@@ -25,7 +25,7 @@ from rollstream.settings import KafkaSettings, StatePaths
 @settings_options(PublisherSettings, "publisher")
 def node(settings: NodeSettings, kafka: KafkaSettings, publisher: PublisherSettings) -> None:
     """Run harness sessions for the tasks topic (a consumer group); serve the task API."""
-    require_extra("capture")
+    require_extra("producers")
     from rollstream.producers.node.service import Node
 
     async def main(stop: StopSignal) -> None:

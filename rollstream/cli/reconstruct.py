@@ -19,7 +19,7 @@ def reconstruct(settings: ReconstructSettings, kafka: KafkaSettings) -> None:
 
     Run more instances with the same --strategy to scale out.
     """
-    require_extra("processing")
+    require_extra("consumers")
     from rollstream.consumers.reconstruct.service import Reconstructor
 
     async def main(stop: StopSignal) -> None:

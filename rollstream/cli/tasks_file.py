@@ -58,7 +58,7 @@ def apply_overrides(document: dict[str, Any], overrides: Overrides) -> None:
 
 def task_document(path: Path, overrides: Overrides) -> dict[str, Any]:
     """The one task of a YAML or JSON file (``--task``), overrides applied."""
-    import yaml  # the capture extra's; `rollstream --help` works without it
+    import yaml  # the producers extra's; `rollstream --help` works without it
 
     document = yaml.safe_load(path.read_text())
     if not isinstance(document, dict):

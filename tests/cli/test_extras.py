@@ -39,8 +39,8 @@ def test_a_service_without_its_extra_is_one_line_naming_it(monkeypatch: pytest.M
     result = _invoke(cli, "interceptor", "--port", "0")
     assert result.exit_code == 1
     assert result.output.splitlines() == [
-        "Error: rollstream interceptor needs the 'capture' extra: "
-        "pip install 'rollstream[capture]' (missing: mitmproxy)"
+        "Error: rollstream interceptor needs the 'interceptor' extra: "
+        "pip install 'rollstream[interceptor]' (missing: mitmproxy)"
     ]
 
 
@@ -88,8 +88,8 @@ def test_a_module_no_extra_provides_keeps_its_traceback() -> None:
 
 
 def test_the_extra_is_the_commands_own_when_it_holds_the_module() -> None:
-    assert extra_for("interceptor", "mitmproxy.http") == "capture"
-    assert extra_for("interceptor", "tokenizers") == "capture"  # not "models": one install
+    assert extra_for("interceptor", "mitmproxy.http") == "interceptor"
+    assert extra_for("interceptor", "tokenizers") == "interceptor"  # not "models": one install
     assert extra_for("bench", "pyarrow") == "dev"
     assert extra_for("reconstruct", "pyarrow") == "export"  # not the command's: the smallest
     assert extra_for("tail", "tokenizers") == "models"  # a base command: the smallest extra
@@ -155,8 +155,8 @@ def test_a_service_on_the_base_install_fails_with_one_line() -> None:
     result = _base_install("interceptor")
     assert result.returncode == 1
     assert re.fullmatch(
-        r"Error: rollstream interceptor needs the 'capture' extra: "
-        r"pip install 'rollstream\[capture\]' \(missing: \w+\)\n",
+        r"Error: rollstream interceptor needs the 'interceptor' extra: "
+        r"pip install 'rollstream\[interceptor\]' \(missing: \w+\)\n",
         result.stderr,
     ), result.stderr
 

@@ -74,8 +74,8 @@ def test_root_help_lists_each_command_once_under_its_section() -> None:
     ]
     assert listed == expected
     assert [title for title, _ in SECTIONS] == [
-        "Capture (run harness sessions, record every model call)",
-        "Processing (trajectories and rewards from the recorded calls)",
+        "Interceptor and producers (run harness sessions, record every model call)",
+        "Consumers (trajectories and rewards from the recorded calls)",
         "Data (topics, records, model vocabularies)",
         "Development tools (all of it on one machine; the 'dev' extra)",
     ]

@@ -26,8 +26,8 @@ dependencies = ["aiokafka>=0.14"]
 
 [project.optional-dependencies]
 models = ["jinja2>=3.1"]
-capture = ["rollstream[models]", "mitmproxy>=12"]
-dev = ["rollstream[capture, models]", "matplotlib"]
+interceptor = ["rollstream[models]", "mitmproxy>=12"]
+dev = ["rollstream[interceptor, models]", "matplotlib"]
 all = ["rollstream[dev]", "docker>=7"]
 """
 
@@ -38,7 +38,7 @@ def test_the_dependency_list_follows_the_project_s_own_extras(tmp_path: Path) ->
     assert build_context.requirements(pyproject) == sorted(
         ["aiokafka>=0.14", "jinja2>=3.1", "mitmproxy>=12", "matplotlib", "docker>=7"]
     )
-    assert build_context.requirements(pyproject, "capture") == [
+    assert build_context.requirements(pyproject, "interceptor") == [
         "aiokafka>=0.14",
         "jinja2>=3.1",
         "mitmproxy>=12",
@@ -52,7 +52,7 @@ def test_the_real_dependency_list_is_what_pip_install_all_installs() -> None:
     project = tomllib.loads(build_context.PYPROJECT.read_text())["project"]
     assert not [r for r in found if r.startswith("rollstream")]
     assert set(project["dependencies"]) <= set(found)
-    for extra in ("capture", "export", "docker"):
+    for extra in ("interceptor", "producers", "consumers", "export", "docker"):
         own = [r for r in project["optional-dependencies"][extra] if "rollstream" not in r]
         assert set(own) <= set(found), extra
 
