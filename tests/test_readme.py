@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 
 from rollstream.cli import cli
 from rollstream.cli.docs_config import REGENERATE, document_table, markdown_table
+from rollstream.dev.bench.results_file import write_markdown
 from rollstream.dev.bench.summary import replace_table, summary_table
 from rollstream.schemas import Topic
 
@@ -121,6 +123,19 @@ def test_benchmark_table_is_the_generated_one() -> None:
         "bench/RESULTS.md's summary differs from bench/results.json; regenerate it with: "
         "python -m rollstream.dev.bench.summary --write bench/RESULTS.md"
     )
+
+
+def test_results_md_is_what_the_results_render_to() -> None:
+    """bench/RESULTS.md as a whole, not only its summary: each section from its JSON."""
+    results = json.loads((ROOT / "bench" / "results.json").read_text())
+    written = (ROOT / "bench" / "RESULTS.md").read_text(encoding="utf-8")
+    with tempfile.TemporaryDirectory() as tmp:
+        rendered = Path(tmp) / "RESULTS.md"
+        write_markdown(results, rendered)
+        assert rendered.read_text(encoding="utf-8") == written, (
+            "bench/RESULTS.md differs from what bench/results.json renders to; regenerate it "
+            "with: python -m rollstream.dev.bench.results_file"
+        )
 
 
 def test_every_rollstream_command_and_flag_in_the_readme_exists() -> None:

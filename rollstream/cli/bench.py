@@ -25,7 +25,7 @@ from rollstream.dev.bench.interceptor import (
 )
 from rollstream.dev.bench.node import NodeBenchConfig, run_node_bench
 from rollstream.dev.bench.reconstruct import ReconstructBenchConfig, run_reconstruct_bench
-from rollstream.dev.bench.report import record, write_markdown
+from rollstream.dev.bench.results_file import record, write_markdown
 from rollstream.settings import KafkaSettings
 
 

@@ -14,7 +14,7 @@ import click
 
 from rollstream.cli.bench_common import delete_topics, output_options
 from rollstream.cli.options import settings_options
-from rollstream.dev.bench.report import record, write_markdown
+from rollstream.dev.bench.results_file import record, write_markdown
 from rollstream.dev.bench.scale import ScaleBenchConfig, run_scale_bench
 from rollstream.settings import KafkaSettings
 

@@ -18,7 +18,7 @@ from rollstream.cli.bench_common import output_options
 from rollstream.cli.options import settings_options
 from rollstream.dev.bench.cluster import ClusterBenchConfig, local_setups, run_cluster_bench
 from rollstream.dev.bench.instances import InstancesBenchConfig, run_instances_bench
-from rollstream.dev.bench.report import record, write_markdown
+from rollstream.dev.bench.results_file import record, write_markdown
 from rollstream.dev.broker import BrokerInfo
 from rollstream.settings import KafkaSettings, StatePaths
 

@@ -18,7 +18,7 @@ from rollstream.dev.bench.long_stack import RUNS, LongRun, run_session
 from rollstream.dev.bench.outage import OutageBenchConfig, run_outage_bench
 from rollstream.dev.bench.pipeline import PipelineBenchConfig, run_pipeline_bench
 from rollstream.dev.bench.publisher import PublisherBenchConfig, run_publisher_bench
-from rollstream.dev.bench.report import record, write_markdown
+from rollstream.dev.bench.results_file import record, write_markdown
 from rollstream.dev.bench.state import StateBenchConfig, run_state_bench
 from rollstream.dev.bench.suite import ORDER, record_run
 from rollstream.dev.bench.wall import WallBenchConfig, run_wall_bench

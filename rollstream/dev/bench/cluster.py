@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rollstream.dev.bench.cluster_report import summarize
-from rollstream.dev.bench.common import percentile
+from rollstream.dev.bench.common import abba, percentile
 from rollstream.dev.bench.load import Encoding
 from rollstream.dev.bench.publisher import (
     PublisherBenchConfig,
@@ -258,7 +258,7 @@ async def run_cluster_bench(
     runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in setups}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(config.rounds):
-            for setup in setups if r % 2 == 0 else setups[::-1]:
+            for setup in abba(setups, r):
                 topic = f"{setup.kafka.topic_prefix}.cluster-{setup.name}-{r}"
                 run = await _one_round(config, setup, topic, load, Path(tmp) / f"{setup.name}-{r}")
                 runs[setup.name].append(run)

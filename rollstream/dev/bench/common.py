@@ -8,10 +8,21 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+
+def abba[T](items: Sequence[T], round_: int) -> Sequence[T]:
+    """The order to measure ``items`` in at round ``round_`` (0-based): as given, then reversed.
+
+    Every benchmark that compares variants measures each of them in every round, in ABBA
+    order, so that neither a neighbour's burst on a shared machine nor the order itself (cold
+    caches first, a warm broker last) favours one; ratios are then taken per round.
+    """
+    return items if round_ % 2 == 0 else items[::-1]
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -29,6 +29,7 @@ import aiohttp
 
 from rollstream.dev.bench.call_costs import measure_call_costs, upstream_chunks
 from rollstream.dev.bench.common import (
+    abba,
     cpu_ns_between,
     percentile,
     process_cpu_seconds,
@@ -368,10 +369,9 @@ async def run_interceptor_bench(
             )
             progress(f"  rollstream's own work per call (ms): {costs}")
             rounds: dict[str, list[ModeResult]] = {mode: [] for mode in MODES}
-            # Rounds alternate the paths, so a neighbour's burst on this shared machine hits
-            # them alike; the ratio is taken per round and its median reported.
+            # The ratio is taken per round and its median reported.
             for round_ in range(config.rounds):
-                for mode in MODES:
+                for mode in abba(MODES, round_):
                     result = await _run_mode(mode, url, config, words, Path(tmp), env)
                     progress(
                         f"  round {round_ + 1} {mode:<10} CPU {result.proxy_cpu_ms_per_call:>7} "
@@ -388,6 +388,7 @@ async def run_interceptor_bench(
     by_mode = {m["mode"]: m for m in modes}
     return {
         "config": asdict(config),
+        "order": "abba",
         "engine": config.engine,
         "prompt_tokens_measured": prompt_tokens,
         "modes": modes,

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rollstream.dev.bench.common import percentile
+from rollstream.dev.bench.common import abba, percentile
 from rollstream.producers.node.pool import NodeScheduler, StageSpan
 from rollstream.producers.node.session import Emit, SessionRecord, SessionRunner
 from rollstream.producers.node.settings import NodeSettings
@@ -348,9 +348,7 @@ async def run_node_bench(
                 f"is removed in {cost['stop_ms']} ms (median of {cost['probes']})"
             )
         for round_ in range(config.rounds):
-            # ABBA order: neither mode always runs first (cold caches) or last.
-            order = runs if round_ % 2 == 0 else runs[::-1]
-            for runtime, mode in order:
+            for runtime, mode in abba(runs, round_):
                 result = await run_round(
                     config,
                     mode,

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rollstream.dev.bench.common import process_cpu_seconds
+from rollstream.dev.bench.common import abba, process_cpu_seconds
 from rollstream.dev.bench.load import Encoding, encoded, renamed
 from rollstream.dev.bench.logdirs import topic_log_bytes
 from rollstream.dev.synthetic import SyntheticShape, synthetic_session
@@ -210,7 +210,7 @@ async def measure_throughput(
     runs: dict[Encoding, list[dict[str, Any]]] = {e: [] for e in encodings}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(config.rounds):
-            for e in encodings if r % 2 == 0 else encodings[::-1]:
+            for e in abba(encodings, r):
                 topic = f"{kafka.topic_prefix}.publisher-{e.value}-{r}"
                 await create_topic(kafka, events_like(kafka.topic_prefix, topic, config.partitions))
                 try:

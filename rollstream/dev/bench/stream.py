@@ -31,7 +31,7 @@ from typing import Any
 
 import aiohttp
 
-from rollstream.dev.bench.common import process_cpu_seconds, spawn_pinned, wait_healthy
+from rollstream.dev.bench.common import abba, process_cpu_seconds, spawn_pinned, wait_healthy
 from rollstream.dev.bench.scale import count_records, run_queue_wait_seconds
 from rollstream.dev.bench.stream_load import StreamLoadResult, StreamLoadSpec, stream_answer
 from rollstream.dev.bench.stream_report import ModeRun, mode_run, summarise
@@ -335,9 +335,7 @@ async def run_stream_bench(
         backend = await start_backend(config, backend_port, tmp, env)
         try:
             for round_ in range(config.rounds):
-                # Alternate the order, so a neighbour's burst or a warming broker hits all alike.
-                order = config.paths if round_ % 2 == 0 else config.paths[::-1]
-                for path in order:
+                for path in abba(config.paths, round_):
                     run, warm = await _run_path(
                         path, round_, config, backend, upstream, key_prefix, tmp, env
                     )

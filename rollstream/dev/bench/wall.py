@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rollstream.dev.bench.common import percentile
+from rollstream.dev.bench.common import abba, percentile
 from rollstream.sandbox.harnesses.presets import HarnessLaunch
 from rollstream.sandbox.harnesses.runner import run_harness
 from rollstream.sandbox.netns import Endpoint, Wall, listen_loopback
@@ -149,8 +149,7 @@ async def run_wall_bench(
     async with _echo() as target:
         with tempfile.TemporaryDirectory(prefix="rollstream-bench-wall-") as tmp:
             for round_ in range(config.rounds):
-                order = MODES if round_ % 2 == 0 else MODES[::-1]
-                for mode in order:
+                for mode in abba(MODES, round_):
                     walled = mode == "walled"
                     result = await _traffic(config, target, walled)
                     result["start_ms"] = await _start_ms(config, Path(tmp), walled, target)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rollstream.dev.bench.backend import BackendBenchConfig, run_backend_bench
 from rollstream.dev.bench.common import percentile
-from rollstream.dev.bench.report import record, write_markdown
+from rollstream.dev.bench.results_file import record, write_markdown
 
 
 def test_percentile() -> None:

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from rollstream.cli import cli
 from rollstream.cli.bench_suite import all_benchmarks
-from rollstream.dev.bench.report import record, write_markdown
+from rollstream.dev.bench.results_file import record, write_markdown
 from rollstream.settings import KafkaSettings
 
 BACKEND_RESULT: dict[str, Any] = {

@@ -7,7 +7,7 @@ import os
 import threading
 from pathlib import Path
 
-from rollstream.dev.bench.common import cpu_ns_between, thread_cpu_ns
+from rollstream.dev.bench.common import abba, cpu_ns_between, thread_cpu_ns
 
 RESULTS = Path(__file__).resolve().parents[3] / "bench" / "results.json"
 
@@ -32,7 +32,7 @@ def test_a_run_records_the_machines_speed_and_the_report_says_it(tmp_path: Path)
     # The shared machine runs at other speeds on other days: the absolute figures of two runs
     # compare only through it.
     from rollstream.dev.bench.common import machine
-    from rollstream.dev.bench.report import write_markdown
+    from rollstream.dev.bench.results_file import write_markdown
 
     speed = machine()["reference_loop_ms"]
     assert isinstance(speed, float) and speed > 0
@@ -41,3 +41,13 @@ def test_a_run_records_the_machines_speed_and_the_report_says_it(tmp_path: Path)
     stream["machine"]["reference_loop_ms"] = 12.5
     write_markdown({"benchmarks": {"stream": stream}}, tmp_path / "bench" / "R.md")
     assert "a fixed Python loop took 12.5 ms of CPU" in (tmp_path / "bench" / "R.md").read_text()
+
+
+def test_rounds_alternate_their_order() -> None:
+    variants = ("a", "b", "c")
+    assert [list(abba(variants, r)) for r in range(4)] == [
+        ["a", "b", "c"],
+        ["c", "b", "a"],
+        ["a", "b", "c"],
+        ["c", "b", "a"],
+    ]

@@ -19,7 +19,8 @@ from rollstream.dev.bench.fidelity import (
     run_fidelity_bench,
 )
 from rollstream.dev.bench.fidelity_serving import FidelityBenchConfig
-from rollstream.dev.bench.report import SECTIONS, record, write_markdown
+from rollstream.dev.bench.report import SECTIONS
+from rollstream.dev.bench.results_file import record, write_markdown
 from rollstream.dev.bench.suite import ORDER
 from rollstream.settings import KafkaSettings
 from tests.harness_stack import harnesses_installed

@@ -16,7 +16,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from rollstream.cli import cli
-from rollstream.dev.bench.report import SECTIONS, record, write_markdown
+from rollstream.dev.bench.report import SECTIONS
+from rollstream.dev.bench.results_file import record, write_markdown
 from rollstream.dev.bench.stream import SMALL, run_stream_bench
 from rollstream.dev.bench.stream_load import (
     StreamFailed,

@@ -7,7 +7,8 @@ from typing import Any
 
 from rollstream.dev.bench.pipeline_report import pipeline_section
 from rollstream.dev.bench.publisher_report import publisher_section
-from rollstream.dev.bench.report import SECTIONS, write_markdown
+from rollstream.dev.bench.report import SECTIONS
+from rollstream.dev.bench.results_file import write_markdown
 from rollstream.dev.bench.suite import header_lines, record_run
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rollstream.dev.bench.report import write_markdown
+from rollstream.dev.bench.results_file import write_markdown
 from rollstream.dev.bench.summary import END, START, main, replace_table, summary_table
 from rollstream.errors import ConfigurationError
 
