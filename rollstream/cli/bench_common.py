@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from rollstream.kafka.clients import make_admin
+from rollstream.kafka.admin import TopicAdmin
 from rollstream.schemas import TopicNames, topic_specs
 from rollstream.settings import KafkaSettings
 
@@ -49,13 +49,6 @@ def results_name(bench: str, engine: str) -> str:
 
 async def delete_topics(kafka: KafkaSettings) -> None:
     """Drop a bench run's topics (best effort: a broker that is gone keeps them)."""
-    admin = make_admin(kafka)
     with contextlib.suppress(Exception):
-        await admin.start()
-        try:
-            names = set(await admin.list_topics())
-            mine = [s.name for s in topic_specs(TopicNames(kafka.topic_prefix)) if s.name in names]
-            if mine:
-                await admin.delete_topics(mine)
-        finally:
-            await admin.close()
+        async with TopicAdmin(kafka) as admin:
+            await admin.delete(s.name for s in topic_specs(TopicNames(kafka.topic_prefix)))

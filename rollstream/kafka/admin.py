@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -232,6 +233,13 @@ class TopicAdmin:
     async def list_topics(self) -> list[str]:
         """Every topic name in the cluster, internal ones excluded, sorted."""
         return sorted(t for t in await self._admin.list_topics() if not t.startswith("__"))
+
+    async def delete(self, names: Iterable[str]) -> list[str]:
+        """Delete those of ``names`` that exist; the ones deleted, sorted."""
+        existing = sorted(set(names) & set(await self.list_topics()))
+        if existing:
+            await self._admin.delete_topics(existing)
+        return existing
 
     async def configs(self, names: list[str]) -> dict[str, dict[str, str]]:
         """Each topic's configs that are set on the topic (not broker defaults)."""

@@ -108,3 +108,16 @@ async def test_create_waits_a_moment_for_a_new_topics_metadata(
         waited = time.monotonic() - began
         assert error.value.retriable is False
         assert 2.0 <= waited < 10 and lag["reads"] > 3  # asked again for its 2 s, then gave up
+
+
+async def test_delete_removes_the_named_topics_that_exist_and_no_other(
+    kafka_settings: KafkaSettings, topic_factory: TopicFactory
+) -> None:
+    gone, kept = await topic_factory(), await topic_factory()
+    async with TopicAdmin(kafka_settings) as admin:
+        deleted = await admin.delete([gone, f"{gone}-never-made"])
+        assert deleted == [gone]  # the missing name is no error
+        async with asyncio.timeout(30):
+            while gone in await admin.list_topics():  # noqa: ASYNC110
+                await asyncio.sleep(0.2)
+        assert kept in await admin.list_topics()

@@ -67,12 +67,20 @@ def cpu_ns_between(before: dict[int, int], after: dict[int, int]) -> int:
     return sum(ns - before.get(tid, 0) for tid, ns in after.items())
 
 
+def status_kb(pid: int | str = "self") -> dict[str, int]:
+    """The memory lines of a process's /proc status (VmRSS, VmHWM, ...), in kB."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name.startswith("Vm"):
+            out[name] = int(value.split()[0])
+    return out
+
+
 def process_rss_mb(pid: int) -> float:
     """Resident memory of a process in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    kb = status_kb(pid).get("VmRSS")
+    return kb / 1024 if kb is not None else float("nan")
 
 
 def reference_loop_ms(repeats: int = 3) -> float:

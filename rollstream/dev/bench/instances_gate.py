@@ -21,6 +21,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
+from rollstream.kafka.admin import TopicAdmin
 from rollstream.kafka.clients import make_admin, make_producer
 from rollstream.schemas import TopicNames, TopicSpec, topic_specs
 from rollstream.settings import KafkaSettings
@@ -186,10 +187,5 @@ def _led(described: list[dict[str, Any]], specs: list[TopicSpec]) -> bool:
 
 async def drop_topics(kafka: KafkaSettings, specs: list[TopicSpec]) -> None:
     """Delete one count's topics: the next count need not share the broker's disk with them."""
-    admin = make_admin(kafka)
-    await admin.start()
-    try:
-        existing = set(await admin.list_topics())
-        await admin.delete_topics([s.name for s in specs if s.name in existing])
-    finally:
-        await admin.close()
+    async with TopicAdmin(kafka) as admin:
+        await admin.delete(s.name for s in specs)

@@ -30,7 +30,7 @@ from rollstream.dev.bench.load import Encoding, encoded, renamed
 from rollstream.dev.bench.logdirs import topic_log_bytes
 from rollstream.dev.synthetic import SyntheticShape, synthetic_session
 from rollstream.kafka.admin import TopicAdmin
-from rollstream.kafka.clients import make_admin, make_consumer, topic_partitions
+from rollstream.kafka.clients import make_consumer, topic_partitions
 from rollstream.producers.publisher.client import CapturePublisher, PublisherSettings
 from rollstream.schemas import AvroSerializer, CallRecord, TopicNames, TopicSpec, topic_specs
 from rollstream.settings import KafkaSettings
@@ -128,12 +128,8 @@ async def create_topic(kafka: KafkaSettings, spec: TopicSpec) -> None:
 
 async def delete_topic(kafka: KafkaSettings, topic: str) -> None:
     """Drop a measured topic: the runs write hundreds of MB the broker need not keep."""
-    admin = make_admin(kafka)
-    await admin.start()
-    try:
-        await admin.delete_topics([topic])
-    finally:
-        await admin.close()
+    async with TopicAdmin(kafka) as admin:
+        await admin.delete([topic])
 
 
 async def _count_records(kafka: KafkaSettings, topic: str) -> int:

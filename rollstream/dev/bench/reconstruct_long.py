@@ -19,16 +19,15 @@ import os
 import time
 import tracemalloc
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from rollstream.consumers.reconstruct.buffers import PartitionBuffers, build_trajectory
 from rollstream.consumers.reconstruct.strategies import get_strategy
+from rollstream.dev.bench.common import status_kb
 from rollstream.dev.bench.long_sessions import LongSession, LongShape
 from rollstream.schemas import AvroRecord, AvroSerializer
 
 Progress = Callable[[str], None]
-PHASES = ("decode", "buffer", "build", "encode")
 
 
 def _run_once(
@@ -97,7 +96,7 @@ def measure_long_sessions(
             "ms_per_call_phases": {k: round(v / calls * 1000, 4) for k, v in phases.items()},
             "session_s": round(sum(phases.values()), 3),
             "build_peak_mb": round(peak / 1e6, 1),
-            "process_peak_rss_mb": round(_peak_rss_mb(), 1),
+            "process_peak_rss_mb": round(status_kb()["VmHWM"] / 1024, 1),
             "segments": segments,
             "status": status,
         }
@@ -116,14 +115,6 @@ def measure_long_sessions(
         # A shared machine's numbers say little without how busy it was.
         "load_average_1min": round(os.getloadavg()[0], 2),
     }
-
-
-def _peak_rss_mb() -> float:
-    """The resident-memory high-water mark (VmHWM) of this process, in MB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def long_sessions_section(long: dict[str, Any] | None) -> list[str]:

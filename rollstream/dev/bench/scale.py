@@ -27,7 +27,7 @@ from typing import Any
 
 import aiohttp
 
-from rollstream.dev.bench.common import process_cpu_seconds, wait_healthy
+from rollstream.dev.bench.common import process_cpu_seconds, status_kb, wait_healthy
 from rollstream.dev.bench.scale_load import LoadResult, LoadSpec, chat_body, stream_call
 from rollstream.dev.bench.scale_report import (
     Call,
@@ -96,16 +96,6 @@ def _spawn(
             env=env,
             preexec_fn=_pin_and_nofile(core, nofile),
         )
-
-
-def status_kb(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM (kB) of a process, from /proc."""
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        name, _, value = line.partition(":")
-        if name in ("VmRSS", "VmHWM"):
-            out[name] = int(value.split()[0])
-    return out
 
 
 def run_queue_wait_seconds(pid: int) -> float:

@@ -27,7 +27,7 @@ from typing import Any
 from aiokafka.structs import TopicPartition
 
 from rollstream.kafka.admin import TopicAdmin
-from rollstream.kafka.clients import make_admin, make_producer
+from rollstream.kafka.clients import make_producer
 from rollstream.kafka.state import encode_state, load_states, state_key, state_records
 from rollstream.schemas import TopicNames, TopicSpec, topic_specs
 from rollstream.settings import KafkaSettings
@@ -161,13 +161,9 @@ async def _assignment(
 
 
 async def _delete(kafka: KafkaSettings, topic: str) -> None:
-    admin = make_admin(kafka)
     with contextlib.suppress(Exception):  # best effort: a bench topic left behind is harmless
-        await admin.start()
-        try:
-            await admin.delete_topics([topic])
-        finally:
-            await admin.close()
+        async with TopicAdmin(kafka) as admin:
+            await admin.delete([topic])
 
 
 async def run_state_bench(

@@ -224,7 +224,6 @@ async def profile(
 ) -> None:
     """Profile both paths against one backend and print what each spends per token."""
     from rollstream.kafka.admin import TopicAdmin
-    from rollstream.kafka.clients import make_admin
     from rollstream.schemas import TopicNames, topic_specs
 
     kafka = kafka.model_copy(update={"topic_prefix": f"profile-{int(time.time())}"})
@@ -254,13 +253,8 @@ async def profile(
                 backend.terminate()
                 backend.wait(timeout=30)
     finally:
-        cleaner = make_admin(kafka)
-        await cleaner.start()
-        try:
-            names = {s.name for s in topic_specs(TopicNames(kafka.topic_prefix))}
-            await cleaner.delete_topics(sorted(names & set(await cleaner.list_topics())))
-        finally:
-            await cleaner.close()
+        async with TopicAdmin(kafka) as cleaner:
+            await cleaner.delete(s.name for s in topic_specs(TopicNames(kafka.topic_prefix)))
 
 
 def main(argv: list[str] | None = None) -> None:

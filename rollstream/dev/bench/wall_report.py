@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-#: (key, label, unit, whether higher is better)
+#: (key, label, unit)
 _ROWS = (
-    ("start_ms", "a harness process from spawn to exit", "ms", False),
-    ("round_trip_p50_us", "round trip of {size} bytes on one connection, p50", "µs", False),
-    ("round_trip_p99_us", "the same, p99", "µs", False),
-    ("connect_us", "a new connection and one byte back", "µs", False),
-    ("bulk_mb_per_s", "bulk, one way ({bulk} MB)", "MB/s", True),
+    ("start_ms", "a harness process from spawn to exit", "ms"),
+    ("round_trip_p50_us", "round trip of {size} bytes on one connection, p50", "µs"),
+    ("round_trip_p99_us", "the same, p99", "µs"),
+    ("connect_us", "a new connection and one byte back", "µs"),
+    ("bulk_mb_per_s", "bulk, one way ({bulk} MB)", "MB/s"),
 )
 
 
@@ -32,7 +32,7 @@ def wall_section(result: dict[str, Any]) -> list[str]:
         "| measure | direct | walled | walled / direct |",
         "|---|---:|---:|---:|",
     ]
-    for key, label, unit, _ in _ROWS:
+    for key, label, unit in _ROWS:
         text = label.format(size=config["message_bytes"], bulk=config["bulk_mb"])
         lines.append(
             f"| {text} | {modes['direct'][key]:,} {unit} | {modes['walled'][key]:,} {unit} "
