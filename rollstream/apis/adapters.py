@@ -38,11 +38,8 @@ from rollstream.apis.limits import (
     context_overflow,
     gemini_overflow_message,
 )
-from rollstream.apis.responses import (
-    chat_to_responses,
-    responses_error,
-    responses_to_chat,
-)
+from rollstream.apis.responses import responses_error, responses_to_chat
+from rollstream.apis.responses_answer import chat_to_responses
 from rollstream.apis.responses_stream import ResponsesStreamTranslator
 from rollstream.apis.sse import DONE, SSEEvent
 from rollstream.schemas import ApiKind

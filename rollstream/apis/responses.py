@@ -1,16 +1,12 @@
 """The OpenAI Responses API (``/v1/responses``, spoken by Codex) to Chat Completions and back.
 
 A Responses request is a list of items (messages, function calls, their outputs, reasoning);
-Chat Completions wants messages. The answer goes the other way: one assistant message becomes a
-list of output items. Streaming lives in :mod:`responses_stream`; the response object, usage and
-ids are built here for both.
+Chat Completions wants messages. The answer goes the other way (:mod:`responses_answer`, and
+:mod:`responses_stream` for a stream): one assistant message becomes a list of output items.
 """
 
 from __future__ import annotations
 
-import json
-import time
-import uuid
 from typing import Any
 
 from rollstream.apis.errors import TranslationError
@@ -20,11 +16,6 @@ JSON = dict[str, Any]
 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
-
-
-def new_id(prefix: str) -> str:
-    """A fresh id in OpenAI's style: ``prefix_`` and 32 hex digits."""
-    return f"{prefix}_{uuid.uuid4().hex}"
 
 
 # --- request: Responses -> Chat Completions ---------------------------------------------------
@@ -208,17 +199,53 @@ def _tools(tools: Any) -> list[JSON]:
     if not isinstance(tools, list):
         raise TranslationError("'tools' must be a list", "tools")
     out: list[JSON] = []
-    for i, tool in enumerate(tools):
-        # Hosted tools (web_search, file_search, local_shell, custom, image_generation, ...) run
-        # on OpenAI's side or need a grammar; a vLLM function-calling model serves none of them.
-        if not isinstance(tool, dict) or tool.get("type") != "function":
-            continue
-        function: JSON = {"name": _string(tool, "name", f"tools[{i}]")}
+    for param, tool, _ in _functions(tools):
+        function: JSON = {"name": _string(tool, "name", param)}
         if tool.get("description") is not None:
             function["description"] = tool["description"]
         function["parameters"] = tool.get("parameters") or {"type": "object", "properties": {}}
         out.append({"type": "function", "function": function})
+    names = [t["function"]["name"] for t in out]
+    if len(set(names)) < len(names):
+        # A call names its function only: the answer could not say which one was meant.
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise TranslationError(f"tool names must be unique across namespaces: {twice}", "tools")
     return out
+
+
+def _functions(tools: list[Any]) -> list[tuple[str, JSON, str | None]]:
+    """The function tools of a request, a ``namespace`` group's among them.
+
+    Each as (where it is, the tool, its namespace or None). Hosted tools (web_search,
+    file_search, local_shell, custom, image_generation, ...) run on OpenAI's side or need a
+    grammar; a vLLM function-calling model serves none of them. A namespace groups functions
+    (Codex's ``multi_agent_v1``: spawn_agent, wait_agent, ...); Chat has none, so its functions
+    go up as plain ones and the answer names their namespace again.
+    """
+    found: list[tuple[str, JSON, str | None]] = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            continue
+        if tool.get("type") == "function":
+            found.append((f"tools[{i}]", tool, None))
+        elif tool.get("type") == "namespace" and isinstance(tool.get("tools"), list):
+            space = _string(tool, "name", f"tools[{i}]")
+            for j, inner in enumerate(tool["tools"]):
+                if isinstance(inner, dict) and inner.get("type", "function") == "function":
+                    found.append((f"tools[{i}].tools[{j}]", inner, space))
+    return found
+
+
+def namespaces(request: Any) -> dict[str, str]:
+    """Function name -> its namespace, for the functions a Responses request groups in one."""
+    tools = request.get("tools") if isinstance(request, dict) else None
+    if not isinstance(tools, list):
+        return {}
+    return {
+        tool["name"]: space
+        for _, tool, space in _functions(tools)
+        if space is not None and isinstance(tool.get("name"), str)
+    }
 
 
 def _tool_choice(choice: Any) -> Any:
@@ -231,136 +258,6 @@ def _tool_choice(choice: Any) -> Any:
     ):
         return {"type": "function", "function": {"name": choice["name"]}}
     return "auto"  # allowed_tools, hosted tool choices: let the model decide among what it has
-
-
-# --- answer: Chat Completions -> Responses ----------------------------------------------------
-
-
-def chat_to_responses(response: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
-    """The Responses ``response`` object for a whole Chat Completions answer.
-
-    ``request`` is the harness's original Responses request: the object echoes its settings.
-    Capture fields (token ids, logprobs) are never copied.
-    """
-    choices = response.get("choices") if isinstance(response, dict) else None
-    if not choices or not isinstance(choices[0], dict):
-        raise TranslationError("the upstream answer has no choices")
-    choice = choices[0]
-    message = choice.get("message") or {}
-    output: list[JSON] = []
-    reasoning = message.get("reasoning_content") or message.get("reasoning")
-    if isinstance(reasoning, str) and reasoning:
-        output.append(reasoning_item(new_id("rs"), reasoning))
-    content = message.get("content")
-    if isinstance(content, str) and content:
-        output.append(message_item(new_id("msg"), content, "completed"))
-    for call in message.get("tool_calls") or []:
-        function = call.get("function") or {}
-        arguments = function.get("arguments", "")
-        output.append(
-            function_call_item(
-                new_id("fc"),
-                call.get("id") or new_id("call"),
-                function.get("name") or "",
-                arguments if isinstance(arguments, str) else json.dumps(arguments),
-                "completed",
-            )
-        )
-    return response_object(
-        request,
-        response_id=new_id("resp"),
-        created_at=int(time.time()),
-        status="incomplete" if choice.get("finish_reason") == "length" else "completed",
-        output=output,
-        usage=response_usage(response.get("usage")),
-    )
-
-
-def message_item(item_id: str, text: str, status: str) -> JSON:
-    """An assistant ``message`` output item holding one text part."""
-    return {
-        "type": "message",
-        "id": item_id,
-        "status": status,
-        "role": "assistant",
-        "content": [text_part(text)],
-    }
-
-
-def text_part(text: str) -> JSON:
-    """An ``output_text`` content part."""
-    return {"type": "output_text", "text": text, "annotations": []}
-
-
-def reasoning_item(item_id: str, text: str) -> JSON:
-    """A ``reasoning`` output item whose summary is the model's reasoning text."""
-    return {"type": "reasoning", "id": item_id, "summary": [{"type": "summary_text", "text": text}]}
-
-
-def function_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> JSON:
-    """A ``function_call`` output item; ``call_id`` is the upstream tool call id, unchanged."""
-    return {
-        "type": "function_call",
-        "id": item_id,
-        "call_id": call_id,
-        "name": name,
-        "arguments": arguments,
-        "status": status,
-    }
-
-
-def response_usage(chat_usage: Any) -> JSON | None:
-    """Responses usage from Chat Completions usage; None when the upstream reported none."""
-    if not isinstance(chat_usage, dict):
-        return None
-    prompt = int(chat_usage.get("prompt_tokens") or 0)
-    completion = int(chat_usage.get("completion_tokens") or 0)
-    cached = (chat_usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    reasoning = (chat_usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
-    return {
-        "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": int(cached)},
-        "output_tokens": completion,
-        "output_tokens_details": {"reasoning_tokens": int(reasoning)},
-        "total_tokens": int(chat_usage.get("total_tokens") or prompt + completion),
-    }
-
-
-def response_object(
-    request: JSON,
-    *,
-    response_id: str,
-    created_at: int,
-    status: str,
-    output: list[JSON],
-    usage: JSON | None,
-    error: JSON | None = None,
-) -> JSON:
-    """The Responses ``response`` object, echoing the settings of the original request."""
-    return {
-        "id": response_id,
-        "object": "response",
-        "created_at": created_at,
-        "status": status,
-        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-        "error": error,
-        "model": request.get("model", ""),
-        "output": output,
-        "parallel_tool_calls": request.get("parallel_tool_calls", True),
-        "tool_choice": request.get("tool_choice", "auto"),
-        "tools": request.get("tools", []),
-        "usage": usage,
-        "instructions": request.get("instructions"),
-        "temperature": request.get("temperature"),
-        "top_p": request.get("top_p"),
-        "max_output_tokens": request.get("max_output_tokens"),
-        "previous_response_id": None,
-        "reasoning": {"effort": None, "summary": None},
-        "store": False,
-        "text": {"format": {"type": "text"}},
-        "truncation": "disabled",
-        "metadata": {},
-    }
 
 
 # --- errors -----------------------------------------------------------------------------------

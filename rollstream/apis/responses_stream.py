@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollstream.apis.errors import TranslationError
-from rollstream.apis.responses import (
-    JSON,
+from rollstream.apis.responses import JSON, namespaces
+from rollstream.apis.responses_answer import (
     function_call_item,
     message_item,
     new_id,
@@ -48,6 +48,7 @@ class ResponsesStreamTranslator:
 
     def __init__(self, request: dict[str, Any]) -> None:
         self._request = request
+        self._namespaces = namespaces(request)
         self._id = new_id("resp")
         self._created_at = int(time.time())
         self._events: list[SSEEvent] = []
@@ -185,7 +186,14 @@ class ResponsesStreamTranslator:
             call = call or {}
             item.call_id = call.get("id") or new_id("call")
             item.name = (call.get("function") or {}).get("name") or ""
-            added = function_call_item(item.item_id, item.call_id, item.name, "", "in_progress")
+            added = function_call_item(
+                item.item_id,
+                item.call_id,
+                item.name,
+                "",
+                "in_progress",
+                self._namespaces.get(item.name),
+            )
         self._emit("response.output_item.added", output_index=item.output_index, item=added)
         if kind == "message":
             self._emit(
@@ -212,7 +220,14 @@ class ResponsesStreamTranslator:
             done = reasoning_item(item.item_id, text)
         else:
             self._emit("response.function_call_arguments.done", **where, arguments=text)
-            done = function_call_item(item.item_id, item.call_id, item.name, text, "completed")
+            done = function_call_item(
+                item.item_id,
+                item.call_id,
+                item.name,
+                text,
+                "completed",
+                self._namespaces.get(item.name),
+            )
         self._output.append(done)
         self._emit("response.output_item.done", output_index=item.output_index, item=done)
 

@@ -10,11 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rollstream.apis.errors import TranslationError
-from rollstream.apis.responses import (
-    chat_to_responses,
-    responses_error,
-    responses_to_chat,
-)
+from rollstream.apis.responses import responses_error, responses_to_chat
+from rollstream.apis.responses_answer import chat_to_responses
 
 JSON = dict[str, Any]
 UPSTREAM = "Qwen/Qwen3-8B"
@@ -591,3 +588,59 @@ def test_error_body(status: int, kind: str) -> None:
     assert responses_error(status, "nope", "input") == {
         "error": {"message": "nope", "type": kind, "param": "input", "code": None}
     }
+
+
+#: Codex's sub-agent tools, as Codex 0.171 sends them: a namespace of functions.
+AGENTS = {
+    "type": "namespace",
+    "name": "multi_agent_v1",
+    "description": "Tools for spawning and managing sub-agents.",
+    "tools": [
+        {"type": "function", "name": "spawn_agent", "parameters": {"type": "object"}},
+        {"type": "function", "name": "wait_agent", "description": "Wait for it"},
+    ],
+}
+
+
+def test_a_namespace_s_functions_go_upstream_and_its_calls_come_back_named_in_it() -> None:
+    """Codex groups its sub-agent tools in a namespace; dropped, the model never saw them, and a
+    call of one without its namespace is refused by Codex ('unsupported call')."""
+    request = {
+        "model": "gpt-5",
+        "input": "delegate",
+        "tools": [{"type": "function", "name": "shell"}, AGENTS, {"type": "web_search"}],
+    }
+    chat = responses_to_chat(request, UPSTREAM)
+    assert [t["function"]["name"] for t in chat["tools"]] == ["shell", "spawn_agent", "wait_agent"]
+    assert chat["tools"][2]["function"]["description"] == "Wait for it"
+    answer = {
+        "choices": [
+            {
+                "message": {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {"id": "c1", "function": {"name": "spawn_agent", "arguments": "{}"}},
+                        {"id": "c2", "function": {"name": "shell", "arguments": "{}"}},
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ]
+    }
+    calls = [
+        i for i in chat_to_responses(answer, request)["output"] if i["type"] == "function_call"
+    ]
+    assert [(c["name"], c.get("namespace")) for c in calls] == [
+        ("spawn_agent", "multi_agent_v1"),
+        ("shell", None),  # a plain function names none
+    ]
+    # Sent back as Codex sends it (with its namespace), it reads as the same call.
+    again = messages({"input": [{**calls[0], "type": "function_call"}], "tools": request["tools"]})
+    assert again[0]["tool_calls"][0]["function"]["name"] == "spawn_agent"
+
+
+def test_a_function_name_in_two_namespaces_is_refused() -> None:
+    twin = {**AGENTS, "name": "other_v1"}
+    with pytest.raises(TranslationError, match="unique across namespaces") as info:
+        responses_to_chat({"model": "m", "input": "hi", "tools": [AGENTS, twin]}, UPSTREAM)
+    assert info.value.param == "tools"

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rollstream.apis.errors import TranslationError
-from rollstream.apis.responses import chat_to_responses
+from rollstream.apis.responses_answer import chat_to_responses
 from rollstream.apis.responses_stream import ResponsesStreamTranslator
 from rollstream.apis.sse import SSEEvent, SSEParser
 
@@ -457,3 +457,34 @@ def test_sse_round_trip() -> None:
     events = run(TOOL_CALL_CHUNKS)
     parsed = SSEParser().feed(b"".join(e.encode() for e in events))
     assert parsed == events
+
+
+def test_a_streamed_call_of_a_namespaced_function_names_its_namespace() -> None:
+    tools = [
+        {"type": "function", "name": "shell"},
+        {"type": "namespace", "name": "multi_agent_v1", "tools": [{"name": "spawn_agent"}]},
+    ]
+    chunks = [
+        chunk({"role": "assistant", "content": ""}),
+        chunk(tool_delta(0, '{"message": "go"}', "c1", "spawn_agent")),
+        chunk(tool_delta(1, "{}", "c2", "shell")),
+        chunk({}, "tool_calls"),
+        usage_chunk(),
+    ]
+    events = run(chunks, {**REQUEST, "tools": tools})
+    items = [
+        data(e)["item"]
+        for e in events
+        if e.event in ("response.output_item.added", "response.output_item.done")
+    ]
+    assert [(i["name"], i.get("namespace")) for i in items] == [
+        ("spawn_agent", "multi_agent_v1"),
+        ("spawn_agent", "multi_agent_v1"),
+        ("shell", None),
+        ("shell", None),
+    ]
+    done = next(e for e in events if e.event == "response.completed")
+    assert [i.get("namespace") for i in data(done)["response"]["output"]] == [
+        "multi_agent_v1",
+        None,
+    ]

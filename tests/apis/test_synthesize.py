@@ -15,7 +15,7 @@ from rollstream.apis.anthropic import chat_to_anthropic, tool_input
 from rollstream.apis.anthropic_stream import AnthropicStreamTranslator
 from rollstream.apis.chat import Asked, Capture, strip_response
 from rollstream.apis.errors import TranslationError
-from rollstream.apis.responses import chat_to_responses
+from rollstream.apis.responses_answer import chat_to_responses
 from rollstream.apis.responses_stream import ResponsesStreamTranslator
 from rollstream.apis.sse import DONE, SSEEvent, SSEParser
 from rollstream.apis.synthesize import chunks_from_answer
