@@ -27,6 +27,7 @@ from rollstream.apis.chat import CaptureOptions, prepare_chat_request
 from rollstream.apis.errors import TranslationError
 from rollstream.apis.limits import clamp_output_tokens
 from rollstream.apis.synthesize import chunks_from_answer
+from rollstream.interceptor.callers import caller_from_headers
 from rollstream.interceptor.counting import (
     COUNTING,
     answer_count_tokens,
@@ -154,6 +155,7 @@ class RollstreamAddon:
         state = CallState(
             adapter.kind, session or ANONYMOUS, body if isinstance(body, dict) else {}
         )
+        state.caller = caller_from_headers(flow.request.headers)
         flow.metadata[STATE] = state
         self.live[state.call_id] = state
         self.in_flight[state.session] += 1
@@ -314,6 +316,7 @@ class RollstreamAddon:
         """Answer a call that cannot go upstream, and record it."""
         flow.response = json_response(status, adapter.error(status, message))
         state = CallState(adapter.kind, session or ANONYMOUS, {"rejected": message})
+        state.caller = caller_from_headers(flow.request.headers)
         state.fail(kind, message, status, False)
         self.in_flight[state.session] += 1
         self._record(state)

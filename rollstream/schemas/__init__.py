@@ -7,6 +7,7 @@ from rollstream.schemas.base import AvroRecord, utcnow
 from rollstream.schemas.blobs import compress_json, decompress_json
 from rollstream.schemas.calls import (
     ApiKind,
+    Caller,
     CallError,
     CallRecord,
     CallStatus,
@@ -52,6 +53,7 @@ __all__ = [
     "CallRecord",
     "CallStatus",
     "CallTimings",
+    "Caller",
     "ContextInfo",
     "ContextMode",
     "DeadLetter",

@@ -97,6 +97,20 @@ class ContextInfo(Model):
     appended_end_of_turn: bool = False
 
 
+class Caller(Model):
+    """Who is calling, as the harness says in its request headers (``interceptor/callers.py``).
+
+    ``session`` is the harness's own session id (not rollstream's), ``agent`` the sub-agent or
+    thread making the call when it is not the main one, ``parent`` the thread that spawned it,
+    ``retry`` how often the harness's SDK has retried the request.
+    """
+
+    session: str | None = None
+    agent: str | None = None
+    parent: str | None = None
+    retry: int | None = Field(default=None, ge=0)
+
+
 class LeftOut(Model):
     """A part of a call its record does not hold, and why: the record is flagged, not lost.
 
@@ -140,6 +154,8 @@ class CallRecord(AvroRecord):
     #: What the interceptor changed in the request so the served model takes it (an output
     #: limit above the served context lowered to it), one line each; empty when nothing.
     adjusted: list[str] = Field(default_factory=list)
+    #: Who is calling, as the harness itself says; None when its headers name nobody.
+    caller: Caller | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> CallRecord:

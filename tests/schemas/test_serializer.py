@@ -12,6 +12,7 @@ from rollstream.errors import SerializationError, UnknownSchemaError
 from rollstream.schemas import (
     RECORD_MODELS,
     AvroSerializer,
+    Caller,
     CallRecord,
     SessionStarted,
     fingerprint,
@@ -134,3 +135,9 @@ def test_invalid_values_in_the_body_are_a_serialization_error(serializer: AvroSe
     data = serializer.encode(bad)
     with pytest.raises(SerializationError, match=r"invalid rollstream\.CallRecord"):
         serializer.decode(data)
+
+
+def test_a_call_keeps_who_called(serializer: AvroSerializer) -> None:
+    caller = Caller(session="3b9261f4", agent="a59a38832687ef644", parent="01a2", retry=2)
+    record = CALL.model_copy(update={"caller": caller})
+    assert serializer.decode(serializer.encode(record)) == record

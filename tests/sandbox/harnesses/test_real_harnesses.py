@@ -26,7 +26,7 @@ from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.sandbox.harnesses.install import PACKAGES
 from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext
 from rollstream.sandbox.harnesses.runner import run_harness
-from rollstream.schemas import CallRecord, CallStatus, TopicNames, resolve_prompt
+from rollstream.schemas import Caller, CallRecord, CallStatus, TopicNames, resolve_prompt
 from rollstream.schemas.packed import TokenIds
 from rollstream.settings import KafkaSettings
 from tests.harness_stack import MODEL, harnesses_installed, register, scripted_interceptor
@@ -146,3 +146,15 @@ async def test_harness_completes_a_tool_task_and_every_call_is_captured(
     tree = get_strategy("tree")(calls, StrategyContext()).segments
     trainable = sum(s.trainable_tokens for s in tree)
     assert trainable == sum(len(c.completion or []) for c in calls)
+    # Who is calling, as each harness names itself (interceptor/callers.py): Claude Code and
+    # Codex say their own session on every call; the OpenAI SDK's harnesses only a retry count.
+    callers = {r.caller for r in records}
+    if name in ("claude-code", "codex"):
+        [caller] = callers  # one session, one thread: the same on every call
+        assert caller is not None and caller.session, caller
+        assert caller.session != session  # the harness's own id, not rollstream's
+        assert (caller.agent, caller.parent) == (None, None)  # the main thread
+    elif name in ("qwen-code", "pi"):
+        assert callers == {Caller(retry=0)}
+    else:
+        assert callers == {None}, callers

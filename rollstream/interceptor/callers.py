@@ -1,0 +1,53 @@
+"""Who is calling, read from what the harness sends: its own session, sub-agent and retry ids.
+
+Some harnesses name themselves in every request (measured with the pinned versions, see
+``tests/interceptor/test_callers.py``):
+
+- Claude Code: ``X-Claude-Code-Session-Id`` (a UUID per process, the same for its sub-agents)
+  and, on a sub-agent's calls only, ``X-Claude-Code-Agent-Id``;
+- Codex: ``session-id`` (the root thread), ``thread-id`` (the thread calling: the root, or a
+  sub-agent's) and, on a sub-agent's calls, ``x-codex-parent-thread-id``;
+- the OpenAI and Anthropic SDKs (Qwen Code, Pi): ``x-stainless-retry-count``.
+
+Qwen Code, Pi and Gemini CLI name no session or agent. What a harness says is recorded as it
+says it (``Caller``), never trusted for anything else: rollstream's session is still the API key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rollstream.schemas import Caller
+
+#: Longer values are cut: an id is short, and the record must not carry what a client stuffs in.
+MAX_ID_CHARS = 200
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    if value is None:
+        return None
+    value = value.strip()
+    return value[:MAX_ID_CHARS] or None
+
+
+def caller_from_headers(headers: Mapping[str, str]) -> Caller | None:
+    """The harness's account of who is calling; None when its headers name nobody.
+
+    ``headers`` must look names up case-insensitively (mitmproxy's do).
+    """
+    session = _header(headers, "x-claude-code-session-id")
+    agent = _header(headers, "x-claude-code-agent-id")
+    parent = None
+    if session is None and (codex := _header(headers, "session-id")) is not None:
+        session = codex
+        thread = _header(headers, "thread-id")
+        agent = thread if thread != codex else None  # the root thread is the session's own
+        parent = _header(headers, "x-codex-parent-thread-id")
+    retries = _header(headers, "x-stainless-retry-count")
+    retry = (
+        int(retries) if retries is not None and retries.isdigit() and len(retries) < 10 else None
+    )
+    if session is None and agent is None and parent is None and retry is None:
+        return None
+    return Caller(session=session, agent=agent, parent=parent, retry=retry)
