@@ -56,14 +56,16 @@ async def scripted_interceptor(
     family: str | None = None,
     admin_token: str | None = None,
     strict: bool = False,
+    scenarios: Path | None = None,
 ) -> AsyncIterator[Interceptor]:
-    """An interceptor (free ports) in front of the scripted backend serving SOLVE_SCENARIOS.
+    """An interceptor (free ports) in front of the scripted backend serving SOLVE_SCENARIOS
+    (or the file ``scenarios``).
 
     It has the backend's own tokenizer (and ``family``: the toy model's generic one unless
     named), so sessions may choose exact context; ``context="exact"`` makes it the default.
     ``admin_token`` guards its admin port; ``strict`` accepts registered sessions only.
     """
-    scenarios = write_scenarios(state_dir)
+    scenarios = scenarios or write_scenarios(state_dir)
     served = loaded_family(family) if family else None
     folder = served.tokenizer.path if served else default_tokenizer_dir()
     tokenizer = served.tokenizer if served else ChatTokenizer(folder)

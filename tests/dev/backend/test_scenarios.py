@@ -19,6 +19,7 @@ from rollstream.dev.backend.policies.scenarios import (
     load_scenarios,
     offered_tools,
     resolve_call,
+    scenario_named,
     tools_in_prompt,
     turn_text,
 )
@@ -155,6 +156,30 @@ def test_choice_by_assignment_by_key_suffix_and_by_seeded_draw() -> None:
     assert {scenarios.choose("s-7", 3).name for _ in range(5)} == {scenarios.choose("s-7", 3).name}
     drawn = {scenarios.choose(f"s-{i}", 3).name for i in range(40)}
     assert drawn == {"a", "b"}
+
+
+def test_a_thread_plays_the_scenario_its_task_names() -> None:
+    """A sub-agent shares its parent's session (the same key) but not its scenario: the task it
+    was given names the one it plays; its parent's task names another, or none."""
+    scenarios = _file(assign={"sess-1": "b"})
+    parent = [
+        {"role": "system", "content": "You are an agent. [scenario: x] is how tasks are named."},
+        {"role": "user", "content": "Create hello.txt"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "1"}]},
+        {"role": "tool", "content": "[scenario: a] spawned"},
+    ]
+    assert scenario_named(parent) is None  # only user messages name one
+    assert scenarios.choose("sess-1", 0, scenario_named(parent)).name == "b"
+    child = [
+        {"role": "user", "content": [{"type": "text", "text": "<context/>"}]},
+        {"role": "user", "content": [{"type": "text", "text": "[scenario: a] create sub.txt"}]},
+        {"role": "user", "content": "[scenario: b] later"},  # the first naming one decides
+    ]
+    assert scenario_named(child) == "a"
+    assert scenarios.choose("sess-1", 0, scenario_named(child)).name == "a"
+    assert scenario_named(None, "<|im_start|>user\n[scenario: b] go<|im_end|>") == "b"
+    with pytest.raises(PolicyError, match="unknown scenario 'zzz'"):
+        scenarios.choose("sess-1", 0, "zzz")
 
 
 def test_weights_bias_the_draw() -> None:

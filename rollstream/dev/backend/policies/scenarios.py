@@ -121,12 +121,16 @@ class ScenarioFile(_Strict):
             f"unknown scenario {name!r}; known: {', '.join(s.name for s in self.scenarios)}"
         )
 
-    def choose(self, session: str | None, seed: int) -> Scenario:
-        """The scenario of a session: assigned, named after ``@`` in the key, or drawn.
+    def choose(self, session: str | None, seed: int, named: str | None = None) -> Scenario:
+        """The scenario of a thread: named in its task, assigned, after ``@`` in the key, drawn.
 
-        The draw is seeded by (seed, session), so every call of a session gets the same
-        scenario while the samples of one task (different sessions) differ.
+        ``named``: what the thread's task names (:func:`scenario_named`); a sub-agent shares
+        its parent's session but plays the scenario its task names. The draw is seeded by
+        (seed, session), so every call of a session gets the same scenario while the samples
+        of one task (different sessions) differ.
         """
+        if named is not None:
+            return self.by_name(named)
         if session is not None:
             if session in self.assign:
                 return self.by_name(self.assign[session])
@@ -170,6 +174,30 @@ def tools_in_prompt(prompt_text: str) -> list[str]:
     if start < 0 or end < 0:
         return []
     return _TOOL_NAME_IN_PROMPT.findall(prompt_text[start:end])
+
+
+#: A task may name the scenario its thread plays: "[scenario: solve] Create hello.txt ...".
+_NAMED = re.compile(r"\[scenario: ([\w.-]+)\]")
+
+
+def scenario_named(messages: list[dict[str, Any]] | None, prompt_text: str = "") -> str | None:
+    """The scenario a conversation's task names, or None.
+
+    The first user message naming one decides (for a raw prompt, the rendered text's first).
+    """
+    if messages is None:
+        found = _NAMED.search(prompt_text)
+        return found.group(1) if found else None
+    for message in messages:
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        parts = content if isinstance(content, list) else [content]
+        for part in parts:
+            text = part.get("text") if isinstance(part, dict) else part
+            if isinstance(text, str) and (found := _NAMED.search(text)):
+                return found.group(1)
+    return None
 
 
 def count_assistant_turns(messages: list[dict[str, Any]]) -> int:

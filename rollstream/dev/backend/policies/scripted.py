@@ -36,6 +36,7 @@ from rollstream.dev.backend.policies.scenarios import (
     count_assistant_turns,
     count_prompt_turns,
     offered_tools,
+    scenario_named,
     scripted_tools,
     tools_in_prompt,
     turn_calls,
@@ -110,6 +111,7 @@ class ScriptedPolicy:
 
     def text_for(self, request: GenerationRequest, rng: random.Random) -> str:
         """What the model says to this request."""
+        prompt = ""
         if request.messages is not None:
             offered = offered_tools(request.tools)
             turn_index = count_assistant_turns(request.messages)
@@ -119,7 +121,9 @@ class ScriptedPolicy:
             turn_index = count_prompt_turns(prompt, "<|im_start|>assistant", "<tool_call>")
         if not offered:
             return self.scenarios.side_call_text
-        scenario = self.scenarios.choose(request.session, self.seed)
+        scenario = self.scenarios.choose(
+            request.session, self.seed, scenario_named(request.messages, prompt)
+        )
         if turn_index >= len(scenario.turns):
             return scenario.final_text
         return turn_text(scenario.turns[turn_index], offered, rng)
@@ -142,7 +146,13 @@ class ScriptedPolicy:
         if not offered:
             text = self.scenarios.side_call_text
         else:
-            scenario = self.scenarios.choose(request.session, self.seed)
+            prompt = (
+                self.tokenizer.decode(request.prompt_ids, skip_special_tokens=False)
+                if request.messages is None
+                else ""
+            )
+            named = scenario_named(request.messages, prompt)
+            scenario = self.scenarios.choose(request.session, self.seed, named)
             if turn_index < len(scenario.turns):
                 turn = scenario.turns[turn_index]
             text = scenario.final_text if turn is None else turn.text or ""

@@ -1,0 +1,125 @@
+"""Real harnesses starting real sub-agents through the interceptor: each call is recorded with
+who made it, as the harness says (``CallRecord.caller``): the session, and the sub-agent's own
+id on its calls (Claude Code's Agent tool; Codex's spawn_agent, a namespaced tool the
+interceptor passes on and names again in the answer)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rollstream.sandbox.harnesses.install import PACKAGES
+from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext
+from rollstream.sandbox.harnesses.runner import run_harness
+from rollstream.schemas import CallRecord, TopicNames
+from rollstream.settings import KafkaSettings
+from tests.harness_stack import MODEL, harnesses_installed, register, scripted_interceptor
+from tests.kafka_reading import read_records
+
+pytestmark = pytest.mark.integration
+
+SUB_TASK = "[scenario: solve] Create sub.txt containing polar, then say done."
+#: The main thread delegates and ends; each thread's task names the scenario it plays (behind
+#: the interceptor the backend sees one session for both).
+SCENARIOS = {
+    "scenarios": [
+        {
+            "name": "solve",
+            "turns": [
+                {
+                    "text": "I will create the file.",
+                    "tool_call": {
+                        "tool": "shell",
+                        "arguments": {"command": "echo polar > sub.txt"},
+                    },
+                },
+                {"text": "Done. sub.txt contains polar."},
+            ],
+        },
+        {
+            "name": "spawn-claude-code",
+            "turns": [
+                {
+                    "text": "Delegating.",
+                    "tool_call": {
+                        "tool": "Agent",
+                        "arguments": {
+                            "description": "Create sub file",
+                            "prompt": SUB_TASK,
+                            "subagent_type": "general-purpose",
+                        },
+                    },
+                },
+                {"text": "Done."},
+            ],
+        },
+        {
+            "name": "spawn-codex",
+            "turns": [
+                {
+                    "text": "Delegating.",
+                    "tool_call": {"tool": "spawn_agent", "arguments": {"message": SUB_TASK}},
+                },
+                # Codex's spawn_agent returns at once: the main thread waits for sub.txt.
+                {
+                    "tool_call": {
+                        "tool": "shell",
+                        "arguments": {
+                            "command": "for i in $(seq 120); do test -s sub.txt && "
+                            "break; sleep 1; done; cat sub.txt"
+                        },
+                    }
+                },
+                {"text": "Done."},
+            ],
+        },
+    ],
+    "side_call_text": "Coding session.",
+}
+
+
+@pytest.mark.parametrize("name", ["claude-code", "codex"])
+async def test_a_sub_agent_s_calls_are_recorded_as_its_own(
+    name: str, kafka_settings: KafkaSettings, rollstream_topics: TopicNames, tmp_path: Path
+) -> None:
+    harness_bin = harnesses_installed()
+    scenarios = tmp_path / "scenarios.yaml"
+    scenarios.write_text(yaml.safe_dump(SCENARIOS))
+    session = f"{name}-{uuid.uuid4().hex[:8]}"
+    async with scripted_interceptor(
+        kafka_settings, tmp_path / "state", scenarios=scenarios
+    ) as interceptor:
+        register(interceptor, session)
+        task = f"[scenario: spawn-{name}] Delegate: have sub.txt made."
+        ctx = HarnessContext(interceptor.url, session, MODEL, task)
+        launch = PRESETS[name].launch(ctx, harness_bin / PACKAGES[name][1])
+        workdir = tmp_path / "work"
+        result = await run_harness(launch, tmp_path / "home", workdir, tmp_path / "logs", 300)
+    assert result.exit_code == 0, f"{name} failed:\n{result.stdout_tail}\n{result.stderr_tail}"
+    assert (workdir / "sub.txt").read_text() == "polar\n"  # the sub-agent's work
+    records = await read_records(
+        kafka_settings,
+        rollstream_topics.events,
+        CallRecord,
+        4,
+        where=lambda r: r.session_id == session,
+        timeout=30,
+        settle_s=2.0,
+    )
+    assert all(r.caller is not None for r in records)
+    callers = [r.caller for r in records if r.caller is not None]
+    [own_session] = {c.session for c in callers}  # one harness session, sub-agent included
+    assert own_session and own_session != session
+    agents = {c.agent for c in callers}
+    assert None in agents and len(agents) == 2, agents  # the main thread and one sub-agent
+    sub = [c for c in callers if c.agent is not None]
+    assert len(sub) >= 2  # its shell call, then its answer
+    main = [c for c in callers if c.agent is None]
+    assert len(main) >= 2
+    # Codex names the spawning thread (its root thread, whose id is the session's).
+    expected_parent = own_session if name == "codex" else None
+    assert {c.parent for c in sub} == {expected_parent}
+    assert {c.parent for c in main} == {None}
