@@ -66,6 +66,19 @@ class TrajectoryStats(Model):
     notes: list[str] = Field(default_factory=list)
 
 
+class Thread(Model):
+    """One conversation thread of a session whose harness named its sub-agents.
+
+    ``agent`` is the sub-agent's id (None: the main thread), ``parent`` the agent id of the
+    thread that spawned it (None: the main one), ``spawned_by`` the parent's call that did.
+    """
+
+    agent: str | None = None
+    parent: str | None = None
+    spawned_by: str | None = None
+    call_ids: list[str] = Field(default_factory=list)
+
+
 class Trajectory(AvroRecord):
     """A session's calls rebuilt into token segments by one strategy."""
 
@@ -88,6 +101,8 @@ class Trajectory(AvroRecord):
     artifacts: list[Artifact] = Field(default_factory=list)
     messages: bytes | None = None
     final_text: str = ""
+    #: The session's threads and which call spawned each; empty when no sub-agent was named.
+    threads: list[Thread] = Field(default_factory=list)
 
     def to_avro(self) -> dict[str, Any]:
         """The record as fastavro writes it: segments as deltas of earlier ones where they pay."""

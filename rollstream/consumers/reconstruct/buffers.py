@@ -31,6 +31,7 @@ from typing import Any
 from rollstream.consumers.reconstruct.calls import resolve_calls
 from rollstream.consumers.reconstruct.conversation import conversation
 from rollstream.consumers.reconstruct.strategies import Strategy, StrategyContext
+from rollstream.consumers.reconstruct.threads import threads_of
 from rollstream.kafka.ledger import PartitionLedger
 from rollstream.models.family import Family
 from rollstream.models.tokenizer import ChatTokenizer
@@ -227,4 +228,5 @@ def build_trajectory(
         artifacts=buffer.ended.artifacts if buffer.ended else [],
         messages=messages,
         final_text=final_text,
+        threads=threads_of(buffer.calls.values()),
     )

@@ -11,16 +11,19 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rollstream.consumers.reconstruct.threads import threads_of
 from rollstream.sandbox.harnesses.install import PACKAGES
 from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext
 from rollstream.sandbox.harnesses.runner import run_harness
 from rollstream.schemas import CallRecord, TopicNames
+from rollstream.schemas.blobs import decompress_json
 from rollstream.settings import KafkaSettings
 from tests.harness_stack import MODEL, harnesses_installed, register, scripted_interceptor
 from tests.kafka_reading import read_records
 
 pytestmark = pytest.mark.integration
 
+SPAWN_TOOL = {"claude-code": "Agent", "codex": "spawn_agent"}
 SUB_TASK = "[scenario: solve] Create sub.txt containing polar, then say done."
 #: The main thread delegates and ends; each thread's task names the scenario it plays (behind
 #: the interceptor the backend sees one session for both).
@@ -63,13 +66,15 @@ SCENARIOS = {
                     "text": "Delegating.",
                     "tool_call": {"tool": "spawn_agent", "arguments": {"message": SUB_TASK}},
                 },
-                # Codex's spawn_agent returns at once: the main thread waits for sub.txt.
+                # Codex's spawn_agent returns at once: the main thread waits for sub.txt, then
+                # for the sub-agent's last answer, whose notice must reach the main thread
+                # before its own (a notice after it would start the main thread's script anew).
                 {
                     "tool_call": {
                         "tool": "shell",
                         "arguments": {
                             "command": "for i in $(seq 120); do test -s sub.txt && "
-                            "break; sleep 1; done; cat sub.txt"
+                            "break; sleep 1; done; sleep 10; cat sub.txt"
                         },
                     }
                 },
@@ -123,3 +128,16 @@ async def test_a_sub_agent_s_calls_are_recorded_as_its_own(
     expected_parent = own_session if name == "codex" else None
     assert {c.parent for c in sub} == {expected_parent}
     assert {c.parent for c in main} == {None}
+    # The reconstructor's thread list: the main thread, the sub-agent, and the main call whose
+    # answer spawned it.
+    threads = threads_of(records)
+    assert [t.agent for t in threads] == [None, *{c.agent for c in sub}]
+    by_id = {r.call_id: r for r in records}
+    assert {r.caller.agent for i in threads[1].call_ids if (r := by_id[i]).caller} == {
+        threads[1].agent
+    }
+    spawner = by_id[threads[1].spawned_by or ""]
+    assert spawner.call_id in threads[0].call_ids
+    answer = decompress_json(spawner.response or b"")
+    names = [c["function"]["name"] for c in answer["choices"][0]["message"]["tool_calls"]]
+    assert names == [SPAWN_TOOL[name]]
