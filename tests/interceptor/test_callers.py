@@ -17,7 +17,7 @@ CODEX_SUB = "01a249a9-1b2c-7d3e-8f40-a1b2c3d4e5f6"
 
 def headers(**fields: str) -> Headers:
     """Headers as mitmproxy hands them to the addon (names case-insensitive)."""
-    return Headers(**{k.replace("_", "-"): v for k, v in fields.items()})
+    return Headers([(k.replace("_", "-").encode(), v.encode()) for k, v in fields.items()])
 
 
 @pytest.mark.parametrize(

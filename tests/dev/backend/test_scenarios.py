@@ -162,7 +162,7 @@ def test_a_thread_plays_the_scenario_its_task_names() -> None:
     """A sub-agent shares its parent's session (the same key) but not its scenario: the task it
     was given names the one it plays; its parent's task names another, or none."""
     scenarios = _file(assign={"sess-1": "b"})
-    parent = [
+    parent: list[dict[str, Any]] = [
         {"role": "system", "content": "You are an agent. [scenario: x] is how tasks are named."},
         {"role": "user", "content": "Create hello.txt"},
         {"role": "assistant", "content": None, "tool_calls": [{"id": "1"}]},
@@ -170,7 +170,7 @@ def test_a_thread_plays_the_scenario_its_task_names() -> None:
     ]
     assert scenario_named(parent) is None  # only user messages name one
     assert scenarios.choose("sess-1", 0, scenario_named(parent)).name == "b"
-    child = [
+    child: list[dict[str, Any]] = [
         {"role": "user", "content": [{"type": "text", "text": "<context/>"}]},
         {"role": "user", "content": [{"type": "text", "text": "[scenario: a] create sub.txt"}]},
         {"role": "user", "content": "[scenario: b] later"},  # the first naming one decides
