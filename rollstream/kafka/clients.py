@@ -104,6 +104,22 @@ class Consumer(AIOKafkaConsumer):  # type: ignore[misc]
             self._joined += self.joiner.join({tp: [message]}).get(tp, [])
         return self._joined.pop(0)
 
+    async def stop(self) -> None:
+        """As aiokafka's, without the cancellation of its own fetches escaping it.
+
+        aiokafka's fetcher cancels its pending fetches on close and awaits them, so a stop
+        while one waits (a fetch in retry backoff) raises their CancelledError (aiokafka#647):
+        the caller's stop would then look cancelled when nothing cancelled it. A cancellation
+        of the task calling stop still propagates.
+        """
+        try:
+            await super().stop()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            log.info("consumer group %s: a fetch cancelled by the stop was dropped", self._group)
+
     def subscribe(
         self,
         topics: Sequence[str] = (),

@@ -198,3 +198,43 @@ async def test_a_rebalance_listener_failure_is_raised_by_the_next_poll(
             await consumer.getmany(timeout_ms=0)
     finally:
         await consumer.stop()
+
+
+async def _pending_fetch(consumer: AIOKafkaConsumer) -> asyncio.Task[None]:
+    """A fetch of the consumer's fetcher waiting, as one in retry backoff does."""
+    fetcher = consumer._fetcher
+    task = asyncio.create_task(asyncio.sleep(3600))
+    fetcher._pending_tasks.add(task)
+    await asyncio.sleep(0)
+    return task
+
+
+async def test_stopping_while_a_fetch_waits_is_not_a_cancellation(
+    topic_factory: TopicFactory, kafka_settings: KafkaSettings
+) -> None:
+    """aiokafka's fetcher awaits the fetches it cancels on close (aiokafka#647): a trainer
+    client stopping while one waited crashed with a CancelledError nobody had asked for."""
+    topic = await topic_factory(partitions=1)
+    consumer = make_consumer(kafka_settings, group_id=f"g-{uuid.uuid4().hex}")
+    consumer.subscribe([topic])
+    await consumer.start()
+    fetch = await _pending_fetch(consumer)
+    await consumer.stop()  # returns
+    assert fetch.cancelled()
+
+
+async def test_a_cancelled_stop_stays_cancelled(
+    kafka_settings: KafkaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def stop_slowly(self: AIOKafkaConsumer) -> None:
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(AIOKafkaConsumer, "stop", stop_slowly)
+    consumer = make_consumer(kafka_settings, group_id=f"g-{uuid.uuid4().hex}")
+    stopping = asyncio.create_task(consumer.stop())
+    await asyncio.sleep(0)
+    stopping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopping
+    monkeypatch.undo()
+    await consumer.stop()  # never started: closes at once
