@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -26,8 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rollstream.dev.bench.cluster_report import summarize
-from rollstream.dev.bench.common import abba, percentile
+from rollstream.dev.bench.common import percentile
 from rollstream.dev.bench.load import Encoding
 from rollstream.dev.bench.publisher import (
     PublisherBenchConfig,
@@ -35,9 +35,11 @@ from rollstream.dev.bench.publisher import (
     delete_topic,
     events_like,
     one_throughput_run,
+    rate_figures,
     throughput_load,
     wait_published,
 )
+from rollstream.dev.bench.runner import median_of, run_rounds
 from rollstream.dev.broker.cluster import LocalCluster
 from rollstream.dev.broker.config import replication_for
 from rollstream.dev.broker.process import LocalBroker
@@ -255,19 +257,23 @@ async def run_cluster_bench(
 ) -> dict[str, Any]:
     """Every setup measured each round, their order alternating; medians and ratios."""
     load = throughput_load(config.publisher_config(), Encoding(config.encoding))
-    runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in setups}
+    by_name = {s.name: s for s in setups}
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(config.rounds):
-            for setup in abba(setups, r):
-                topic = f"{setup.kafka.topic_prefix}.cluster-{setup.name}-{r}"
-                run = await _one_round(config, setup, topic, load, Path(tmp) / f"{setup.name}-{r}")
-                runs[setup.name].append(run)
-                lat = run["latency"]
-                progress(
-                    f"  round {r + 1} {setup.name}: {run['records_per_s']:,.0f} records/s, "
-                    f"{run['mb_per_s']:.1f} MB/s; at {config.rate:g}/s publish → ack p50 / p95 / "
-                    f"p99 {lat['p50_ms']} / {lat['p95_ms']} / {lat['p99_ms']} ms"
-                )
+
+        async def measure(name: str, r: int) -> dict[str, Any]:
+            setup = by_name[name]
+            topic = f"{setup.kafka.topic_prefix}.cluster-{name}-{r}"
+            return await _one_round(config, setup, topic, load, Path(tmp) / f"{name}-{r}")
+
+        def describe(run: dict[str, Any]) -> str:
+            lat = run["latency"]
+            return (
+                f"{run['records_per_s']:,.0f} records/s, {run['mb_per_s']:.1f} MB/s; at "
+                f"{config.rate:g}/s publish → ack p50 / p95 / p99 {lat['p50_ms']} / "
+                f"{lat['p95_ms']} / {lat['p99_ms']} ms"
+            )
+
+        runs = await run_rounds(list(by_name), config.rounds, measure, progress, describe)
     described = [
         {
             "name": s.name,
@@ -278,7 +284,6 @@ async def run_cluster_bench(
         }
         for s in setups
     ]
-    summary = summarize(described, runs, config.records)
     shape = config.publisher_config().shape()
     growth = shape.completion_tokens + shape.tool_result_tokens
     settings = PublisherSettings().model_dump(include={"batch_records", "linger_ms"})
@@ -286,5 +291,79 @@ async def run_cluster_bench(
         "config": asdict(config),
         "publisher_settings": settings,
         "prompt_tokens_mean": shape.system_tokens + (shape.turns - 1) * growth / 2,
-        **summary,
+        **summarize(described, runs, config.records),
     }
+
+
+Result = dict[str, Any]
+
+#: The latency figures compared between the setups.
+LATENCIES = ("latency_p50_ms", "latency_p95_ms", "latency_p99_ms")
+
+
+def summarize_setup(meta: Result, runs: list[Result], records: int) -> Result:
+    """One setup's rounds: medians (ranges where they tell something), totals of losses."""
+    latency = [run["latency"] for run in runs]
+    cpu = (
+        [
+            {"cores": r["broker_cpu_s"] / r["elapsed_s"], "us": r["broker_cpu_s"] / records * 1e6}
+            for r in runs
+        ]
+        if meta.get("broker_processes", 0) > 0
+        else []
+    )
+    p99 = [lat["p99_ms"] for lat in latency]
+    achieved = [lat for lat in latency if lat["rate_achieved"]]
+    return meta | {
+        "replicas_created": min(run["replicas"] for run in runs),
+        "min_insync_created": runs[0]["min_insync"],
+        **rate_figures(runs),
+        "client_cpu_us_per_record": median_of(runs, "cpu_us_per_record", 1),
+        "broker_cpu_cores": median_of(cpu, "cores", 2) if cpu else None,
+        "broker_cpu_us_per_record": round(statistics.median(c["us"] for c in cpu)) if cpu else None,
+        "latency_p50_ms": median_of(latency, "p50_ms"),
+        "latency_p95_ms": median_of(latency, "p95_ms"),
+        "latency_p99_ms": median_of(latency, "p99_ms"),
+        "latency_p99_range": [min(p99), max(p99)],
+        "latency_max_ms": max(lat["max_ms"] for lat in latency),
+        "latency_rate_achieved": median_of(achieved, "rate_achieved", 1) if achieved else None,
+        "records_per_batch": median_of(latency, "records_per_batch"),
+        "lost": sum(records - run["stored"] for run in runs),
+        "spooled": sum(run["spooled"] + run["latency"]["spooled"] for run in runs),
+        "send_failures": sum(
+            run["send_failures"] + run["latency"]["send_failures"] for run in runs
+        ),
+    }
+
+
+def ratios(
+    base: Result, other: Result, base_runs: list[Result], other_runs: list[Result]
+) -> Result:
+    """``other`` / ``base`` for throughput and latency; per-round throughput ratios' range.
+
+    Both setups are measured in every round, so a round's ratio compares runs minutes apart
+    at most: its range says how much the machine's load moved the comparison.
+    """
+    per_round = [
+        o["records_per_s"] / b["records_per_s"] for b, o in zip(base_runs, other_runs, strict=True)
+    ]
+    out: Result = {
+        "of": other["name"],
+        "to": base["name"],
+        "records_per_s": round(other["records_per_s"] / base["records_per_s"], 2),
+        "records_per_s_range": [round(min(per_round), 2), round(max(per_round), 2)],
+        "mb_per_s": round(other["mb_per_s"] / base["mb_per_s"], 2) if base["mb_per_s"] else None,
+    }
+    for key in LATENCIES:
+        out[key] = round(other[key] / base[key], 2) if base[key] else None
+    return out
+
+
+def summarize(setups: list[Result], runs: dict[str, list[Result]], records: int) -> Result:
+    """Every setup summarised, and the last one against the first (cluster / single broker)."""
+    summaries = [summarize_setup(meta, runs[meta["name"]], records) for meta in setups]
+    result: Result = {"records": records, "setups": summaries}
+    if len(summaries) > 1:
+        base, other = summaries[0], summaries[-1]
+        result["ratio"] = ratios(base, other, runs[base["name"]], runs[other["name"]])
+    return result

@@ -92,11 +92,7 @@ async def reference_upstream(
 async def engine_upstream(
     family_name: str, family: Family, state_dir: Path, config: FidelityBenchConfig
 ) -> AsyncIterator[tuple[str, str]]:
-    """A real vLLM serving ``family``'s tiny model: (its URL, its served model).
-
-    The model plays the engine's default scenarios, the task naming the solve one; the engine
-    is installed and the model built first if missing.
-    """
+    """A real vLLM serving ``family``'s tiny model (the task names the scenario it plays)."""
     async with vllm_upstream(family_name) as server:
         yield server.url, server.model
 

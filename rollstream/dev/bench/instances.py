@@ -16,7 +16,6 @@ bounds it when the cores run out.
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 import time
 from collections import Counter
@@ -25,33 +24,31 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rollstream.dev.bench.common import process_cpu_seconds
 from rollstream.dev.bench.instances_gate import (
     SCORER_INPUT,
-    Gate,
-    GroupWatch,
+    Phase,
+    Records,
     count_topics,
     drop_topics,
-    idle,
+    gated,
+    measure,
     wait_visible,
 )
-from rollstream.dev.bench.instances_report import with_scaling
-from rollstream.dev.bench.pipeline_run import PipelineRun, ServiceProcess
-from rollstream.dev.bench.pipeline_setup import (
-    bench_group,
+from rollstream.dev.bench.pipeline_run import (
+    PipelineRun,
     input_shape,
     input_summary,
     reconstruct_args,
     score_args,
     session_load,
 )
+from rollstream.dev.bench.runner import table
 from rollstream.kafka.admin import TopicAdmin
 from rollstream.schemas import AvroSerializer, TopicNames
 from rollstream.schemas.trajectories import Trajectory
 from rollstream.settings import KafkaSettings
 
 Progress = Callable[[str], None]
-Records = list[tuple[bytes, bytes]]
 
 
 @dataclass(frozen=True)
@@ -80,130 +77,6 @@ class InstancesBenchConfig:
     timeout_s: float = 300.0
 
 
-def measure(
-    services: list[ServiceProcess], opened: float, times: list[float], weights: list[int]
-) -> dict[str, Any]:
-    """Units/s from the gate's opening to the last output, in all and per instance; CPU each.
-
-    The whole span counts, the first batch's work included: every instance starts at the
-    gate, so a rate counted from the first output instead would credit the others with the
-    work they did before it.
-    """
-    last = max(times)
-    total = sum(weights)
-    span = last - opened
-    cpu = [service.cpu_between(opened, last) for service in services]
-    waited = [service.waited_between(opened, last) for service in services]
-    per_s = total / span if span > 0 and total else None
-    return {
-        "instances": len(services),
-        "per_s": round(per_s) if per_s else None,
-        "per_instance_s": round(per_s / len(services)) if per_s else None,
-        "measured": total,
-        "span_s": round(span, 3),
-        "first_output_s": round(min(times) - opened, 3),
-        "cpu_s": [round(c, 2) for c in cpu],
-        "cpu_utilisation": [round(c / span, 3) if span > 0 else None for c in cpu],
-        "cpu_wait_share": [round(w / span, 3) if span > 0 else None for w in waited],
-        "cpu_ms_per_unit": round(sum(cpu) / total * 1000, 4) if total else None,
-        "rss_mb": [round(service.peak_rss(last), 1) for service in services],
-    }
-
-
-async def _ready(
-    run: PipelineRun, watch: GroupWatch, services: list[ServiceProcess], settle_s: float
-) -> list[int]:
-    """Until the group is stable with every instance, each idle; partitions per instance."""
-    n = len(services)
-    await run.wait_until(
-        lambda: watch.stable_with(n),
-        lambda: f"group {watch.group}: {watch.state}, {len(watch.members)} of {n} members",
-    )
-    await asyncio.sleep(settle_s)
-    await run.wait_until(
-        lambda: all(idle(s.samples) for s in services) and watch.stable_with(n),
-        lambda: f"{n} instances of group {watch.group} not idle and stable",
-    )
-    return sorted(watch.mark().values(), reverse=True)
-
-
-@dataclass(frozen=True)
-class _Phase:
-    """One service's part of a count: its input, its command line, when its output is in."""
-
-    service: str
-    topic: str
-    records: Records
-    args: Callable[[str], list[str]]  # the command line for a group
-    done: Callable[[], bool]
-
-
-@dataclass(frozen=True)
-class _Where:
-    """What every phase reports to, and the broker processes whose CPU it notes."""
-
-    progress: Progress
-    broker_pids: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class _Started:
-    """The instances of one phase: partitions each, rebalances seen, when the gate opened.
-
-    ``others`` is the cores the broker (None: not measured) and this process (the reader and
-    the gate) used from the gate's opening until the output was all in.
-    """
-
-    services: list[ServiceProcess]
-    partitions: list[int]
-    rebalanced: int
-    opened: float
-    others: dict[str, float | None]
-
-
-def _cpu(pids: tuple[int, ...]) -> tuple[float, float | None]:
-    """CPU seconds so far of this process, and the sum of ``pids``' (None without pids)."""
-    brokers = sum(process_cpu_seconds(pid) for pid in pids) if pids else None
-    return time.process_time(), brokers
-
-
-async def _gated(
-    run: PipelineRun,
-    phase: _Phase,
-    n: int,
-    settle_s: float,
-    where: _Where,
-) -> _Started:
-    """``n`` instances behind a gate on the phase's input; the gate opened once they are ready."""
-    group = bench_group(run.kafka, phase.service)
-    began = time.perf_counter()
-    async with Gate(run.kafka, f"{group}-gate") as gate:
-        await gate.fill(phase.topic, phase.records)
-        filled = time.perf_counter()
-        args = phase.args(group)
-        services = [run.start_service(f"{phase.service}-{i + 1}", *args) for i in range(n)]
-        async with GroupWatch(run.kafka, group) as watch:
-            partitions = await _ready(run, watch, services, settle_s)
-            before = _cpu(where.broker_pids)
-            opened = await gate.open()
-            await run.wait_until(
-                phase.done, lambda: f"{phase.service}: output of {n} instances incomplete"
-            )
-            after, span = _cpu(where.broker_pids), time.perf_counter() - opened
-            others = {
-                "reader_cores": round((after[0] - before[0]) / span, 3),
-                "broker_cores": None
-                if after[1] is None or before[1] is None
-                else round((after[1] - before[1]) / span, 3),
-            }
-            where.progress(
-                f"    {phase.service}: input written in {filled - began:.1f} s, {n} instance(s) "
-                f"ready {opened - filled:.1f} s later, done {time.perf_counter() - opened:.1f} s "
-                "after the gate opened"
-            )
-            return _Started(services, partitions, watch.rebalanced, opened, others)
-
-
 async def _one_count(
     config: InstancesBenchConfig,
     kafka: KafkaSettings,
@@ -211,30 +84,28 @@ async def _one_count(
     events: Records,
     scorer_input: Records | None,
     log_dir: Path,
-    where: _Where,
+    progress: Progress,
+    broker_pids: tuple[int, ...],
 ) -> tuple[dict[str, Any], dict[str, Any], Records]:
     """Both services with ``n`` instances; the scorer's input made from the trajectories."""
     names = TopicNames(kafka.topic_prefix)
     serializer = AvroSerializer()
     async with PipelineRun(kafka, log_dir, config.timeout_s) as run:
         run.scored.keep_values = False  # only counted; each carries its whole trajectory
-        recon_phase = _Phase(
+        recon_phase = Phase(
             "reconstruct",
             names.events,
             events,
             lambda group: reconstruct_args(config, group),
             lambda: run.trajectories.count("tp-") >= config.sessions,
         )
-        started = await _gated(run, recon_phase, n, config.settle_s, where)
+        services, opened, extra = await gated(
+            run, recon_phase, n, config.settle_s, progress, broker_pids
+        )
         times, values = run.trajectories.take()
         trajectories = [serializer.decode_as(v, Trajectory) for v in values]
-        recon = measure(
-            started.services, started.opened, times, [t.stats.calls for t in trajectories]
-        )
-        recon |= {
-            "partitions": started.partitions,
-            "rebalanced": started.rebalanced,
-            **started.others,
+        recon = measure(services, opened, times, [t.stats.calls for t in trajectories]) | {
+            **extra,
             "statuses": dict(Counter(t.status.value for t in trajectories)),
             "duplicates": run.trajectories.duplicates("tp-"),
         }
@@ -246,20 +117,19 @@ async def _one_count(
                 for t, v in zip(trajectories, values, strict=True)
             ]
         expected = len(scorer_input)
-        score_phase = _Phase(
+        score_phase = Phase(
             "score",
             names.resolve(SCORER_INPUT),
             scorer_input,
             lambda group: score_args(config, group, "--input", SCORER_INPUT),
             lambda: len(run.scored.times) >= expected,
         )
-        started = await _gated(run, score_phase, n, config.settle_s, where)
+        services, opened, extra = await gated(
+            run, score_phase, n, config.settle_s, progress, broker_pids
+        )
         times, _ = run.scored.take()
-        score = measure(started.services, started.opened, times, [1] * len(times))
-        score |= {
-            "partitions": started.partitions,
-            "rebalanced": started.rebalanced,
-            **started.others,
+        score = measure(services, opened, times, [1] * len(times)) | {
+            **extra,
             "duplicates": len(times) - expected,
         }
     return recon, score, scorer_input
@@ -272,7 +142,8 @@ async def _count_with_topics(
     events: Records,
     scorer_input: Records | None,
     log_dir: Path,
-    where: _Where,
+    progress: Progress,
+    broker_pids: tuple[int, ...],
 ) -> tuple[dict[str, Any], dict[str, Any], Records]:
     """One count on topics of its own under ``<topic_prefix>-n<count>``, deleted after it."""
     count_kafka = kafka.model_copy(update={"topic_prefix": f"{kafka.topic_prefix}-n{n}"})
@@ -281,7 +152,9 @@ async def _count_with_topics(
         await admin.create(specs)
     try:
         await wait_visible(count_kafka, specs, config.timeout_s)
-        return await _one_count(config, count_kafka, n, events, scorer_input, log_dir, where)
+        return await _one_count(
+            config, count_kafka, n, events, scorer_input, log_dir, progress, broker_pids
+        )
     finally:
         await drop_topics(count_kafka, specs)
 
@@ -296,7 +169,6 @@ async def run_instances_bench(
 
     ``broker_pids``: the broker's processes, when they run on this machine, for their CPU.
     """
-    where = _Where(progress, broker_pids)
     events = [
         (sid.encode(), value)
         for sid, values in session_load("tp", config.sessions, config.pool, input_shape(config))
@@ -310,7 +182,7 @@ async def run_instances_bench(
             began = time.monotonic()
             (Path(tmp) / f"n{n}").mkdir()
             r, s, scorer_input = await _count_with_topics(
-                config, kafka, n, events, scorer_input, Path(tmp) / f"n{n}", where
+                config, kafka, n, events, scorer_input, Path(tmp) / f"n{n}", progress, broker_pids
             )
             recon.append(r)
             score.append(s)
@@ -329,3 +201,156 @@ async def run_instances_bench(
             "counts": with_scaling(score),
         },
     }
+
+
+Result = dict[str, Any]
+
+#: Per instance within this share of one instance's rate: the line counts as flat.
+FLAT = 0.85
+
+
+def with_scaling(counts: list[Result]) -> list[Result]:
+    """Each count with its speed-up over the smallest count, per-instance efficiency, cores.
+
+    ``efficiency`` is the per-instance rate over the smallest count's per-instance rate (1.0:
+    a flat per-instance line); ``cores`` the CPU the instances used in all, in cores.
+    """
+    if not counts:
+        return []
+    base = min(counts, key=lambda c: c["instances"])
+    base_per_instance = (base["per_s"] or 0) / base["instances"]
+    out = []
+    for count in counts:
+        rate = count["per_s"]
+        usable = rate is not None and base_per_instance > 0
+        out.append(
+            count
+            | {
+                "speedup": round(rate / base["per_s"], 2) if usable else None,
+                "efficiency": round(rate / (count["instances"] * base_per_instance), 2)
+                if usable
+                else None,
+                "cores": round(sum(u for u in count["cpu_utilisation"] if u is not None), 2),
+            }
+        )
+    return out
+
+
+def _num(value: float | None, unit: str = "") -> str:
+    return "n/a" if value is None else f"{value:,}{unit}"
+
+
+def _list(values: list[Any], fmt: str = "{}") -> str:
+    return " / ".join("n/a" if v is None else fmt.format(v) for v in values)
+
+
+def _table(counts: list[Result], unit: str) -> list[str]:
+    header = [
+        "instances",
+        "partitions each",
+        f"{unit}/s in all",
+        "per instance",
+        "x per instance of 1",
+        "CPU s per instance (share of a core)",
+        "waiting for a CPU",
+        "CPU ms per unit",
+        "cores: instances / broker / reader",
+        "measured over (first output)",
+        "rebalances / duplicates",
+    ]
+    rows = [
+        (
+            c["instances"],
+            _list(c["partitions"]),
+            _num(c["per_s"]),
+            _num(c["per_instance_s"]),
+            _num(c["efficiency"]),
+            f"{_list(c['cpu_s'])} ({_list(c['cpu_utilisation'], '{:.0%}')})",
+            _list(c["cpu_wait_share"], "{:.0%}"),
+            _num(c["cpu_ms_per_unit"]),
+            f"{c['cores']} / {_num(c.get('broker_cores'))} / {_num(c.get('reader_cores'))}",
+            f"{c['measured']:,} in {c['span_s']} s ({c.get('first_output_s', '?')} s)",
+            f"{c['rebalanced']} / {c['duplicates']}",
+        )
+        for c in counts
+    ]
+    return table(header, "rlrrrllrlll", rows)
+
+
+def bound_line(name: str, counts: list[Result], cores: object) -> str:
+    """Whether the per-instance line stays flat, and if not what the CPU figures say bounds it."""
+    last = max(counts, key=lambda c: c["instances"])
+    first = min(counts, key=lambda c: c["instances"])
+    if last["efficiency"] is None or last is first:
+        return f"- {name}: too few counts or rates to compare."
+    wait = max((w for w in last["cpu_wait_share"] if w is not None), default=0.0)
+    text = (
+        f"- {name}: per instance {last['efficiency']} x one instance's rate at "
+        f"{last['instances']} instances (in all {last['speedup']} x)"
+    )
+    if last["efficiency"] >= FLAT:
+        return text + ": flat."
+    others = (last.get("broker_cores") or 0.0) + (last.get("reader_cores") or 0.0)
+    total = last["cores"] + others
+    busy = isinstance(cores, int) and total >= 0.75 * cores
+    cost = (
+        f"CPU per unit {_num(first['cpu_ms_per_unit'])} ms with one instance, "
+        f"{_num(last['cpu_ms_per_unit'])} ms with {last['instances']}"
+    )
+    broker = last.get("broker_cores")
+    used = (
+        f"the {last['instances']} instances used {last['cores']} cores, the broker "
+        f"{'(not measured)' if broker is None else broker} and the reader "
+        f"{_num(last.get('reader_cores'))}: {total:.2f} of the machine's {cores}"
+    )
+    if busy or wait >= 0.2:
+        # Cores waited for but not used by what is measured went to other processes.
+        rest = "" if busy else " (the rest went to other processes)"
+        return text + (
+            f": bounded by cores. In all {used}{rest}; each instance waited for a CPU up to "
+            f"{wait:.0%} of the time ({cost}): more instances than free cores split the same "
+            "cores."
+        )
+    return text + (
+        f": not bounded by cores ({used}, at most {wait:.0%} waiting for a CPU; {cost}): the "
+        "instances wait on Kafka (fetches, transaction commits)."
+    )
+
+
+def instances_section(result: Result) -> list[str]:
+    """Both services' rates at each instance count, per instance, and what bounds them."""
+    config, rec, sco = result["config"], result["reconstructor"], result["scorer"]
+    cores = result.get("machine", {}).get("cores", "?")
+    counts = ", ".join(str(n) for n in config["instances"])
+    return [
+        "## Reconstructor and scorer with more instances (`rollstream bench instances`)",
+        "",
+        f"The reconstructor (`--strategy {config['strategy']}`) and the scorer (evaluator "
+        f"`{config['evaluator']}`) as {counts} instances (subprocesses in one consumer group) "
+        f"on fresh {config['partitions']}-partition topics of the local broker, each count on "
+        "the same input: the events of "
+        f"{rec['sessions']} sessions of {config['calls']} calls (prompts up to "
+        f"{rec['prompt_tokens_last']:,} tokens), then the trajectories the first count made, "
+        f"{sco.get('copies', 1)} times each ({sco['trajectories']:,} records). The input waits "
+        "in an open transaction until the group is stable with every instance holding "
+        "partitions and idle, then commits, so all instances start on it at once. A rate counts "
+        "all of the input over the time from that commit to the last output readable (the "
+        "first batch's work included; the first output came after the time in brackets); per "
+        "instance: that over the count. CPU: each instance's CPU seconds over the same span, "
+        "and the time it was runnable but "
+        "waiting for a core (/proc schedstat); the broker's (its JVM, when `rollstream kafka "
+        "start` runs it on this machine) and this process's (the reader and the gate) over "
+        f"the same span, in cores: all of them share the machine's {cores} cores.",
+        "",
+        "Reconstructor (calls):",
+        "",
+        *_table(rec["counts"], "calls"),
+        "",
+        "Scorer (trajectories):",
+        "",
+        *_table(sco["counts"], "trajectories"),
+        "",
+        bound_line("Reconstructor", rec["counts"], cores),
+        bound_line("Scorer", sco["counts"], cores),
+        "",
+    ]

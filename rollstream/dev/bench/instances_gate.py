@@ -6,7 +6,8 @@ come: that would measure start-up, not throughput. So the input waits, complete,
 open transaction (:class:`Gate`): ``read_committed`` consumers see none of it until the
 transaction commits. Meanwhile :class:`GroupWatch` follows the group (DescribeGroups) until
 every instance has joined and holds partitions, then notes any rebalance during the run.
-Each count has topics of its own (:func:`count_topics`), dropped after it.
+:func:`gated` starts a count behind the gate and :func:`measure` takes its rate; each count
+has topics of its own (:func:`count_topics`), dropped after it.
 """
 
 from __future__ import annotations
@@ -14,19 +15,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
+from rollstream.dev.bench.common import process_cpu_seconds
+from rollstream.dev.bench.pipeline_run import PipelineRun, ServiceProcess, bench_group
 from rollstream.kafka.admin import TopicAdmin
 from rollstream.kafka.clients import make_admin, make_producer
 from rollstream.schemas import TopicNames, TopicSpec, topic_specs
 from rollstream.settings import KafkaSettings
 
 Sample = tuple[float, float, float, float]
+Records = list[tuple[bytes, bytes]]
+Progress = Callable[[str], None]
 
 #: The scorer's input topic (a logical name under each count's prefix).
 SCORER_INPUT = "trajectories.gated"
@@ -189,3 +194,112 @@ async def drop_topics(kafka: KafkaSettings, specs: list[TopicSpec]) -> None:
     """Delete one count's topics: the next count need not share the broker's disk with them."""
     async with TopicAdmin(kafka) as admin:
         await admin.delete(s.name for s in specs)
+
+
+def measure(
+    services: list[ServiceProcess], opened: float, times: list[float], weights: list[int]
+) -> dict[str, Any]:
+    """Units/s from the gate's opening to the last output, in all and per instance; CPU each.
+
+    The whole span counts, the first batch's work included: every instance starts at the
+    gate, so a rate counted from the first output instead would credit the others with the
+    work they did before it.
+    """
+    last = max(times)
+    total = sum(weights)
+    span = last - opened
+    cpu = [service.cpu_between(opened, last) for service in services]
+    waited = [service.waited_between(opened, last) for service in services]
+    per_s = total / span if span > 0 and total else None
+    return {
+        "instances": len(services),
+        "per_s": round(per_s) if per_s else None,
+        "per_instance_s": round(per_s / len(services)) if per_s else None,
+        "measured": total,
+        "span_s": round(span, 3),
+        "first_output_s": round(min(times) - opened, 3),
+        "cpu_s": [round(c, 2) for c in cpu],
+        "cpu_utilisation": [round(c / span, 3) if span > 0 else None for c in cpu],
+        "cpu_wait_share": [round(w / span, 3) if span > 0 else None for w in waited],
+        "cpu_ms_per_unit": round(sum(cpu) / total * 1000, 4) if total else None,
+        "rss_mb": [round(service.peak_rss(last), 1) for service in services],
+    }
+
+
+async def _ready(
+    run: PipelineRun, watch: GroupWatch, services: list[ServiceProcess], settle_s: float
+) -> list[int]:
+    """Until the group is stable with every instance, each idle; partitions per instance."""
+    n = len(services)
+    await run.wait_until(
+        lambda: watch.stable_with(n),
+        lambda: f"group {watch.group}: {watch.state}, {len(watch.members)} of {n} members",
+    )
+    await asyncio.sleep(settle_s)
+    await run.wait_until(
+        lambda: all(idle(s.samples) for s in services) and watch.stable_with(n),
+        lambda: f"{n} instances of group {watch.group} not idle and stable",
+    )
+    return sorted(watch.mark().values(), reverse=True)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One service's part of a count: its input, its command line, when its output is in."""
+
+    service: str
+    topic: str
+    records: Records
+    args: Callable[[str], list[str]]  # the command line for a group
+    done: Callable[[], bool]
+
+
+def _cpu(pids: tuple[int, ...]) -> tuple[float, float | None]:
+    """CPU seconds so far of this process, and the sum of ``pids``' (None without pids)."""
+    brokers = sum(process_cpu_seconds(pid) for pid in pids) if pids else None
+    return time.process_time(), brokers
+
+
+async def gated(
+    run: PipelineRun,
+    phase: Phase,
+    n: int,
+    settle_s: float,
+    progress: Progress,
+    broker_pids: tuple[int, ...],
+) -> tuple[list[ServiceProcess], float, dict[str, Any]]:
+    """``n`` instances behind a gate on the phase's input, opened once they are ready.
+
+    Returns the instances, when the gate opened, and what the count's results add: partitions
+    each, rebalances seen, and the cores this process (the reader and the gate) and the broker
+    (None: not measured) used from the opening until the output was all in.
+    """
+    group = bench_group(run.kafka, phase.service)
+    began = time.perf_counter()
+    async with Gate(run.kafka, f"{group}-gate") as gate:
+        await gate.fill(phase.topic, phase.records)
+        filled = time.perf_counter()
+        args = phase.args(group)
+        services = [run.start_service(f"{phase.service}-{i + 1}", *args) for i in range(n)]
+        async with GroupWatch(run.kafka, group) as watch:
+            partitions = await _ready(run, watch, services, settle_s)
+            before = _cpu(broker_pids)
+            opened = await gate.open()
+            await run.wait_until(
+                phase.done, lambda: f"{phase.service}: output of {n} instances incomplete"
+            )
+            after, span = _cpu(broker_pids), time.perf_counter() - opened
+            extra = {
+                "partitions": partitions,
+                "rebalanced": watch.rebalanced,
+                "reader_cores": round((after[0] - before[0]) / span, 3),
+                "broker_cores": None
+                if after[1] is None or before[1] is None
+                else round((after[1] - before[1]) / span, 3),
+            }
+            progress(
+                f"    {phase.service}: input written in {filled - began:.1f} s, {n} instance(s) "
+                f"ready {opened - filled:.1f} s later, done {time.perf_counter() - opened:.1f} s "
+                "after the gate opened"
+            )
+            return services, opened, extra

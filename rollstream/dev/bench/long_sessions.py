@@ -4,22 +4,36 @@ Every call's prompt is the previous call's context (prompt + completion) and a t
 delta-encoded against that call as the interceptor writes it; its upstream request is
 delta-encoded as well (the conversation grows by the answer and the tool result). The records
 are built from the deltas directly, never comparing whole prompts, so a 10,000-call session
-costs O(its tokens) to make. Used by ``rollstream bench reconstruct`` (the long-session part),
-the reliability suite and unit tests.
+costs O(its tokens) to make. Used by the reliability suite, unit tests and ``rollstream bench
+reconstruct``, whose long-session part is here too (:func:`measure_long_sessions`): one session
+of each size, timed in-process as the throughput part (:func:`reconstruct_once`).
+Reconstruction is linear when the time per call stays flat while the calls grow 100-fold (the
+mean context is about the same at every size); the build peak is measured with tracemalloc in a
+separate untimed run.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import os
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
 
 import numpy as np
 
+from rollstream.consumers.reconstruct.buffers import PartitionBuffers, build_trajectory
+from rollstream.consumers.reconstruct.strategies import Strategy, get_strategy
+from rollstream.dev.bench.common import status_kb
+from rollstream.dev.bench.runner import table
 from rollstream.schemas import (
     ApiKind,
     AvroRecord,
+    AvroSerializer,
     CallRecord,
     CallTimings,
     Logprobs,
@@ -32,7 +46,10 @@ from rollstream.schemas import (
     utcnow,
 )
 from rollstream.schemas.requests import RequestBase
+from rollstream.schemas.trajectories import Trajectory
 
+#: What reconstructing a session takes, timed apart.
+PHASES = ("decode", "buffer", "build", "encode")
 _TOOLS = [{"type": "function", "function": {"name": "shell", "parameters": {"type": "object"}}}]
 
 
@@ -188,3 +205,145 @@ class LongSession:
                 ended_at=began + timedelta(milliseconds=400),
             ),
         )
+
+
+def reconstruct_once(
+    values: list[bytes],
+    serializer: AvroSerializer,
+    strategy: Strategy,
+    name: str,
+    buffers: PartitionBuffers,
+    offset: int = 0,
+    trace: bool = False,
+) -> tuple[dict[str, float], list[Trajectory], int]:
+    """Decode one session's records, buffer them, build and encode what is ready.
+
+    Returns the seconds of each phase, the trajectories and (``trace``) the most bytes
+    ``build_trajectory`` allocated at once.
+    """
+    began = time.perf_counter()
+    records: list[AvroRecord] = [serializer.decode(v) for v in values]
+    decoded = time.perf_counter()
+    for i, record in enumerate(records):
+        buffers.add(offset + i, record, decoded)
+    ready = buffers.ready(decoded, 10.0, 3600.0)
+    phases = {"decode": decoded - began, "buffer": time.perf_counter() - decoded}
+    phases |= {"build": 0.0, "encode": 0.0}
+    trajectories, peak = [], 0
+    for buffer, status in ready:
+        start = time.perf_counter()
+        if trace:
+            tracemalloc.start()
+        try:
+            trajectory = build_trajectory(buffer, status, strategy, name)
+            peak = max(peak, tracemalloc.get_traced_memory()[1]) if trace else 0
+        finally:
+            if trace:
+                tracemalloc.stop()
+        built = time.perf_counter()
+        serializer.encode(trajectory)
+        phases["encode"] += time.perf_counter() - built
+        phases["build"] += built - start
+        buffers.mark_emitted(buffer.session_id)
+        trajectories.append(trajectory)
+    return phases, trajectories, peak
+
+
+def _total(run: tuple[dict[str, float], Any, Any]) -> float:
+    return sum(run[0].values())
+
+
+def measure_long_sessions(
+    sizes: tuple[int, ...],
+    final_tokens: int,
+    system_tokens: int,
+    rounds: int,
+    strategy: str,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    """Per-call reconstruction cost and peak memory for one session of each size."""
+    rows = []
+    serializer = AvroSerializer()
+    for calls in sizes:
+        shape = LongShape(calls=calls, final_tokens=final_tokens, system_tokens=system_tokens)
+        session = LongSession(f"long-{calls}", shape, seed=calls)
+        values = [serializer.encode(r) for r in session.records()]
+        once = partial(reconstruct_once, values, serializer, get_strategy(strategy), strategy)
+        runs = sorted((once(PartitionBuffers(0)) for _ in range(rounds)), key=_total)
+        phases, (trajectory,), _ = runs[len(runs) // 2]
+        peak = once(PartitionBuffers(0), trace=True)[2]
+        totals = [_total(r) for r in runs]
+        row = {
+            "calls": calls,
+            "context_tokens_last": shape.last_context_tokens,
+            "tokens_per_call": shape.growth,
+            "record_bytes": sum(len(v) for v in values),
+            "ms_per_call": round(sum(phases.values()) / calls * 1000, 4),
+            "ms_per_call_range": [round(t / calls * 1000, 4) for t in (totals[0], totals[-1])],
+            "ms_per_call_phases": {k: round(v / calls * 1000, 4) for k, v in phases.items()},
+            "session_s": round(sum(phases.values()), 3),
+            "build_peak_mb": round(peak / 1e6, 1),
+            "process_peak_rss_mb": round(status_kb()["VmHWM"] / 1024, 1),
+            "segments": len(trajectory.segments),
+            "status": trajectory.status.value,
+        }
+        progress(
+            f"  {calls} calls (context to {shape.last_context_tokens:,} tokens): "
+            f"{row['ms_per_call']} ms/call ({row['ms_per_call_phases']}), build peak "
+            f"{row['build_peak_mb']} MB (RSS peak {row['process_peak_rss_mb']} MB), "
+            f"{row['segments']} segment(s), {row['status']}"
+        )
+        rows.append(row)
+    return {
+        "strategy": strategy,
+        "rounds": rounds,
+        "sessions": rows,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        # A shared machine's numbers say little without how busy it was.
+        "load_average_1min": round(os.getloadavg()[0], 2),
+    }
+
+
+def long_sessions_section(long: dict[str, Any] | None) -> list[str]:
+    """The long-session part of the reconstruction section of RESULTS.md."""
+    if not long:
+        return ["Long sessions: not run.", ""]
+    rows = long["sessions"]
+    header = ["calls", "context tokens (last)", "ms/call"]
+    header += ["ms/call: decode / buffer / build / encode", "session s", "build peak MB"]
+    header += ["RSS peak MB", "segments", "status"]
+    cells = [
+        (
+            f"{r['calls']:,}",
+            f"{r['context_tokens_last']:,}",
+            "{} ({} to {})".format(r["ms_per_call"], *r["ms_per_call_range"]),
+            " / ".join(str(r["ms_per_call_phases"][phase]) for phase in PHASES),
+            r["session_s"],
+            r["build_peak_mb"],
+            r.get("process_peak_rss_mb", "-"),
+            r["segments"],
+            r["status"],
+        )
+        for r in rows
+    ]
+    first, last = rows[0], rows[-1]
+    ratio = last["ms_per_call"] / first["ms_per_call"] if first["ms_per_call"] else float("nan")
+    return [
+        "Long sessions, in-process without Kafka: one session of each size, its context "
+        f"growing to ~{rows[-1]['context_tokens_last']:,} tokens, prompts and upstream "
+        "requests delta-encoded against the previous call as the interceptor writes them "
+        f"(`{long['strategy']}`). Timed as above: decode, PartitionBuffers, build_trajectory "
+        "(prompt and request chains resolved, the strategy, the conversation), encode; median "
+        f"of {long['rounds']} rounds (range in brackets). Build peak: what build_trajectory "
+        "allocates at most above the decoded records (tracemalloc, separate run); RSS peak: "
+        "the process's high-water mark after that size (records included, sizes in order). "
+        f"Measured {long.get('date', '?')}, load average "
+        f"{long.get('load_average_1min', '?')} at the end.",
+        "",
+        *table(header, "rrrlrrrrl", cells),
+        "",
+        f"- Target time per call flat as sessions grow ({first['calls']:,} to "
+        f"{last['calls']:,} calls: at most 2x): {'met' if ratio <= 2.0 else 'MISSED'} "
+        f"({ratio:.2f}x).",
+        "",
+    ]

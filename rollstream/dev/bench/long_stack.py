@@ -1,12 +1,11 @@
 """Long sessions through the real local stack: bytes per trajectory, the trainer client's memory.
 
-One ``python``-harness session of the long agent (``rollstream.dev.bench.long_agent``: drifting
-at every call) runs through ``rollstream up``'s stack (reference backend, interceptor, Kafka,
-reconstructor, scorer, node); then a trainer client in a process of its own reads its group,
-materialises its batch (``to_batch``, packed) and reports its peak memory. The trajectory's
-records are read raw to weigh them. Measured against the session's own tokens: the tokens its
-segments add to one another (what deltas carry) and the tokens of all segments whole (what a
-trainer trains on).
+One ``python``-harness session of :func:`long_agent` (drifting at every call) goes through
+``rollstream up``'s stack (reference backend, interceptor, Kafka, reconstructor, scorer, node);
+then a trainer client in a process of its own reads its group, materialises its batch
+(``to_batch``, packed) and reports its peak memory. The trajectory's records are read raw to
+weigh them. Measured against the session's own tokens: the tokens its segments add to one
+another (what deltas carry) and the tokens of all segments whole (what a trainer trains on).
 """
 
 from __future__ import annotations
@@ -22,19 +21,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
 
+from rollstream.dev.bench.runner import table
 from rollstream.kafka.parts import PART_HEADER
 from rollstream.kafka.reading import raw_records
 from rollstream.schemas import TopicNames
 from rollstream.settings import KafkaSettings
 
-AGENT = "rollstream.dev.bench.long_agent:run"
+AGENT = "rollstream.dev.bench.long_stack:long_agent"
+_WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india")
 
 
 @dataclass(frozen=True)
 class LongRun:
-    """One session's shape (see the long agent) and how long it may take."""
+    """One session's shape (see :func:`long_agent`) and how long it may take."""
 
     calls: int
     words: int = 0
@@ -172,7 +174,24 @@ async def _client(group_id: str, task_id: str) -> dict[str, Any]:
 
 def long_stack_section(result: dict[str, Any]) -> list[str]:
     """The RESULTS.md section: per session, bytes against tokens, and the client's memory."""
-    lines = [
+    rows = [
+        (
+            f"{run['calls']:,}",
+            run["compact"] or "never",
+            f"{run['segments']:,}",
+            f"{run['session_tokens']:,}",
+            f"{run['materialised_tokens']:,}",
+            f"{run['trajectory_bytes']:,} ({run['trajectory_records']}, {run['trajectory_parts']})",
+            f"{run['trajectory_bytes'] / max(1, run['session_tokens']):.1f}",
+            f"{run['client_peak_mb']} ({run['client_base_mb']}, {run['client_read_mb']})",
+            run["session_s"],
+        )
+        for run in result["runs"]
+    ]
+    header = ["calls", "compacted every", "segments", "session tokens", "materialised tokens"]
+    header += ["trajectory bytes (records, parts)", "bytes / session token"]
+    header += ["client peak MB (base, after reading)", "session s"]
+    return [
         "## Long sessions through the stack (`rollstream bench long-session`)",
         "",
         "One `python`-harness session of the long agent (drifting at every call: each answer is "
@@ -181,28 +200,67 @@ def long_stack_section(result: dict[str, Any]) -> list[str]:
         "*Session tokens*: the tokens the segments add to one another (what the deltas carry); "
         "*materialised*: all segments whole (what a trainer trains on).",
         "",
-        "| calls | compacted every | segments | session tokens | materialised tokens "
-        "| trajectory bytes (records, parts) | bytes / session token | client peak MB "
-        "(base, after reading) | session s |",
-        "|---:|---:|---:|---:|---:|---|---:|---|---:|",
-    ]
-    for run in result["runs"]:
-        per = run["trajectory_bytes"] / max(1, run["session_tokens"])
-        lines.append(
-            f"| {run['calls']:,} | {run['compact'] or 'never'} | {run['segments']:,} "
-            f"| {run['session_tokens']:,} | {run['materialised_tokens']:,} "
-            f"| {run['trajectory_bytes']:,} ({run['trajectory_records']}, "
-            f"{run['trajectory_parts']}) | {per:.1f} | {run['client_peak_mb']} "
-            f"({run['client_base_mb']}, {run['client_read_mb']}) | {run['session_s']} |"
-        )
-    lines += [
+        *table(header, "rrrrrlrlr", rows),
         "",
         "The log carries a session's tokens once (9 bytes a token: id, mask, logprob) however "
         "many segments repeat them; the client holds every segment whole, as a trainer needs "
         "them, so its memory follows the materialised tokens.",
         "",
     ]
-    return lines
+
+
+def _params(instruction: str) -> dict[str, int]:
+    """The long agent's ``calls=N words=W answer=A compact=K``, defaults for those missing."""
+    values = dict(part.split("=", 1) for part in instruction.split() if "=" in part)
+    defaults = {"calls": 100, "words": 20, "answer": 32, "compact": 0}
+    return {name: int(values.get(name, default)) for name, default in defaults.items()}
+
+
+async def long_agent(base_url: str, session: str, instruction: str, workdir: Path) -> int:
+    """``calls`` chat calls, each answer sent back changed; 0 when every call was answered.
+
+    The ``python`` harness runs it: one Chat Completions conversation through the interceptor,
+    each turn adding a user message of ``words`` words (default 20) and the answer (at most
+    ``answer`` tokens, default 32), sent back with a character put before its text, as a harness
+    that re-renders or edits what the model wrote does. The next prompt then leaves the sampled
+    tokens at the last answer's start: a ``drift`` break (answers end at their first sentence;
+    one cut at ``answer`` tokens gives ``truncated``), so reconstruction starts a new segment at
+    every call, each repeating the whole context so far: the case whose trajectory grows with
+    calls x context unless segments are written as deltas (issue 36, point 12). Every
+    ``compact`` turns (0: never, the default) the history becomes one summary message, as
+    harnesses bound their context.
+    """
+    params = _params(instruction)
+    calls, words, compact = params["calls"], params["words"], params["compact"]
+    model = os.environ.get("ROLLSTREAM_MODEL", "rollstream-tiny")
+    system = {"role": "system", "content": "You are a patient agent."}
+    messages: list[dict[str, Any]] = [system]
+    headers = {"Authorization": f"Bearer {session}"}
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(
+        base_url=base_url.rstrip("/") + "/", headers=headers, timeout=timeout
+    ) as http:
+        for turn in range(calls):
+            if compact and turn and turn % compact == 0:
+                summary = f"Summary: steps 0 to {turn - 1} are done."
+                messages = [system, {"role": "user", "content": summary}]
+            text = " ".join(_WORDS[(turn + i) % len(_WORDS)] for i in range(words))
+            messages.append({"role": "user", "content": f"Step {turn}: {text}."})
+            # Answers end at their first sentence, as a model stops: short, and ended.
+            body = {
+                "model": model,
+                "messages": messages,
+                "max_tokens": params["answer"],
+                "stop": ["."],
+            }
+            async with http.post("v1/chat/completions", json=body) as response:
+                response.raise_for_status()
+                answer = (await response.json())["choices"][0]["message"]
+            # What a harness that edits the answer's text sends back: the prompt leaves the
+            # sampled tokens at the answer's first token.
+            messages.append({"role": "assistant", "content": f"~{answer.get('content') or ''}"})
+    (workdir / "calls.txt").write_text(f"{calls}\n")
+    return 0
 
 
 if __name__ == "__main__":

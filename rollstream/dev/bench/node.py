@@ -1,27 +1,8 @@
 """``rollstream bench node``: sessions/minute of one NodeScheduler, with and without pre-warming.
 
-One run, two settings of the same node, alternating: ``prewarm=0`` (a session's init starts only
-when a run slot is free, so each run slot carries init and run one after the other) and
-``prewarm=N`` (init prepares up to N sessions beyond the running ones). Each round submits the
-same ``command``-harness task with ``sessions`` samples to a fresh scheduler and waits for every
-SessionEnded. Init costs real time: the local runtime's directory, an inline workspace of a few
-files, a setup command that sleeps, the git baseline; the harness sleeps a comparable time and
-writes a file, so post-run has a diff to take.
-
-``emit`` and ``calls_of`` are local callables (no Kafka, no interceptor): the numbers are the
-node's own scheduling and process work on this machine, not a model's.
-
-With ``runtimes=("local", "docker")`` both modes also run on the docker runtime, interleaved with
-the local ones in the same rounds: each session in a container of ``image`` (its pre-warmed
-pool filled before the round's clock starts, as on a node that has been up a while), and the
-cost of one container's start and removal is measured on its own beside a local directory's.
-
-From the scheduler's meter (its stage spans and peak counters) each round gives: wall time from
-submit to the last SessionEnded (sessions/minute), per-session latency from the start of its
-init to the end of its post-run (its time on the node; the intake queue a burst waits in is not
-counted), the mean time in each stage and waiting ready, the peak number of sessions in each
-stage and holding a slot, and how much of the run pool's capacity sat idle while sessions were
-still waiting to run (the run pool waiting for an init it could have had ready).
+``prewarm=0`` against ``prewarm=N`` (and the local runtime against docker's), alternating; each
+round submits one ``command``-harness task to a fresh scheduler, with no Kafka and no
+interceptor. The scheduler's meter gives stage times, peaks and run-slot use (see the section).
 """
 
 from __future__ import annotations
@@ -29,14 +10,16 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rollstream.dev.bench.common import abba, percentile
+from rollstream.dev.bench.backend import round_ratios
+from rollstream.dev.bench.common import percentile
+from rollstream.dev.bench.runner import Sample, median_of, run_rounds
 from rollstream.producers.node.pool import NodeScheduler, StageSpan
-from rollstream.producers.node.session import Emit, SessionRecord, SessionRunner
+from rollstream.producers.node.session import SessionRecord, SessionRunner
 from rollstream.producers.node.settings import NodeSettings
 from rollstream.sandbox.harnesses.presets import resolve_executable
 from rollstream.sandbox.runtime import LocalRuntime, Runtime
@@ -67,26 +50,6 @@ class NodeBenchConfig:
     image: str = "rollstream-base:trixie"
     #: Containers (and directories) started and removed one at a time for the start cost.
     start_probes: int = 5
-
-
-@dataclass(frozen=True)
-class RoundResult:
-    """One mode's figures in one round."""
-
-    mode: str
-    runtime: str
-    prewarm: int
-    sessions: int
-    completed: int
-    errors: int
-    wall_s: float
-    sessions_per_min: float
-    latencies_s: list[float]
-    stage_mean_s: dict[str, float]
-    peak: dict[str, int]
-    slots_peak: int
-    run_idle_share: float
-    run_starved_share: float
 
 
 def bench_task(config: NodeBenchConfig, task_id: str) -> Task:
@@ -155,13 +118,8 @@ def run_slot_use(spans: list[StageSpan], max_run: int) -> tuple[float, float]:
     return idle / capacity, starved / capacity
 
 
-def _collector() -> tuple[list[SessionRecord], Emit]:
-    records: list[SessionRecord] = []
-
-    async def emit(record: SessionRecord) -> None:
-        records.append(record)
-
-    return records, emit
+def _mean(values: list[float]) -> float:
+    return round(statistics.fmean(values), 3) if values else 0.0
 
 
 async def _no_calls(session_id: str) -> int:
@@ -190,24 +148,15 @@ async def start_cost(config: NodeBenchConfig, name: str, work_root: Path) -> dic
             stops.append((time.perf_counter() - started) * 1000)
     finally:
         await runtime.close()
-    return {
-        "runtime": name,
-        "probes": len(starts),
-        "start_ms": round(statistics.median(starts), 1),
-        "start_ms_max": round(max(starts), 1),
-        "stop_ms": round(statistics.median(stops), 1),
-        "stop_ms_max": round(max(stops), 1),
-    }
+    cost: dict[str, Any] = {"runtime": name, "probes": len(starts)}
+    for key, times in (("start_ms", starts), ("stop_ms", stops)):
+        cost |= {key: round(statistics.median(times), 1), f"{key}_max": round(max(times), 1)}
+    return cost
 
 
 async def run_round(
-    config: NodeBenchConfig,
-    mode: str,
-    prewarm: int,
-    work_root: Path,
-    task_id: str,
-    runtime_name: str = "local",
-) -> RoundResult:
+    config: NodeBenchConfig, prewarm: int, work_root: Path, task_id: str, runtime_name: str
+) -> dict[str, Any]:
     """One batch of ``config.sessions`` through a fresh scheduler with ``prewarm``."""
     settings = NodeSettings(
         max_init=config.max_init,
@@ -217,7 +166,11 @@ async def run_round(
         work_root=work_root,
         node_id="bench",
     )
-    records, emit = _collector()
+    records: list[SessionRecord] = []
+
+    async def emit(record: SessionRecord) -> None:
+        records.append(record)
+
     runtime = _runtime(config, runtime_name, work_root, prewarm)
     runner = SessionRunner(
         settings,
@@ -243,60 +196,53 @@ async def run_round(
     by_session: dict[str, dict[str, StageSpan]] = {}
     for span in spans:
         by_session.setdefault(span.session_id, {})[span.stage] = span
-    latencies = [
-        s["post"].end - s["init"].start for s in by_session.values() if "init" in s and "post" in s
-    ]
-    stage_mean: dict[str, float] = {}
-    for stage in ("init", "run", "post"):
-        times = [s[stage].end - s[stage].start for s in by_session.values() if stage in s]
-        stage_mean[stage] = round(statistics.fmean(times), 3) if times else 0.0
-    ready = [s["run"].start - s["init"].end for s in by_session.values() if "run" in s]
-    stage_mean["ready"] = round(statistics.fmean(ready), 3) if ready else 0.0
+    each = by_session.values()
+    latencies = [s["post"].end - s["init"].start for s in each if {"init", "post"} <= s.keys()]
+    stage_mean = {
+        stage: _mean([s[stage].end - s[stage].start for s in each if stage in s])
+        for stage in ("init", "run", "post")
+    }
+    stage_mean["ready"] = _mean([s["run"].start - s["init"].end for s in each if "run" in s])
     idle, starved = run_slot_use(spans, config.max_run)
-    return RoundResult(
-        mode=mode,
-        runtime=runtime_name,
-        prewarm=prewarm,
-        sessions=len(sessions),
-        completed=completed,
-        errors=len(sessions) - completed,
-        wall_s=round(wall, 3),
-        sessions_per_min=round(len(sessions) / wall * 60, 1),
-        latencies_s=latencies,
-        stage_mean_s=stage_mean,
-        peak=peak,
-        slots_peak=slots_peak(spans),
-        run_idle_share=round(idle, 3),
-        run_starved_share=round(starved, 3),
-    )
-
-
-def _summary(results: list[RoundResult]) -> dict[str, Any]:
-    """A mode over the rounds: medians of per-round figures, latencies pooled, peaks the max."""
-    rates = [r.sessions_per_min for r in results]
-    latencies = [t for r in results for t in r.latencies_s]
     return {
-        "mode": results[0].mode,
-        "runtime": results[0].runtime,
-        "prewarm": results[0].prewarm,
-        "rounds": len(results),
-        "sessions": sum(r.sessions for r in results),
-        "completed": sum(r.completed for r in results),
-        "errors": sum(r.errors for r in results),
-        "sessions_per_min": round(statistics.median(rates), 1),
+        "prewarm": prewarm,
+        "sessions": len(sessions),
+        "completed": completed,
+        "errors": len(sessions) - completed,
+        "wall_s": round(wall, 3),
+        "sessions_per_min": round(len(sessions) / wall * 60, 1),
+        "latencies_s": latencies,
+        "stage_mean_s": stage_mean,
+        "peak": peak,
+        "slots_peak": slots_peak(spans),
+        "run_idle_share": round(idle, 3),
+        "run_starved_share": round(starved, 3),
+    }
+
+
+def _summary(run: str, runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A mode over the rounds: medians of per-round figures, latencies pooled, peaks the max."""
+    runtime, mode = run.split()
+    rates = [r["sessions_per_min"] for r in runs]
+    latencies = [t for r in runs for t in r["latencies_s"]]
+    stages = [r["stage_mean_s"] for r in runs]
+    return {
+        "mode": mode,
+        "runtime": runtime,
+        "prewarm": runs[0]["prewarm"],
+        "rounds": len(runs),
+        **{key: sum(r[key] for r in runs) for key in ("sessions", "completed", "errors")},
+        "sessions_per_min": median_of(runs, "sessions_per_min", 1),
         "sessions_per_min_range": [min(rates), max(rates)],
-        "wall_s": round(statistics.median(r.wall_s for r in results), 2),
+        "wall_s": median_of(runs, "wall_s"),
         "latency_mean_s": round(statistics.fmean(latencies), 3) if latencies else None,
         "latency_p50_s": round(percentile(latencies, 50), 3) if latencies else None,
         "latency_p99_s": round(percentile(latencies, 99), 3) if latencies else None,
-        "stage_mean_s": {
-            stage: round(statistics.median(r.stage_mean_s[stage] for r in results), 3)
-            for stage in STAGES
-        },
-        "peak": {stage: max(r.peak[stage] for r in results) for stage in STAGES},
-        "slots_peak": max(r.slots_peak for r in results),
-        "run_idle_share": round(statistics.median(r.run_idle_share for r in results), 3),
-        "run_starved_share": round(statistics.median(r.run_starved_share for r in results), 3),
+        "stage_mean_s": {stage: median_of(stages, stage, 3) for stage in STAGES},
+        "peak": {stage: max(r["peak"][stage] for r in runs) for stage in STAGES},
+        "slots_peak": max(r["slots_peak"] for r in runs),
+        "run_idle_share": median_of(runs, "run_idle_share", 3),
+        "run_starved_share": median_of(runs, "run_starved_share", 3),
     }
 
 
@@ -304,9 +250,7 @@ def steady_bound(config: NodeBenchConfig, mode: dict[str, Any]) -> float:
     """Sessions/minute a long steady stream would reach with this mode's measured stage times.
 
     Each of the ``max_run + prewarm`` slots is held from init's start to run's end; the init and
-    run pools bound their own stages. Without pre-warming the slots are the bound (init and run
-    in series per run slot); with it, usually the slower of the init and run pools. A burst of
-    ``sessions`` stays below it by its start (the first inits, nothing to run yet) and its tail.
+    run pools bound their own stages.
     """
     stage = mode["stage_mean_s"]
     init, run = float(stage["init"]), float(stage["run"])
@@ -316,21 +260,6 @@ def steady_bound(config: NodeBenchConfig, mode: dict[str, Any]) -> float:
     return round(60 * min(config.max_init / init, config.max_run / run, slots), 1)
 
 
-def _speedup(warm: list[RoundResult], cold: list[RoundResult]) -> dict[str, Any]:
-    """Pre-warmed over cold sessions/min, round by round: the median and the range."""
-    ratios = sorted(
-        w.sessions_per_min / c.sessions_per_min
-        for w, c in zip(warm, cold, strict=True)
-        if c.sessions_per_min
-    )
-    if not ratios:
-        return {"speedup": None, "speedup_range": None}
-    return {
-        "speedup": round(statistics.median(ratios), 2),
-        "speedup_range": [round(ratios[0], 2), round(ratios[-1], 2)],
-    }
-
-
 async def run_node_bench(
     config: NodeBenchConfig,
     progress: Callable[[str], Any] = print,
@@ -338,8 +267,7 @@ async def run_node_bench(
 ) -> dict[str, Any]:
     """Alternate the modes (and runtimes) for ``config.rounds`` rounds; returns the results."""
     prewarm_of = {"no_prewarm": 0, "prewarm": config.prewarm}
-    runs = [(runtime, mode) for runtime in config.runtimes for mode in MODES]
-    rounds: dict[tuple[str, str], list[RoundResult]] = {run: [] for run in runs}
+    runs = [f"{runtime} {mode}" for runtime in config.runtimes for mode in MODES]
     with tempfile.TemporaryDirectory(prefix="rollstream-bench-node-", dir=work_root) as tmp:
         starts = [await start_cost(config, name, Path(tmp)) for name in config.runtimes]
         for cost in starts:
@@ -347,31 +275,29 @@ async def run_node_bench(
                 f"  {cost['runtime']}: a sandbox starts in {cost['start_ms']} ms, "
                 f"is removed in {cost['stop_ms']} ms (median of {cost['probes']})"
             )
-        for round_ in range(config.rounds):
-            for runtime, mode in abba(runs, round_):
-                result = await run_round(
-                    config,
-                    mode,
-                    prewarm_of[mode],
-                    Path(tmp),
-                    f"bench-{runtime}-{mode}-{round_}",
-                    runtime,
-                )
-                progress(
-                    f"  round {round_ + 1} {runtime:<6} prewarm={result.prewarm:<2} "
-                    f"{result.sessions_per_min:>6} sessions/min, wall {result.wall_s} s, "
-                    f"latency p50 {percentile(result.latencies_s, 50):.2f} s, "
-                    f"run slots starved {result.run_starved_share:.0%}, "
-                    f"{result.errors} errors"
-                )
-                rounds[(runtime, mode)].append(result)
-    modes = [_summary(rounds[run]) for run in runs]
-    by_runtime = {
-        name: _speedup(rounds[(name, "prewarm")], rounds[(name, "no_prewarm")])
-        for name in config.runtimes
-    }
+
+        async def measure(run: str, round_: int) -> Sample:
+            runtime, mode = run.split()
+            task_id = f"bench-{runtime}-{mode}-{round_}"
+            return await run_round(config, prewarm_of[mode], Path(tmp), task_id, runtime)
+
+        def describe(r: Mapping[str, Any]) -> str:
+            return (
+                f"{r['sessions_per_min']:>6} sessions/min, wall {r['wall_s']} s, latency p50 "
+                f"{percentile(r['latencies_s'], 50):.2f} s, run slots starved "
+                f"{r['run_starved_share']:.0%}, {r['errors']} errors"
+            )
+
+        samples = await run_rounds(runs, config.rounds, measure, progress, describe)
+    modes = [_summary(run, samples[run]) for run in runs]
     for mode_summary in modes:
         mode_summary["bound_per_min"] = steady_bound(config, mode_summary)
+    by_runtime = {}
+    for name in config.runtimes:
+        ratio = round_ratios(
+            samples[f"{name} prewarm"], samples[f"{name} no_prewarm"], "sessions_per_min"
+        )
+        by_runtime[name] = dict(zip(("speedup", "speedup_range"), ratio, strict=True))
     first = config.runtimes[0]
     return {
         "config": asdict(config),

@@ -1,19 +1,15 @@
 """``rollstream bench pipeline``: the reconstructor and the scorer through real Kafka.
 
-The two services run as subprocesses (``rollstream reconstruct`` and ``rollstream score``, as
-they are deployed) on fresh topics; this process produces the load and reads their output with
-a ``read_committed`` consumer. Three measurements, one after the other:
+The services run as subprocesses on fresh topics; this process produces the load and reads
+their output (:class:`PipelineRun`). Three measurements, one after the other:
 
-- **Reconstructor throughput**: the events topic is prefilled with synthetic sessions, then the
-  reconstructor starts. Its output arrives one transaction at a time, so the rate is the calls
-  of the trajectories that arrived after the first transaction, over the time from the first
-  arrival to the last: the service's start and group join are not counted.
-- **Scorer throughput**: the same, once every trajectory is in, for the scorer (trivial
-  evaluator) on the trajectories topic.
-- **End to end**: with both running and idle, sessions arrive at a steady rate (each session's
-  records spread over a few seconds, sessions overlapping). Per session, the time from handing
-  its SessionEnded (its last record) to the producer until its Scored record reaches the
-  reader, and until its trajectory does.
+- **Reconstructor throughput**: on a prefilled events topic, the calls of the trajectories
+  that arrived after the first output transaction, over the time from the first arrival to
+  the last (start-up and group join not counted).
+- **Scorer throughput**: the same, once every trajectory is in, on the trajectories topic.
+- **End to end**: both running, sessions arriving at a steady rate (each one's records spread
+  over a few seconds); per session, from handing its SessionEnded to the producer until its
+  Scored record, and its trajectory, reach the reader.
 """
 
 from __future__ import annotations
@@ -31,8 +27,9 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from rollstream.dev.bench.common import percentile
-from rollstream.dev.bench.pipeline_run import PipelineRun, ServiceProcess
-from rollstream.dev.bench.pipeline_setup import (
+from rollstream.dev.bench.pipeline_run import (
+    PipelineRun,
+    ServiceProcess,
     bench_group,
     input_shape,
     input_summary,
@@ -40,6 +37,7 @@ from rollstream.dev.bench.pipeline_setup import (
     score_args,
     session_load,
 )
+from rollstream.dev.bench.runner import table
 from rollstream.dev.synthetic import SyntheticShape
 from rollstream.kafka.admin import TopicAdmin
 from rollstream.kafka.clients import make_producer
@@ -190,9 +188,9 @@ async def _scorer_throughput(config: PipelineBenchConfig, run: PipelineRun) -> d
     return result
 
 
-def _ms(values: list[float], q: float) -> float | None:
-    """The q percentile rounded, None for no values (JSON has no NaN)."""
-    return round(percentile(values, q), 1) if values else None
+def _ms(values: list[float], q: str) -> float | None:
+    """Percentile ``q`` (``p50``, ..., ``max``) rounded, None for no values (JSON has no NaN)."""
+    return round(percentile(values, 100 if q == "max" else int(q[1:])), 1) if values else None
 
 
 async def _end_to_end(
@@ -236,14 +234,143 @@ async def _end_to_end(
         "scored": len(latencies),
         "missing": sessions - len(latencies),
         "duplicates": run.scored.duplicates("e2e-"),
-        "latency_p50_ms": _ms(latencies, 50),
-        "latency_p90_ms": _ms(latencies, 90),
-        "latency_p99_ms": _ms(latencies, 99),
-        "latency_max_ms": _ms(latencies, 100),
-        "trajectory_p50_ms": _ms(to_trajectory, 50),
-        "trajectory_p99_ms": _ms(to_trajectory, 99),
+        **{f"latency_{q}_ms": _ms(latencies, q) for q in ("p50", "p90", "p99", "max")},
+        **{f"trajectory_{q}_ms": _ms(to_trajectory, q) for q in ("p50", "p99")},
         "reconstructor_cpu_utilisation": round(
             reconstructor.cpu_between(began, done) / (done - began), 3
         ),
         "scorer_cpu_utilisation": round(scorer.cpu_between(began, done) / (done - began), 3),
     }
+
+
+PIPELINE_TARGETS = {"calls_per_s": 1000, "latency_p99_ms": 2000}
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "MISSED"
+
+
+def _num(value: float | None, unit: str = "") -> str:
+    return "n/a" if value is None else f"{value:,}{unit}"
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
+
+
+def _service_row(name: str, r: dict[str, Any], unit: str, output: str) -> list[str]:
+    """One service's throughput row; ``unit`` is what it counts: ``call`` or ``trajectory``."""
+    per, unit = unit, {"call": "calls", "trajectory": "trajectories"}[unit]
+    return [
+        name,
+        _num(r["per_s"], f" {unit}/s"),
+        f"{r['measured']:,} {unit}, {r['span_s']} s",
+        f"{_share(r['cpu_utilisation'])} / {_share(r.get('cpu_wait_share'))}",
+        f"{_num(r['cpu_ms_per_unit'])} per {per}",
+        _num(r.get("per_core_s"), f" {unit}/s"),
+        r["rss_mb"],
+        output,
+    ]
+
+
+def pipeline_section(result: dict[str, Any]) -> list[str]:
+    """Reconstructor and scorer throughput through Kafka, end-to-end latency, verdicts."""
+    config, rec, sco = result["config"], result["reconstructor"], result["scorer"]
+    e2e = result["end_to_end"]
+    rate, p99 = rec["per_s"], e2e["latency_p99_ms"]
+    rate_ok = rate is not None and rate >= PIPELINE_TARGETS["calls_per_s"]
+    p99_ok = p99 is not None and p99 <= PIPELINE_TARGETS["latency_p99_ms"] and not e2e["missing"]
+    return [
+        "## Pipeline through Kafka (`rollstream bench pipeline`)",
+        "",
+        f"The reconstructor (`rollstream reconstruct --strategy {config['strategy']}`) and the "
+        f"scorer (`rollstream score`, evaluator `{config['evaluator']}`) run as "
+        f"{result['services']}, one instance each, on fresh {config['partitions']}-partition "
+        "topics of the local broker; this process produces the load and reads their output "
+        "with a `read_committed` consumer. Broker, services and load generator share the "
+        "machine.",
+        "",
+        f"Throughput: the events topic is prefilled with {rec['sessions']} synthetic sessions "
+        f"of {config['calls']} calls (prompts up to {rec['prompt_tokens_last']:,} tokens, "
+        f"delta-encoded), then the reconstructor starts; once every trajectory is in, the "
+        f"scorer starts on them. Output arrives one transaction at a time (`--max-batch-records"
+        f" {config['reconstructor_batch_records']}` and `{config['scorer_batch_records']}`): a "
+        "rate counts what arrived after the first transaction, over the time from the first "
+        "arrival to the last, so start-up and group join are left out. CPU: the service's, "
+        "over the same span, and the time it was runnable but waiting for a core (/proc "
+        "schedstat); per core at that cost: the rate one core would sustain at the measured "
+        "CPU per unit (a busy machine gives the service only a share of a core).",
+        "",
+        *table(
+            [
+                "service",
+                "rate",
+                "measured over",
+                "CPU / waiting for a CPU",
+                "CPU ms per unit",
+                "per core at that cost",
+                "RSS MB",
+                "output",
+            ],
+            "lrllrrrl",
+            [
+                _service_row(
+                    "reconstructor",
+                    rec,
+                    "call",
+                    f"{rec['sessions']} trajectories ({_counts(rec['statuses'])}), "
+                    f"{rec['duplicates']} duplicated",
+                ),
+                _service_row(
+                    "scorer",
+                    sco,
+                    "trajectory",
+                    f"{sco['trajectories']} scored (rewards {_counts(sco['rewards'])}), "
+                    f"{sco['duplicates']} duplicated",
+                ),
+            ],
+        ),
+        "",
+        f"End to end: both services running, {e2e['sessions']} sessions of "
+        f"{e2e['calls_per_session']} calls (prompts up to {e2e['prompt_tokens_last']:,} tokens) "
+        f"arriving at {e2e['rate_target']:g} sessions/s, each session's records spread over "
+        f"{config['session_spread_s']:g} s so sessions overlap. Latency per session: from "
+        "handing its SessionEnded (its last record) to the producer (linger 5 ms) until its "
+        "Scored record, and until its trajectory, reaches the `read_committed` reader.",
+        "",
+        *table(
+            [
+                "sessions/s achieved",
+                "scored (missing, duplicated)",
+                "→ trajectory p50 / p99 (ms)",
+                "→ scored p50 / p90 / p99 / max (ms)",
+                "reconstructor CPU",
+                "scorer CPU",
+            ],
+            "rlllrr",
+            [
+                (
+                    e2e["rate_achieved"],
+                    f"{e2e['scored']} of {e2e['sessions']} ({e2e['missing']}, {e2e['duplicates']})",
+                    " / ".join(_num(e2e[f"trajectory_{q}_ms"]) for q in ("p50", "p99")),
+                    " / ".join(_num(e2e[f"latency_{q}_ms"]) for q in ("p50", "p90", "p99", "max")),
+                    _share(e2e["reconstructor_cpu_utilisation"]),
+                    _share(e2e["scorer_cpu_utilisation"]),
+                )
+            ],
+        ),
+        "",
+        f"- Target reconstructor ≥ {PIPELINE_TARGETS['calls_per_s']:,} calls/s through Kafka: "
+        f"{_verdict(rate_ok)} ({_num(rate, ' calls/s')}, the service using "
+        f"{_share(rec['cpu_utilisation'])} of a core and waiting for one "
+        f"{_share(rec.get('cpu_wait_share'))} of the time; "
+        f"{_num(rec.get('per_core_s'), ' calls/s')} per core at its CPU cost per call).",
+        f"- Target end-to-end p99 ≤ {PIPELINE_TARGETS['latency_p99_ms'] / 1000:g} s "
+        f"(SessionEnded → Scored readable): {_verdict(p99_ok)} (p99 {_num(p99, ' ms')} at "
+        f"{e2e['rate_achieved']} sessions/s, {e2e['missing']} missing).",
+        "",
+    ]

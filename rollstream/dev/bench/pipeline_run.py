@@ -1,8 +1,10 @@
-"""The moving parts of ``bench pipeline``: service subprocesses, and a reader of their output.
+"""What ``bench pipeline`` and ``bench instances`` share: input, services, and their output.
 
-:class:`PipelineRun` starts the services as subprocesses (as they are deployed), samples their
-CPU time and memory every 50 ms, and reads the trajectories and scored topics with one
-``read_committed`` consumer, noting when each record became readable.
+Both feed the reconstructor copies of a few synthetic sessions and run ``rollstream
+reconstruct`` and ``rollstream score`` as subprocesses (as they are deployed), each service in
+a group of its own per run. :class:`PipelineRun` starts them, samples their CPU time and memory
+every 50 ms, and reads the trajectories and scored topics with one ``read_committed`` consumer,
+noting when each record became readable.
 """
 
 from __future__ import annotations
@@ -17,11 +19,113 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from rollstream.dev.bench.common import process_cpu_seconds, process_rss_mb, spawn_pinned
+from rollstream.dev.bench.load import renamed
+from rollstream.dev.synthetic import SyntheticShape, synthetic_session
 from rollstream.kafka.clients import make_consumer, topic_partitions
-from rollstream.schemas import TopicNames
+from rollstream.schemas import AvroSerializer, TopicNames
 from rollstream.settings import KafkaSettings
+
+
+class ServicesConfig(Protocol):
+    """The fields of a bench config that size the reconstructor's input and tune the services."""
+
+    @property
+    def sessions(self) -> int:
+        """Sessions fed to the reconstructor."""
+
+    @property
+    def calls(self) -> int:
+        """Calls per session."""
+
+    @property
+    def system_tokens(self) -> int:
+        """Tokens of the system prompt (the first prompt's size)."""
+
+    @property
+    def tool_result_tokens(self) -> int:
+        """Tokens of each tool result a prompt grows by."""
+
+    @property
+    def completion_tokens(self) -> int:
+        """Tokens of each completion a prompt grows by."""
+
+    @property
+    def strategy(self) -> str:
+        """The reconstructor's ``--strategy``."""
+
+    @property
+    def evaluator(self) -> str:
+        """The scorer's ``--default-evaluator``."""
+
+    @property
+    def reconstructor_batch_records(self) -> int:
+        """The reconstructor's ``--max-batch-records`` (one transaction per batch)."""
+
+    @property
+    def scorer_batch_records(self) -> int:
+        """The scorer's ``--max-batch-records``."""
+
+
+def input_shape(config: ServicesConfig) -> SyntheticShape:
+    """The shape of the reconstructor's input sessions."""
+    return SyntheticShape(
+        turns=config.calls,
+        system_tokens=config.system_tokens,
+        tool_result_tokens=config.tool_result_tokens,
+        completion_tokens=config.completion_tokens,
+    )
+
+
+def input_summary(config: ServicesConfig) -> dict[str, Any]:
+    """The reconstructor's input as the results state it: sessions, calls, the last prompt."""
+    return {
+        "sessions": config.sessions,
+        "calls": config.sessions * config.calls,
+        "prompt_tokens_last": config.system_tokens
+        + (config.calls - 1) * (config.completion_tokens + config.tool_result_tokens),
+    }
+
+
+def session_load(
+    prefix: str, count: int, pool: int, shape: SyntheticShape
+) -> list[tuple[str, list[bytes]]]:
+    """``count`` sessions (copies of ``pool`` drawn ones), each as its id and encoded records."""
+    serializer = AvroSerializer()
+    drawn = [synthetic_session(f"{prefix}-pool-{i}", shape, seed=i) for i in range(pool)]
+    out = []
+    for n in range(count):
+        sid = f"{prefix}-{n}"
+        records = renamed(drawn[n % pool].records, f"{prefix}-pool-{n % pool}", sid)
+        out.append((sid, [serializer.encode(r) for r in records]))
+    return out
+
+
+def bench_group(kafka: KafkaSettings, service: str) -> str:
+    """The consumer group of ``service`` in this run (it also names its transactional ids).
+
+    A run's topic prefix is its own, so the group is too: another run's must not fence it.
+    """
+    return f"{kafka.topic_prefix}-bench-{service}"
+
+
+def reconstruct_args(config: ServicesConfig, group: str) -> list[str]:
+    """``rollstream reconstruct``'s command line in group ``group``."""
+    return [
+        *("reconstruct", "--strategy", config.strategy, "--group", group),
+        *("--max-batch-records", str(config.reconstructor_batch_records)),
+    ]
+
+
+def score_args(config: ServicesConfig, group: str, *extra: str) -> list[str]:
+    """``rollstream score``'s command line in group ``group``, ``extra`` options added."""
+    return [
+        *("score", "--group-id", group, *extra),
+        *("--default-evaluator", config.evaluator),
+        *("--max-batch-records", str(config.scorer_batch_records)),
+    ]
 
 
 @dataclass
@@ -61,7 +165,7 @@ class Arrivals:
 
 
 def run_queue_seconds(pid: int) -> float:
-    """Time the process's threads spent runnable but waiting for a CPU, from /proc schedstat.
+    """Time the process's threads were runnable but waiting for a CPU (/proc schedstat).
 
     On a busy machine a service that gets little CPU time may be waiting for a core, not for
     Kafka: this tells the two apart.
@@ -86,14 +190,9 @@ class ServiceProcess:
         """Note the process's CPU time, RSS and run-queue wait now."""
         if self.process.poll() is None:
             pid = self.process.pid
-            self.samples.append(
-                (
-                    time.perf_counter(),
-                    process_cpu_seconds(pid),
-                    process_rss_mb(pid),
-                    run_queue_seconds(pid),
-                )
-            )
+            now = time.perf_counter()
+            cpu, rss = process_cpu_seconds(pid), process_rss_mb(pid)
+            self.samples.append((now, cpu, rss, run_queue_seconds(pid)))
 
     def _between(self, start: float, end: float, index: int) -> float:
         if not self.samples:
@@ -165,8 +264,7 @@ class PipelineRun:
         for task in self._tasks:
             with contextlib.suppress(Exception):
                 await task
-        for service in self.services:
-            service.stop()
+        self.stop_services()
 
     async def _read(self) -> None:
         consumer = make_consumer(self.kafka)
@@ -194,17 +292,14 @@ class PipelineRun:
             await asyncio.sleep(0.05)
 
     async def wait_for(self, arrivals: Arrivals, prefix: str, count: int) -> None:
-        """Until ``count`` sessions of ``prefix`` arrived.
-
-        RuntimeError if a service exited or the reader failed; TimeoutError after the timeout.
-        """
+        """Until ``count`` sessions of ``prefix`` arrived; errors as :meth:`wait_until`'s."""
         await self.wait_until(
             lambda: arrivals.count(prefix) >= count,
             lambda: f"{arrivals.count(prefix)} of {count} {prefix} sessions arrived",
         )
 
     async def wait_until(self, done: Callable[[], bool], status: Callable[[], str]) -> None:
-        """Until ``done()``; errors as :meth:`wait_for`'s, the timeout's saying ``status()``."""
+        """Until ``done()``; RuntimeError if a service or the reader failed, else TimeoutError."""
         deadline = time.monotonic() + self.timeout_s
         while not done():
             for service in self.services:

@@ -1,23 +1,19 @@
 """``rollstream bench publisher``: CallRecords/s from one capture publisher, and session bytes.
 
-Two measurements, each for every :class:`Encoding` side by side in one run:
+Both for every :class:`Encoding`, on topics configured like the events topic:
 
 - **Throughput**: one :class:`CapturePublisher` (default settings) sending pre-encoded
-  CallRecords of many concurrent synthetic sessions (their turns interleaved, as calls of
-  concurrent sessions end) into a fresh topic configured like the events topic, on the real
-  broker. Timed from the first ``publish()`` to the last record acknowledged (``acks=all``);
-  records are offered as fast as the publisher takes them while its queue stays below half its
-  bound, so nothing is spooled. Rounds alternate the encodings' order; figures are medians.
-- **Session bytes**: one 50-turn session whose final context is 32k tokens, every record
-  published and acknowledged before the next (a real session's calls are seconds apart, so
-  each is its own record batch), into a fresh one-partition topic; then the topic's log
-  segment bytes as the broker reports them (DescribeLogDirs: compressed, as stored).
+  CallRecords of many concurrent sessions (turns interleaved) as fast as it takes them while
+  its queue stays below half its bound (nothing spools), timed from the first ``publish()`` to
+  the last acknowledgement; rounds alternate the encodings, figures are medians.
+- **Session bytes**: one 50-call session of a 32k-token final context, every record its own
+  batch (a real session's calls are seconds apart), then the topic's bytes on the broker
+  (DescribeLogDirs: compressed, as stored).
 """
 
 from __future__ import annotations
 
 import asyncio
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -25,9 +21,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rollstream.dev.bench.common import abba, process_cpu_seconds
+from rollstream.dev.bench.common import process_cpu_seconds
 from rollstream.dev.bench.load import Encoding, encoded, renamed
 from rollstream.dev.bench.logdirs import topic_log_bytes
+from rollstream.dev.bench.runner import median_of, run_rounds
 from rollstream.dev.synthetic import SyntheticShape, synthetic_session
 from rollstream.kafka.admin import TopicAdmin
 from rollstream.kafka.clients import make_consumer, topic_partitions
@@ -197,52 +194,61 @@ async def one_throughput_run(
     }
 
 
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median throughput, the upper one of an even count (its MB/s goes with it)."""
+    return sorted(runs, key=lambda run: run["records_per_s"])[len(runs) // 2]
+
+
+def rate_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median run's records/s and MB/s, and the range of records/s over the runs."""
+    rates = [run["records_per_s"] for run in runs]
+    median = median_run(runs)
+    return {
+        "records_per_s": round(median["records_per_s"]),
+        "records_per_s_range": [round(min(rates)), round(max(rates))],
+        "mb_per_s": round(median["mb_per_s"], 1),
+    }
+
+
 async def measure_throughput(
     config: PublisherBenchConfig, kafka: KafkaSettings, progress: Progress
 ) -> dict[str, Any]:
     """CallRecords/s per encoding, median over alternating rounds."""
-    encodings = [Encoding(e) for e in config.encodings]
-    loads = {e: throughput_load(config, e) for e in encodings}
-    runs: dict[Encoding, list[dict[str, Any]]] = {e: [] for e in encodings}
+    loads = {e: throughput_load(config, Encoding(e)) for e in config.encodings}
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(config.rounds):
-            for e in abba(encodings, r):
-                topic = f"{kafka.topic_prefix}.publisher-{e.value}-{r}"
-                await create_topic(kafka, events_like(kafka.topic_prefix, topic, config.partitions))
-                try:
-                    run = await one_throughput_run(
-                        config, kafka, topic, loads[e], Path(tmp) / f"{e.value}-{r}"
-                    )
-                finally:
-                    await delete_topic(kafka, topic)
-                runs[e].append(run)
-                progress(
-                    f"  round {r + 1} {e.value}: {run['records_per_s']:,.0f} records/s, "
-                    f"{run['mb_per_s']:.1f} MB/s, {run['log_bytes_per_record']:,.0f} "
-                    f"bytes/record on the broker"
-                )
-    results = []
-    for e in encodings:
-        rates = sorted(run["records_per_s"] for run in runs[e])
-        median = sorted(runs[e], key=lambda run: run["records_per_s"])[len(runs[e]) // 2]
-        results.append(
-            {
-                "encoding": e.value,
-                "records_per_s": round(median["records_per_s"]),
-                "records_per_s_range": [round(rates[0]), round(rates[-1])],
-                "mb_per_s": round(median["mb_per_s"], 1),
-                "cpu_us_per_record": round(
-                    statistics.median(run["cpu_us_per_record"] for run in runs[e]), 1
-                ),
-                "value_bytes_per_record": round(median["value_bytes_per_record"]),
-                "log_bytes_per_record": round(median["log_bytes_per_record"]),
-                "records": config.records,
-                "lost": sum(config.records - run["stored"] for run in runs[e]),
-                "spooled": sum(run["spooled"] for run in runs[e]),
-                "dropped": sum(run["dropped"] for run in runs[e]),
-                "send_failures": sum(run["send_failures"] for run in runs[e]),
-            }
+
+        async def measure(encoding: str, r: int) -> dict[str, Any]:
+            topic = f"{kafka.topic_prefix}.publisher-{encoding}-{r}"
+            await create_topic(kafka, events_like(kafka.topic_prefix, topic, config.partitions))
+            try:
+                spool = Path(tmp) / f"{encoding}-{r}"
+                return await one_throughput_run(config, kafka, topic, loads[encoding], spool)
+            finally:
+                await delete_topic(kafka, topic)
+
+        runs = await run_rounds(
+            list(loads),
+            config.rounds,
+            measure,
+            progress,
+            lambda run: (
+                f"{run['records_per_s']:,.0f} records/s, {run['mb_per_s']:.1f} MB/s, "
+                f"{run['log_bytes_per_record']:,.0f} bytes/record on the broker"
+            ),
         )
+    results = [
+        {
+            "encoding": e,
+            **rate_figures(runs[e]),
+            "cpu_us_per_record": median_of(runs[e], "cpu_us_per_record", 1),
+            "value_bytes_per_record": round(median_run(runs[e])["value_bytes_per_record"]),
+            "log_bytes_per_record": round(median_run(runs[e])["log_bytes_per_record"]),
+            "records": config.records,
+            "lost": sum(config.records - run["stored"] for run in runs[e]),
+            **{k: sum(run[k] for run in runs[e]) for k in ("spooled", "dropped", "send_failures")},
+        }
+        for e in runs
+    ]
     shape = config.shape()
     growth = shape.completion_tokens + shape.tool_result_tokens
     return {

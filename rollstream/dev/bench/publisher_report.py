@@ -1,4 +1,4 @@
-"""The ``bench publisher`` section of RESULTS.md."""
+"""The ``bench publisher`` section of RESULTS.md: throughput and a session's bytes per encoding."""
 
 from __future__ import annotations
 

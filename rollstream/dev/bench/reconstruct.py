@@ -12,7 +12,7 @@ Three measurements:
   over a second, sessions overlapping). Per session, the time from handing its SessionEnded to
   the producer until its trajectory reaches a ``read_committed`` consumer.
 - **Long sessions**, in-process: the cost per call of sessions of 100 to 10,000 calls whose
-  context grows to 100k tokens (:mod:`rollstream.dev.bench.reconstruct_long`).
+  context grows to 100k tokens (:mod:`rollstream.dev.bench.long_sessions`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -30,15 +29,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rollstream.consumers.reconstruct.buffers import PartitionBuffers, build_trajectory
+from rollstream.consumers.reconstruct.buffers import PartitionBuffers
 from rollstream.consumers.reconstruct.strategies import get_strategy
-from rollstream.dev.bench.common import (
-    percentile,
-    process_cpu_seconds,
-    process_rss_mb,
-    spawn_pinned,
+from rollstream.dev.bench.backend import rollstream_command, serving
+from rollstream.dev.bench.common import percentile, process_cpu_seconds, process_rss_mb
+from rollstream.dev.bench.long_sessions import (
+    PHASES,
+    long_sessions_section,
+    measure_long_sessions,
+    reconstruct_once,
 )
-from rollstream.dev.bench.reconstruct_long import measure_long_sessions
+from rollstream.dev.bench.runner import table
 from rollstream.dev.synthetic import SyntheticShape, synthetic_session
 from rollstream.kafka.admin import TopicAdmin
 from rollstream.kafka.clients import make_consumer, make_producer, topic_partitions
@@ -47,6 +48,7 @@ from rollstream.schemas.trajectories import Trajectory
 from rollstream.settings import KafkaSettings
 
 Progress = Callable[[str], None]
+TARGETS = {"calls_per_s": 1000, "sessions_per_s": 100, "latency_p99_ms": 500}
 
 
 @dataclass(frozen=True)
@@ -105,29 +107,14 @@ def measure_throughput(config: ReconstructBenchConfig, progress: Progress) -> di
         strategy = get_strategy(name)
         rounds = []
         for _ in range(config.rounds):
-            phases = dict.fromkeys(("decode", "buffer", "build", "encode"), 0.0)
+            phases = dict.fromkeys(PHASES, 0.0)
             buffers = PartitionBuffers(0)
             offset = segments = 0
             for values in sessions:
-                began = time.perf_counter()
-                records = [serializer.decode(v) for v in values]
-                decoded = time.perf_counter()
-                for record in records:
-                    buffers.add(offset, record, decoded)
-                    offset += 1
-                ready = buffers.ready(decoded, 10.0, 3600.0)
-                buffered = time.perf_counter()
-                phases["decode"] += decoded - began
-                phases["buffer"] += buffered - decoded
-                for buffer, status in ready:
-                    start = time.perf_counter()
-                    trajectory = build_trajectory(buffer, status, strategy, name)
-                    built = time.perf_counter()
-                    serializer.encode(trajectory)
-                    phases["encode"] += time.perf_counter() - built
-                    phases["build"] += built - start
-                    segments += len(trajectory.segments)
-                    buffers.mark_emitted(buffer.session_id)
+                took, out, _ = reconstruct_once(values, serializer, strategy, name, buffers, offset)
+                offset += len(values)
+                phases = {phase: phases[phase] + took[phase] for phase in PHASES}
+                segments += sum(len(trajectory.segments) for trajectory in out)
             rounds.append((calls / sum(phases.values()), phases, segments))
         rates = sorted(r[0] for r in rounds)
         median = sorted(rounds, key=lambda r: r[0])[len(rounds) // 2]
@@ -185,21 +172,6 @@ def _schedule(config: ReconstructBenchConfig, count: int) -> list[_Send]:
     return sorted(out, key=lambda s: s.at)
 
 
-def _service_command(config: ReconstructBenchConfig, group: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "rollstream",
-        "--log-level",
-        "WARNING",
-        "reconstruct",
-        "--strategy",
-        config.service_strategy,
-        "--group",
-        group,
-    ]
-
-
 async def measure_end_to_end(
     config: ReconstructBenchConfig, kafka: KafkaSettings, progress: Progress
 ) -> dict[str, Any]:
@@ -217,10 +189,7 @@ async def measure_end_to_end(
         "ROLLSTREAM_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
         "ROLLSTREAM_TOPIC_PREFIX": kafka.topic_prefix,
     }
-    consumer = make_consumer(kafka)
-    producer = make_producer(kafka)
-    await consumer.start()
-    await producer.start()
+    consumer, producer = make_consumer(kafka), make_producer(kafka)
     stop = asyncio.Event()
 
     async def collect() -> None:
@@ -245,52 +214,49 @@ async def measure_end_to_end(
             await asyncio.sleep(0.05)
         return True
 
-    with tempfile.TemporaryDirectory() as tmp:
-        log = Path(tmp) / "reconstruct.log"
-        service = spawn_pinned(
-            _service_command(config, f"{kafka.topic_prefix}-bench"), None, log, env
-        )
+    command = rollstream_command("reconstruct", "--strategy", config.service_strategy)
+    command += ["--group", f"{kafka.topic_prefix}-bench"]
+    async with contextlib.AsyncExitStack() as stack:
+        for client in (consumer, producer):  # stopped in the reverse order
+            await client.start()
+            stack.push_async_callback(client.stop)
+        log = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "reconstruct.log"
+        service = await stack.enter_async_context(serving(command, None, log, env))
         collector = asyncio.create_task(collect())
-        try:
-            for record in warmup.records:
-                await producer.send(names.events, serializer.encode(record), key=b"e2e-warmup")
-            if not await wait_for({"e2e-warmup"}, config.startup_timeout_s):
-                raise RuntimeError(
-                    f"the reconstructor emitted nothing within {config.startup_timeout_s} s: "
-                    f"{log.read_text()[-2000:]}"
-                )
-            statuses.clear()
-            progress(
-                f"  service up; producing {count} sessions of {config.e2e_calls} calls at "
-                f"{config.rate:g}/s"
-            )
-            cpu_before = process_cpu_seconds(service.pid)
-            ended: dict[str, float] = {}
-            began = time.perf_counter()
-            for send in schedule:
-                delay = began + send.at - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                if send.ends is not None:
-                    ended[send.ends] = time.perf_counter()
-                await producer.send(names.events, send.value, key=send.key)
-            produced = time.perf_counter()
-            await wait_for(set(ended), config.drain_timeout_s)
-            drained = time.perf_counter()
-            cpu = process_cpu_seconds(service.pid) - cpu_before
-            rss = process_rss_mb(service.pid)
-        finally:
+
+        async def stop_collecting() -> None:
             stop.set()
             with contextlib.suppress(Exception):
                 await collector
-            service.terminate()
-            try:
-                service.wait(timeout=30)
-            except Exception:
-                service.kill()
-                service.wait()
-            await producer.stop()
-            await consumer.stop()
+
+        stack.push_async_callback(stop_collecting)
+        for record in warmup.records:
+            await producer.send(names.events, serializer.encode(record), key=b"e2e-warmup")
+        if not await wait_for({"e2e-warmup"}, config.startup_timeout_s):
+            raise RuntimeError(
+                f"the reconstructor emitted nothing within {config.startup_timeout_s} s: "
+                f"{log.read_text()[-2000:]}"
+            )
+        statuses.clear()
+        progress(
+            f"  service up; producing {count} sessions of {config.e2e_calls} calls at "
+            f"{config.rate:g}/s"
+        )
+        cpu_before = process_cpu_seconds(service.pid)
+        ended: dict[str, float] = {}
+        began = time.perf_counter()
+        for send in schedule:
+            delay = began + send.at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if send.ends is not None:
+                ended[send.ends] = time.perf_counter()
+            await producer.send(names.events, send.value, key=send.key)
+        produced = time.perf_counter()
+        await wait_for(set(ended), config.drain_timeout_s)
+        drained = time.perf_counter()
+        cpu = process_cpu_seconds(service.pid) - cpu_before
+        rss = process_rss_mb(service.pid)
     latencies = [(arrivals[s] - t) * 1000 for s, t in ended.items() if s in arrivals]
     first_end, last_end = min(ended.values()), max(ended.values())
     achieved = (len(ended) - 1) / (last_end - first_end) if len(ended) > 1 else config.rate
@@ -351,3 +317,75 @@ async def run_reconstruct_bench(
         )
         result["end_to_end"] = e2e
     return result
+
+
+def reconstruct_section(result: dict[str, Any]) -> list[str]:
+    """The RESULTS.md section: throughput per strategy, the long sessions, end to end."""
+    config, throughput = result["config"], result["throughput"]
+    rows = [
+        (
+            s["strategy"],
+            "{:,} ({:,} to {:,})".format(s["calls_per_s"], *s["calls_per_s_range"]),
+            " / ".join(str(s["ms_per_call"][phase]) for phase in PHASES),
+            s["segments_per_session"],
+        )
+        for s in throughput["strategies"]
+    ]
+    header = ["strategy", "calls/s", "ms/call: decode / buffer / build / encode"]
+    slowest = min(throughput["strategies"], key=lambda s: s["calls_per_s"])
+    met = slowest["calls_per_s"] >= TARGETS["calls_per_s"]
+    lines = [
+        "## Reconstruction (`rollstream bench reconstruct`)",
+        "",
+        f"Throughput per process, in-process without Kafka: {throughput['sessions']} synthetic "
+        f"sessions of {throughput['calls_per_session']} calls, prompts growing from "
+        f"{throughput['prompt_tokens_first']:,} to {throughput['prompt_tokens_last']:,} tokens, "
+        "delta-encoded against the previous call as the interceptor writes them. Timed per "
+        "session: Avro decode of its records, PartitionBuffers, build_trajectory (delta "
+        "resolution and the strategy), Avro encode of the trajectory; median of "
+        f"{config['rounds']} rounds (range in brackets).",
+        "",
+        *table([*header, "segments/session"], "lrlr", rows),
+        "",
+        f"- Target ≥ {TARGETS['calls_per_s']:,} calls/s per process: "
+        f"{'met' if met else 'MISSED'} (slowest: {slowest['strategy']} at "
+        f"{slowest['calls_per_s']:,} calls/s).",
+        "",
+    ]
+    e2e = result.get("end_to_end")
+    if e2e is None:
+        lines += ["End to end through Kafka: not run.", ""]
+        return [*lines, *long_sessions_section(result.get("long_sessions"))]
+    header = ["sessions/s achieved", "trajectories", "p50 (ms)", "p90 (ms)", "p99 (ms)"]
+    header += ["max (ms)", "service CPU", "service RSS MB"]
+    row = (
+        e2e["rate_achieved"],
+        f"{e2e['trajectories']} of {e2e['sessions']}",
+        *(e2e[f"latency_{q}_ms"] for q in ("p50", "p90", "p99", "max")),
+        f"{e2e['service_cpu_utilisation']:.0%}",
+        e2e["service_rss_mb"],
+    )
+    rate_ok = (
+        e2e["rate_target"] >= TARGETS["sessions_per_s"]
+        and e2e["rate_achieved"] >= 0.95 * TARGETS["sessions_per_s"]
+    )
+    met = rate_ok and e2e["missing"] == 0 and e2e["latency_p99_ms"] <= TARGETS["latency_p99_ms"]
+    lines += [
+        f"End to end through Kafka: the reconstructor service (`rollstream reconstruct "
+        f"--strategy {e2e['strategy']}`, its own process) on a {e2e['partitions']}-partition "
+        f"events topic; {e2e['sessions']} sessions of {e2e['calls_per_session']} calls "
+        f"(prompts up to {e2e['prompt_tokens_last']:,} tokens) produced at "
+        f"{e2e['rate_target']:g} sessions/s, each session's records spread over "
+        f"{config['session_spread_s']:g} s so sessions overlap. Latency per session: from "
+        "handing its SessionEnded to the producer (linger 5 ms) until its trajectory reaches a "
+        "`read_committed` consumer. Broker, service and load generator share the machine.",
+        "",
+        *table(header, "rrrrrrrr", [row]),
+        "",
+        f"- Target SessionEnded → trajectory p99 ≤ {TARGETS['latency_p99_ms']} ms "
+        f"at {TARGETS['sessions_per_s']} sessions/s: {'met' if met else 'MISSED'} "
+        f"(p99 {e2e['latency_p99_ms']} ms at {e2e['rate_achieved']} sessions/s, "
+        f"{e2e['missing']} trajectories missing).",
+        "",
+    ]
+    return [*lines, *long_sessions_section(result.get("long_sessions"))]

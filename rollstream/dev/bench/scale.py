@@ -2,11 +2,10 @@
 
 One ``rollstream interceptor`` process, pinned to its own core, in front of the reference
 backend (its latency model slow enough that every session's stream is open at the same time),
-publishing to a real broker. Separate load processes (``scale_load``) run the sessions: each
-its own connection and key, a few calls in a row with a growing conversation. Measured: errors
-by kind, the interceptor's resident memory (sampled VmRSS and the kernel's high-water mark
-VmHWM), its CPU time per call and its wait for a core, open descriptors, calls/s, time to first
-token and call latency, and the run's records in the events topic against the calls made.
+publishing to a real broker. Separate load processes (``scale_load``) run the sessions. Measured:
+errors by kind, the interceptor's memory (sampled VmRSS and the high-water mark VmHWM), its CPU
+per call and its wait for a core, open descriptors, calls/s, latencies, and the run's records
+in the events topic against the calls made.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from typing import Any
 import aiohttp
 
 from rollstream.dev.bench.common import process_cpu_seconds, status_kb, wait_healthy
-from rollstream.dev.bench.scale_load import LoadResult, LoadSpec, chat_body, stream_call
+from rollstream.dev.bench.scale_load import LoadSpec, chat_body, raise_nofile, stream_call
 from rollstream.dev.bench.scale_report import (
     Call,
     Sample,
@@ -68,19 +67,27 @@ class ScaleBenchConfig:
 SMALL = ScaleBenchConfig(sessions=50, turns=2, max_tokens=4, ttft_ms=50, tpot_ms=50)
 
 
-def _pin_and_nofile(core: int | None, nofile: int) -> Callable[[], None]:
-    """A preexec_fn: pin the child to ``core``, raise its open-file soft limit to ``nofile``.
+def rollstream_command(service: str, *args: str) -> list[str]:
+    """``python -m rollstream SERVICE ARGS`` with this Python, logging warnings only."""
+    return [sys.executable, "-m", "rollstream", "--log-level", "WARNING", service, *args]
 
-    Only within the hard limit: an unprivileged process cannot raise that.
-    """
+
+def bench_env(kafka: KafkaSettings, state_dir: str) -> dict[str, str]:
+    """The environment with the broker, topic prefix and state directory of a run."""
+    return os.environ | {
+        "ROLLSTREAM_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+        "ROLLSTREAM_TOPIC_PREFIX": kafka.topic_prefix,
+        "ROLLSTREAM_STATE_DIR": state_dir,
+    }
+
+
+def _pin_and_nofile(core: int | None, nofile: int) -> Callable[[], None]:
+    """A preexec_fn: pin the child to ``core``, raise its open-file soft limit to ``nofile``."""
 
     def setup() -> None:
         if core is not None and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, {core})
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        target = nofile if hard == resource.RLIM_INFINITY else min(nofile, hard)
-        if target > soft:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        raise_nofile(nofile)
 
     return setup
 
@@ -96,6 +103,35 @@ def _spawn(
             env=env,
             preexec_fn=_pin_and_nofile(core, nofile),
         )
+
+
+async def load_processes(
+    module: str,
+    specs: list[dict[str, Any]],
+    tmp: Path,
+    env: dict[str, str],
+    preexec_fn: Callable[[], None] | None = None,
+) -> list[dict[str, Any]]:
+    """``python -m MODULE SPEC_JSON`` for every spec side by side; the JSON each one prints."""
+    procs = []
+    for i, spec in enumerate(specs):
+        with (tmp / f"load-{i}.log").open("wb") as log:
+            procs.append(
+                await asyncio.create_subprocess_exec(
+                    *(sys.executable, "-m", module, json.dumps(spec)),
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=log,
+                    env=env,
+                    preexec_fn=preexec_fn,
+                )
+            )
+    results = []
+    for i, proc in enumerate(procs):
+        out, _ = await proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"load process {i} failed: {(tmp / f'load-{i}.log').read_text()}")
+        results.append(json.loads(out))
+    return results
 
 
 def run_queue_wait_seconds(pid: int) -> float:
@@ -116,7 +152,6 @@ class Sampler:
         self.pid, self.interval_s = pid, interval_s
         self.samples: list[Sample] = []
         self.fds_peak = 0
-        self._task: asyncio.Task[None] | None = None
 
     def sample(self) -> None:
         """Take one sample now."""
@@ -125,21 +160,11 @@ class Sampler:
         self.samples.append((time.time(), rss, cpu, wait))
         self.fds_peak = max(self.fds_peak, len(os.listdir(f"/proc/{self.pid}/fd")))
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
+        """Sample every interval until cancelled."""
         while True:
             self.sample()
             await asyncio.sleep(self.interval_s)
-
-    def start(self) -> None:
-        """Start sampling in the background (one sample at once)."""
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        """Stop sampling, with one last sample."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        self.sample()
 
 
 async def count_records(
@@ -202,9 +227,8 @@ async def _run_load(
     """Run the load processes side by side; their calls, and each one's own figures."""
     start_at = time.time() + 2.0  # they import aiohttp first; then all start on one clock
     share = -(-config.sessions // config.clients)
-    procs = []
-    for i in range(config.clients):
-        spec = LoadSpec(
+    specs = [
+        LoadSpec(
             url=url,
             first=i * share,
             count=min(share, config.sessions - i * share),
@@ -215,55 +239,29 @@ async def _run_load(
             key_prefix=key_prefix,
             call_timeout_s=config.call_timeout_s,
         )
-        with (tmp / f"load-{i}.log").open("wb") as log:
-            procs.append(
-                await asyncio.create_subprocess_exec(
-                    *(
-                        sys.executable,
-                        "-m",
-                        "rollstream.dev.bench.scale_load",
-                        json.dumps(asdict(spec)),
-                    ),
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=log,
-                    env=env,
-                    preexec_fn=_pin_and_nofile(config.client_core, 0),
-                )
-            )
-    calls: list[Call] = []
-    clients = []
-    for i, proc in enumerate(procs):
-        out, _ = await proc.communicate()
-        if proc.returncode != 0:
-            raise RuntimeError(f"load process {i} failed: {(tmp / f'load-{i}.log').read_text()}")
-        result = LoadResult(**json.loads(out))
-        calls += [(s, t, b, f, e, k) for s, t, b, f, e, k in result.calls]  # lists in JSON
-        clients.append(
-            {
-                "sessions": len({c[0] for c in result.calls}),
-                "cpu_s": result.cpu_s,
-                "cpu_utilisation": round(result.cpu_s / max(result.wall_s, 1e-9), 3),
-                "nofile_soft": result.nofile_soft,
-            }
-        )
+        for i in range(config.clients)
+    ]
+    pin = _pin_and_nofile(config.client_core, 0)
+    results = await load_processes(
+        "rollstream.dev.bench.scale_load", [asdict(s) for s in specs], tmp, env, pin
+    )
+    calls: list[Call] = [tuple(c) for r in results for c in r["calls"]]
+    clients = [
+        {
+            "sessions": len({c[0] for c in r["calls"]}),
+            "cpu_s": r["cpu_s"],
+            "cpu_utilisation": round(r["cpu_s"] / max(r["wall_s"], 1e-9), 3),
+            "nofile_soft": r["nofile_soft"],
+        }
+        for r in results
+    ]
     return calls, clients
-
-
-async def _warm_up(url: str) -> None:
-    """One call through the proxy (its key outside the run's), so its imports are done."""
-    async with aiohttp.ClientSession() as http:
-        body = chat_body([{"role": "user", "content": "warm up"}], 2)
-        await stream_call(http, url, body, f"warmup-{os.getpid()}")
 
 
 def _log_errors(log: Path) -> int:
     """Lines of a process log that report an error or a traceback."""
     text = log.read_text(errors="replace") if log.exists() else ""
     return sum(1 for line in text.splitlines() if "ERROR" in line or "Traceback" in line)
-
-
-def _command(service: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", "rollstream", "--log-level", "WARNING", service, *args]
 
 
 def _interceptor_figures(
@@ -297,15 +295,10 @@ async def run_scale_bench(
     upstream, base = f"http://127.0.0.1:{backend_port}", f"http://127.0.0.1:{proxy_port}"
     url = f"{base}/v1/chat/completions"
     with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
-        env = os.environ | {
-            "ROLLSTREAM_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
-            "ROLLSTREAM_TOPIC_PREFIX": kafka.topic_prefix,
-            "ROLLSTREAM_STATE_DIR": tmp_name,
-        }
+        tmp, env = Path(tmp_name), bench_env(kafka, tmp_name)
         latency = ("--tpot-ms", str(config.tpot_ms), "--ttft-ms", str(config.ttft_ms))
-        backend_cmd = _command("backend", "--port", str(backend_port), *latency)
-        proxy_cmd = _command(
+        backend_cmd = rollstream_command("backend", "--port", str(backend_port), *latency)
+        proxy_cmd = rollstream_command(
             "interceptor", "--port", str(proxy_port), "--upstream", upstream, "--admin-port", "0"
         )
         needed = fds["needed"]
@@ -317,10 +310,12 @@ async def run_scale_bench(
                 proxy_cmd, config.interceptor_core, needed["interceptor"], tmp / "proxy.log", env
             )
             await wait_healthy(f"{base}/health")
-            await _warm_up(url)
+            async with aiohttp.ClientSession() as http:  # its imports done, outside the run's keys
+                body = chat_body([{"role": "user", "content": "warm up"}], 2)
+                await stream_call(http, url, body, f"warmup-{os.getpid()}")
             start_kb = status_kb(proxy.pid)["VmRSS"]
             sampler = Sampler(proxy.pid, config.sample_interval_s)
-            sampler.start()
+            sampling = asyncio.create_task(sampler.run())
             backend_before = process_cpu_seconds(backend.pid)
             progress(
                 f"  {config.sessions} sessions x {config.turns} calls of {config.max_tokens} "
@@ -329,7 +324,9 @@ async def run_scale_bench(
             try:
                 calls, clients = await _run_load(config, url, key_prefix, tmp, env)
             finally:
-                await sampler.stop()
+                sampling.cancel()
+                await asyncio.gather(sampling, return_exceptions=True)
+                sampler.sample()  # the last one
             backend_cpu = process_cpu_seconds(backend.pid) - backend_before
             status = status_kb(proxy.pid)
             proxy.terminate()  # a clean stop flushes the publisher

@@ -1,10 +1,9 @@
 """The load generator of ``rollstream bench scale``: many multi-turn streaming sessions at once.
 
-Runs as its own process (``python -m rollstream.dev.bench.scale_load SPEC_JSON``), apart from the
-interceptor it loads, and prints its result as one JSON line. Every session has its own HTTP
-connection (a connector of one) and its own key, starts at a moment spread over the ramp, and
-makes its calls one after another with a growing conversation, as an agent does. Each call is
-recorded with wall-clock times, so calls from several load processes can be overlaid.
+Runs as its own process (``python -m rollstream.dev.bench.scale_load SPEC_JSON``, light to
+import), printing its result as one JSON line. Every session has its own connection and key,
+starts at a moment spread over the ramp and makes its calls in a row with a growing
+conversation, as an agent does; calls carry wall-clock times, so several processes' overlay.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from typing import Any
 
 import aiohttp
 
+from rollstream.dev.bench.stream_load import StreamFailed
 from rollstream.interceptor.sessions import SESSION_HEADER
 
 
@@ -48,14 +48,6 @@ class LoadResult:
     wall_s: float = 0.0
     nofile_soft: int = 0
     nofile_hard: int = 0
-
-
-class CallFailed(Exception):
-    """A call that did not end as a complete stream; ``kind`` says how."""
-
-    def __init__(self, kind: str) -> None:
-        super().__init__(kind)
-        self.kind = kind
 
 
 def raise_nofile(wanted: int) -> tuple[int, int]:
@@ -91,7 +83,7 @@ async def stream_call(
     async with http.post(url, json=body, headers={SESSION_HEADER: key}) as resp:
         if resp.status != 200:
             await resp.read()
-            raise CallFailed(f"http_{resp.status}")
+            raise StreamFailed(f"http_{resp.status}")
         async for raw in resp.content:
             line = raw.strip()
             if line == b"data: [DONE]":
@@ -99,7 +91,7 @@ async def stream_call(
             elif line.startswith(b"data: {"):
                 chunk = json.loads(line[6:])
                 if "error" in chunk:
-                    raise CallFailed("stream_error")
+                    raise StreamFailed("stream_error")
                 for choice in chunk.get("choices") or []:
                     content = (choice.get("delta") or {}).get("content")
                     if content:
@@ -107,9 +99,9 @@ async def stream_call(
                         parts.append(content)
                     finish = choice.get("finish_reason") or finish
     if not done or finish is None:
-        raise CallFailed("incomplete_stream")
+        raise StreamFailed("incomplete_stream")
     if finish != "length":  # ignore_eos: every answer runs to max_tokens
-        raise CallFailed(f"finish_{finish}")
+        raise StreamFailed(f"finish_{finish}")
     return "".join(parts), first
 
 
@@ -130,7 +122,7 @@ async def _session(spec: LoadSpec, index: int, offset: float, result: LoadResult
                 answer, first = await stream_call(
                     http, spec.url, chat_body(messages, spec.max_tokens), key
                 )
-            except CallFailed as exc:
+            except StreamFailed as exc:
                 kind, answer = exc.kind, ""
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 kind, answer = type(exc).__name__, ""

@@ -9,6 +9,7 @@ from collections import Counter
 from typing import Any
 
 from rollstream.dev.bench.common import percentile
+from rollstream.dev.bench.runner import table
 
 #: One call of the load: session, turn, began, first content (0: none), end, error kind ("": ok).
 Call = tuple[int, int, float, float, float, str]
@@ -34,8 +35,8 @@ def peak_overlap(intervals: list[tuple[float, float]]) -> int:
 def summarise_calls(calls: list[Call], sessions: int, turns: int) -> dict[str, Any]:
     """Errors by kind, latencies, calls/s and concurrency of the load's calls.
 
-    ``all_open`` is the stretch during which every session was open (its first call begun,
-    its last not yet ended), or None when there was none.
+    ``all_open``: the stretch during which every session was open (its first call begun, its
+    last not yet ended), or None.
     """
     ok = [c for c in calls if not c[5]]
     ok_per_session = Counter(c[0] for c in ok)
@@ -71,9 +72,7 @@ def summarise_calls(calls: list[Call], sessions: int, turns: int) -> dict[str, A
 
 def window_usage(samples: list[Sample], window: list[float] | None) -> dict[str, Any] | None:
     """The interceptor's CPU and run-queue wait per second of wall time within ``window``."""
-    if window is None:
-        return None
-    inside = [s for s in samples if window[0] <= s[0] <= window[1]]
+    inside = [s for s in samples if window and window[0] <= s[0] <= window[1]]
     if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
         return None
     seconds = inside[-1][0] - inside[0][0]
@@ -107,41 +106,29 @@ def target_verdict(result: dict[str, Any]) -> dict[str, Any]:
     return {"met": not short, "shortfalls": short}
 
 
-def _bound_lines(result: dict[str, Any]) -> list[str]:
-    """What the CPU figures say about the interceptor's headroom and the machine."""
-    load, proxy = result["load"], result["interceptor"]
-    per_call = proxy["cpu_ms_per_call"]
-    steady = proxy.get("all_open")
-    capacity = f"about {1000 / per_call:,.0f}" if per_call > 0 else "any number of"
-    lines = [
-        f"- CPU: {per_call} ms of interceptor CPU per call (an answer of "
-        f"{result['config']['max_tokens']} tokens comes as that many chunks), so its core "
-        f"would carry {capacity} calls/s saturated; this run made {load['calls_per_s']} calls/s"
-        + (
-            f", and while all sessions were open ({steady['seconds']:g} s) the interceptor used "
-            f"{steady['cpu_utilisation']:.0%} of its core."
-            if steady
-            else "."
-        )
-        + " A faster model makes more calls per second from the same sessions; that rate, "
-        "not the number of sessions, is then what one interceptor process must keep up with."
-    ]
-    if proxy["wait_s"] > 0.2 * proxy["cpu_s"]:
-        lines.append(
-            f"- The machine was busy: the interceptor waited {proxy['wait_s']:g} s on the run "
-            f"queue for its core during the load, against {proxy['cpu_s']:g} s of CPU it got; "
-            f"latencies above the backend's model ({result['config']['call_s']:g} s a call) "
-            f"include that wait."
-        )
-    return lines
-
-
 def scale_section(result: dict[str, Any]) -> list[str]:
     """The RESULTS.md section of ``rollstream bench scale``."""
     config, load, proxy = result["config"], result["load"], result["interceptor"]
     kafka, fds, verdict = result["kafka"], result["fd_limits"], result["target"]
     rate = load["calls_per_s"] * config["max_tokens"]
     clients = ", ".join(f"{c['cpu_utilisation']:.0%}" for c in result["clients"])
+    header = (
+        "sessions (peak open)", "calls (errors)", "peak calls in flight", "calls/s",
+        "TTFT p50 / p99 (ms)", "call p50 / p99 (ms)", "records in Kafka",
+        "interceptor RSS MB: start / peak", "CPU ms/call", "peak open files",
+    )  # fmt: skip
+    row = (
+        f"{load['sessions']:,} ({load['peak_sessions_open']:,})",
+        f"{load['calls']:,} ({load['errors']})",
+        f"{load['peak_calls_in_flight']:,}",
+        load["calls_per_s"],
+        f"{load['ttft_p50_ms']} / {load['ttft_p99_ms']}",
+        f"{load['latency_p50_ms']} / {load['latency_p99_ms']}",
+        f"{kafka['records']:,}",
+        f"{proxy['rss_start_mb']} / {proxy['hwm_mb']}",
+        proxy["cpu_ms_per_call"],
+        f"{proxy['fds_peak']:,}",
+    )
     lines = [
         "## Scale (`rollstream bench scale`)",
         "",
@@ -158,16 +145,7 @@ def scale_section(result: dict[str, Any]) -> list[str]:
         f"interceptor's VmRSS sampled every {config['sample_interval_s']:g} s and the kernel's "
         "high-water mark VmHWM. Records: the run's CallRecords in the events topic, by key.",
         "",
-        "| sessions (peak open) | calls (errors) | peak calls in flight | calls/s "
-        "| TTFT p50 / p99 (ms) | call p50 / p99 (ms) | records in Kafka | interceptor RSS MB: "
-        "start / peak | CPU ms/call | peak open files |",
-        "|---:|---:|---:|---:|---|---|---:|---|---:|---:|",
-        f"| {load['sessions']:,} ({load['peak_sessions_open']:,}) "
-        f"| {load['calls']:,} ({load['errors']}) | {load['peak_calls_in_flight']:,} "
-        f"| {load['calls_per_s']} | {load['ttft_p50_ms']} / {load['ttft_p99_ms']} "
-        f"| {load['latency_p50_ms']} / {load['latency_p99_ms']} | {kafka['records']:,} "
-        f"| {proxy['rss_start_mb']} / {proxy['hwm_mb']} | {proxy['cpu_ms_per_call']} "
-        f"| {proxy['fds_peak']:,} |",
+        *table(header, "rrrrllrlrr", [row]),
         "",
     ]
     if load["errors_by_kind"]:
@@ -177,12 +155,33 @@ def scale_section(result: dict[str, Any]) -> list[str]:
         f"{load['sessions']:,} sessions, {load['calls']:,} calls, 0 errors, "
         f"{kafka['records']:,} records, peak RSS {proxy['hwm_mb']} MB"
     )
+    per_call, steady = proxy["cpu_ms_per_call"], proxy.get("all_open")
+    capacity = f"about {1000 / per_call:,.0f}" if per_call > 0 else "any number of"
     lines += [
         f"- Target {TARGET_SESSIONS:,} sessions with no error and RSS ≤ 2 GB: "
         f"{'met' if verdict['met'] else 'MISSED'} ({reason}).",
         f"- Memory: {proxy['kb_per_session']:,} kB per open session above the idle process "
         "(VmHWM less the RSS before the load).",
-        *_bound_lines(result),
+        f"- CPU: {per_call} ms of interceptor CPU per call (an answer of "
+        f"{config['max_tokens']} tokens comes as that many chunks), so its core would carry "
+        f"{capacity} calls/s saturated; this run made {load['calls_per_s']} calls/s"
+        + (
+            f", and while all sessions were open ({steady['seconds']:g} s) the interceptor used "
+            f"{steady['cpu_utilisation']:.0%} of its core."
+            if steady
+            else "."
+        )
+        + " A faster model makes more calls per second from the same sessions; that rate, "
+        "not the number of sessions, is then what one interceptor process must keep up with.",
+    ]
+    if proxy["wait_s"] > 0.2 * proxy["cpu_s"]:
+        lines.append(
+            f"- The machine was busy: the interceptor waited {proxy['wait_s']:g} s on the run "
+            f"queue for its core during the load, against {proxy['cpu_s']:g} s of CPU it got; "
+            f"latencies above the backend's model ({config['call_s']:g} s a call) "
+            f"include that wait."
+        )
+    lines += [
         f"- Open files: soft limit {fds['soft']}, hard {fds['hard']}; the interceptor needs "
         f"about {fds['needed']['interceptor']:,} (a client and an upstream connection per "
         f"session), raised in its preexec_fn: "

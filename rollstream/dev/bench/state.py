@@ -35,6 +35,7 @@ from rollstream.settings import KafkaSettings
 Progress = Callable[[str], None]
 GROUP = "rollstream-reconstruct"
 EVENTS = "rollstream.events"
+LAYOUTS = ("whole", "changes")
 _SESSION_ID = 36  # a uuid's length, as nodes name sessions
 
 
@@ -178,9 +179,6 @@ async def run_state_bench(
         )
     assignment = [await _assignment(kafka, config, layout, progress) for layout in LAYOUTS]
     return {"config": asdict(config), "volume": volume, "assignment": assignment}
-
-
-LAYOUTS = ("whole", "changes")
 
 
 def state_section(result: dict[str, Any]) -> list[str]:

@@ -1,17 +1,11 @@
 """``rollstream bench stream``: long streamed answers through plain mitmproxy and rollstream.
 
-The reference backend streams 1,000-token answers as fast as it can (scripted policy, its
-answer a long text, no latency model). Separate load processes (``stream_load``) run a few
-sessions, each its own key and connection, making streamed calls one after another for a fixed
-duration, through each path in turn: ``mitmdump`` in reverse mode without an addon, ``rollstream
-interceptor`` with one worker, with two workers (sessions registered on the pool's admin port
-and sent to their worker's own URL, as the node does) and, optionally, two workers reached
-through the pool's router (one address for every session). Rounds alternate the order.
-
-Measured per path: streamed tokens/s, and CPU time (``/proc/<pid>/stat``) of every proxy process
-(supervisor and workers), of the backend, of the load processes and of the whole machine, so the
-report can say which of them bounds the run. rollstream's workers publish every call to a real
-broker; the records are counted at the end.
+The reference backend streams 1,000-token answers as fast as it can (scripted policy, no
+latency model). Load processes (``stream_load``) run a few sessions, each its own key and
+connection, making streamed calls in a row for a fixed duration through each path of
+:data:`PATHS` in turn, rounds alternating the order. Measured per path: streamed tokens/s and
+the CPU time of every proxy process, the backend, the load and the whole machine, so the report
+can say which of them bounds the run; rollstream's records in the broker are counted at the end.
 """
 
 from __future__ import annotations
@@ -31,8 +25,15 @@ from typing import Any
 
 import aiohttp
 
-from rollstream.dev.bench.common import abba, process_cpu_seconds, spawn_pinned, wait_healthy
-from rollstream.dev.bench.scale import count_records, run_queue_wait_seconds
+from rollstream.dev.bench.common import process_cpu_seconds, spawn_pinned, wait_healthy
+from rollstream.dev.bench.runner import run_rounds
+from rollstream.dev.bench.scale import (
+    bench_env,
+    count_records,
+    load_processes,
+    rollstream_command,
+    run_queue_wait_seconds,
+)
 from rollstream.dev.bench.stream_load import StreamLoadResult, StreamLoadSpec, stream_answer
 from rollstream.dev.bench.stream_report import ModeRun, mode_run, summarise
 from rollstream.host import free_port
@@ -105,11 +106,6 @@ def scenario_file(path: Path, tokens: int) -> Path:
     return path
 
 
-def rollstream_command(service: str, *args: str) -> list[str]:
-    """``python -m rollstream SERVICE ARGS`` with this Python, logging warnings only."""
-    return [sys.executable, "-m", "rollstream", "--log-level", "WARNING", service, *args]
-
-
 def proxy_command(path: str, port: int, admin_port: int, upstream: str) -> list[str]:
     """The command of a path's proxy (one of :data:`PATHS`) listening on ``port``."""
     workers, _ = PATHS[path]
@@ -119,17 +115,9 @@ def proxy_command(path: str, port: int, admin_port: int, upstream: str) -> list[
             raise RuntimeError("mitmdump not found beside this Python")
         # Streaming on, as rollstream has it: without it mitmproxy buffers whole answers.
         return [
-            mitmdump,
-            "-q",
-            "--listen-host",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "--mode",
-            f"reverse:{upstream}",
-            "--set",
-            "stream_large_bodies=1",
-        ]
+            mitmdump, "-q", "--listen-host", "127.0.0.1", "-p", str(port),
+            "--mode", f"reverse:{upstream}", "--set", "stream_large_bodies=1",
+        ]  # fmt: skip
     return rollstream_command(
         "interceptor",
         *("--port", str(port), "--admin-port", str(admin_port)),
@@ -169,32 +157,32 @@ async def _sessions(
     return urls, pids
 
 
-async def run_load(
-    spec: StreamLoadSpec, clients: int, tmp: Path, env: dict[str, str]
-) -> list[StreamLoadResult]:
-    """The load processes, each with its share of the sessions; their results."""
-    procs = []
-    for i in range(clients):
-        share = StreamLoadSpec(
-            **(asdict(spec) | {"keys": spec.keys[i::clients], "urls": spec.urls[i::clients]})
-        )
-        with (tmp / f"load-{i}.log").open("wb") as log:
-            procs.append(
-                await asyncio.create_subprocess_exec(
-                    *(sys.executable, "-m", "rollstream.dev.bench.stream_load"),
-                    json.dumps(asdict(share)),
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=log,
-                    env=env,
-                )
-            )
-    results = []
-    for i, proc in enumerate(procs):
-        out, _ = await proc.communicate()
-        if proc.returncode != 0:
-            raise RuntimeError(f"load process {i} failed: {(tmp / f'load-{i}.log').read_text()}")
-        results.append(StreamLoadResult(**json.loads(out)))
-    return results
+async def start_load(
+    config: StreamBenchConfig,
+    keys: list[str],
+    urls: list[str],
+    body: dict[str, Any],
+    tmp: Path,
+    env: dict[str, str],
+) -> asyncio.Task[list[StreamLoadResult]]:
+    """Start the load processes, each with its share of the sessions; return at their start."""
+    start_at = time.time() + config.start_delay_s
+    spec = StreamLoadSpec(
+        keys=keys, urls=urls, body=body, start_at=start_at,
+        duration_s=config.duration_s, read_batch_ms=config.read_batch_ms,
+    )  # fmt: skip
+    shares = [
+        asdict(spec) | {"keys": keys[i :: config.clients], "urls": urls[i :: config.clients]}
+        for i in range(config.clients)
+    ]
+    module = "rollstream.dev.bench.stream_load"
+
+    async def run() -> list[StreamLoadResult]:
+        return [StreamLoadResult(**r) for r in await load_processes(module, shares, tmp, env)]
+
+    load = asyncio.create_task(run())
+    await asyncio.sleep(max(0.0, start_at - time.time()))
+    return load
 
 
 def _cpu(pids: list[int]) -> dict[int, float]:
@@ -249,17 +237,7 @@ async def _run_path(
                     for url, key in zip(urls, keys, strict=True)
                 )
             )
-        start_at = time.time() + config.start_delay_s
-        spec = StreamLoadSpec(
-            keys=keys,
-            urls=urls,
-            body=body,
-            start_at=start_at,
-            duration_s=config.duration_s,
-            read_batch_ms=config.read_batch_ms,
-        )
-        load = asyncio.create_task(run_load(spec, config.clients, work, env))
-        await asyncio.sleep(max(0.0, start_at - time.time()))
+        load = await start_load(config, keys, urls, body, work, env)
         pids = [proxy.pid, *worker_pids]
         wakeups = sum(loop_wakeups(pid) for pid in pids)
         waits = _waits(pids), run_queue_wait_seconds(backend.pid)
@@ -326,28 +304,27 @@ async def run_stream_bench(
     runs: list[ModeRun] = []
     captured = 0  # calls through rollstream, each of which should be one record
     with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
-        env = os.environ | {
-            "ROLLSTREAM_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
-            "ROLLSTREAM_TOPIC_PREFIX": kafka.topic_prefix,
-            "ROLLSTREAM_STATE_DIR": tmp_name,
-        }
+        tmp, env = Path(tmp_name), bench_env(kafka, tmp_name)
         backend = await start_backend(config, backend_port, tmp, env)
+
+        async def measure(path: str, round_: int) -> dict[str, float]:
+            nonlocal captured
+            run, warm = await _run_path(
+                path, round_, config, backend, upstream, key_prefix, tmp, env
+            )
+            runs.append(run)
+            if path != "mitmproxy":
+                captured += warm + run.calls_ok
+            progress(
+                f"  round {round_ + 1} {path:<21} {run.tokens_per_s:>8,.0f} tokens/s, "
+                f"proxy {run.proxy_cpu_us_per_token} µs/token, proxy "
+                f"{run.proxy_cores} cores, backend {run.backend_cores}, load "
+                f"{run.load_cores}, machine {run.machine_busy_cores}, {run.errors} errors"
+            )
+            return {}
+
         try:
-            for round_ in range(config.rounds):
-                for path in abba(config.paths, round_):
-                    run, warm = await _run_path(
-                        path, round_, config, backend, upstream, key_prefix, tmp, env
-                    )
-                    runs.append(run)
-                    if path != "mitmproxy":
-                        captured += warm + run.calls_ok
-                    progress(
-                        f"  round {round_ + 1} {path:<21} {run.tokens_per_s:>8,.0f} tokens/s, "
-                        f"proxy {run.proxy_cpu_us_per_token} µs/token, proxy "
-                        f"{run.proxy_cores} cores, backend {run.backend_cores}, load "
-                        f"{run.load_cores}, machine {run.machine_busy_cores}, {run.errors} errors"
-                    )
+            await run_rounds(config.paths, config.rounds, measure)
         finally:
             backend.terminate()
             backend.wait(timeout=30)

@@ -55,7 +55,7 @@ class StreamLoadResult:
 
 
 class StreamFailed(Exception):
-    """A call that did not end as a complete answer cut at ``max_tokens``."""
+    """A call that did not end as a complete answer cut at ``max_tokens``; ``kind`` says how."""
 
     def __init__(self, kind: str) -> None:
         super().__init__(kind)

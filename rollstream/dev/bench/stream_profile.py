@@ -2,15 +2,12 @@
 
     python -m rollstream.dev.bench.stream_profile [--seconds 10] [--top 25] [--out DIR]
 
-Runs the ``bench stream`` backend and load through ``mitmdump`` and through ``rollstream
-interceptor`` (one worker, publishing to the broker of ``ROLLSTREAM_BOOTSTRAP_SERVERS``, topics
-under a prefix of its own, deleted afterwards), each proxy under cProfile switched on only
-while the load runs (two real-time signals: mitmproxy keeps SIGUSR1 and SIGUSR2 for its debug
-dumps), and prints each one's hottest functions in µs
-per streamed token, the time per area (mitmproxy, rollstream, asyncio, ...) and rollstream's
-own entry points. cProfile slows what it measures (every call pays for the hook), so the
-figures are larger than the bench's; their shares and the difference between the two are
-what count. ``--out`` keeps the profiles (``mitmproxy.prof``, ``rollstream-1w.prof``) for pstats.
+Runs the ``bench stream`` backend and load through ``mitmdump`` and through one rollstream
+worker (publishing under a topic prefix of its own, deleted afterwards), each proxy profiled
+only while the load runs (switched by two real-time signals: mitmproxy keeps SIGUSR1 and
+SIGUSR2), and prints the hottest functions, the time per area and rollstream's entry points in
+µs per streamed token. cProfile inflates what it measures: the shares and the difference
+between the two paths are what count. ``--out`` keeps the ``.prof`` files for pstats.
 """
 
 from __future__ import annotations
@@ -30,14 +27,15 @@ import aiohttp
 
 from rollstream.dev.bench.call_costs import upstream_chunks
 from rollstream.dev.bench.common import spawn_pinned, wait_healthy
+from rollstream.dev.bench.scale import bench_env
 from rollstream.dev.bench.stream import (
     StreamBenchConfig,
     proxy_command,
     request_body,
-    run_load,
     start_backend,
+    start_load,
 )
-from rollstream.dev.bench.stream_load import StreamLoadSpec, stream_answer
+from rollstream.dev.bench.stream_load import stream_answer
 from rollstream.host import free_port
 from rollstream.settings import KafkaSettings
 
@@ -138,13 +136,7 @@ async def _profile_path(
         async with aiohttp.ClientSession() as http:
             url = f"{base}/v1/chat/completions"
             await asyncio.gather(*(stream_answer(http, url, body, key) for key in keys))
-        start_at = time.time() + config.start_delay_s
-        spec = StreamLoadSpec(
-            keys=keys, urls=[base] * len(keys), body=body, start_at=start_at,
-            duration_s=config.duration_s, read_batch_ms=config.read_batch_ms,
-        )  # fmt: skip
-        load = asyncio.create_task(run_load(spec, config.clients, tmp, env))
-        await asyncio.sleep(max(0.0, start_at - time.time()))
+        load = await start_load(config, keys, [base] * len(keys), body, tmp, env)
         proxy.send_signal(_ON)
         results = await load
         proxy.send_signal(_OFF)
@@ -231,12 +223,7 @@ async def profile(
         await admin.create(topic_specs(TopicNames(kafka.topic_prefix), 3))
     try:
         with tempfile.TemporaryDirectory() as tmp_name:
-            tmp = Path(tmp_name)
-            env = os.environ | {
-                "ROLLSTREAM_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
-                "ROLLSTREAM_TOPIC_PREFIX": kafka.topic_prefix,
-                "ROLLSTREAM_STATE_DIR": tmp_name,
-            }
+            tmp, env = Path(tmp_name), bench_env(kafka, tmp_name)
             port = free_port()
             backend = await start_backend(config, port, tmp, env)
             try:

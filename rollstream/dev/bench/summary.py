@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rollstream.dev.bench.stream_section import summary_row as _stream
+from rollstream.dev.bench.stream_report import summary_row as _stream
 from rollstream.dev.docs_block import DocBlock
 
 START = "<!-- bench-table:start -->"
@@ -168,7 +168,6 @@ def _wall(result: Result) -> str:
     )
 
 
-#: In the summary's order: (benchmark, what its row is called, how its result reads).
 def _long_session(result: Result) -> str:
     return "; ".join(
         f"{run['calls']:,} calls drifting at every call"
@@ -179,6 +178,7 @@ def _long_session(result: Result) -> str:
     )
 
 
+#: In the summary's order: (benchmark, what its row is called, how its result reads).
 ROWS: tuple[tuple[str, str, Callable[[Result], str]], ...] = (
     ("backend", "reference backend, one core", _backend),
     ("interceptor", "interceptor vs plain mitmproxy", _interceptor),

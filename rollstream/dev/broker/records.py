@@ -86,3 +86,24 @@ def forget_stale(path: Path, text: str, why: str) -> None:
     with contextlib.suppress(OSError):
         path.unlink()
     log.info("removed the stale record %s: %s", path, why)
+
+
+def local_broker_pids(state_file: Path, bootstrap_servers: str) -> tuple[int, ...]:
+    """The processes of the broker or cluster `rollstream kafka start` runs at these servers.
+
+    ``state_file`` is the broker's state file; empty for any other broker (whose CPU a
+    benchmark then does not measure).
+    """
+    try:
+        state = json.loads(state_file.read_text())
+    except (OSError, ValueError):
+        return ()
+    if not isinstance(state, dict) or state.get("bootstrap_servers") != bootstrap_servers:
+        return ()
+    nodes = state.get("nodes") or [state]  # a cluster's state lists its nodes
+    try:
+        infos = [BrokerInfo(**node) for node in nodes]
+    except TypeError:
+        return ()
+    # A record outlives its process, and pids are reused: not whatever runs under one now.
+    return tuple(info.pid for info in infos if info.runs())

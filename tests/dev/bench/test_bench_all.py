@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from rollstream.cli import cli
-from rollstream.cli.bench_suite import all_benchmarks
+from rollstream.cli.bench import all_benchmarks
 from rollstream.dev.bench.results_file import record, write_markdown
 from rollstream.settings import KafkaSettings
 

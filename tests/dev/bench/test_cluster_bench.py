@@ -7,8 +7,13 @@ from typing import Any
 
 import pytest
 
-from rollstream.dev.bench.cluster import ClusterBenchConfig, KafkaSetup, run_cluster_bench
-from rollstream.dev.bench.cluster_report import cluster_section, summarize
+from rollstream.dev.bench.cluster import (
+    ClusterBenchConfig,
+    KafkaSetup,
+    run_cluster_bench,
+    summarize,
+)
+from rollstream.dev.bench.cluster_report import cluster_section
 from rollstream.dev.bench.report import SECTIONS
 from rollstream.dev.bench.summary import summary_table
 from rollstream.dev.broker import BrokerInfo

@@ -9,9 +9,13 @@ from typing import Any
 import pytest
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
-from rollstream.dev.bench.instances import InstancesBenchConfig, run_instances_bench
+from rollstream.dev.bench.instances import (
+    InstancesBenchConfig,
+    bound_line,
+    run_instances_bench,
+    with_scaling,
+)
 from rollstream.dev.bench.instances_gate import idle, member_partitions
-from rollstream.dev.bench.instances_report import bound_line, with_scaling
 from rollstream.dev.bench.report import SECTIONS
 from rollstream.dev.bench.summary import summary_table
 from rollstream.dev.broker import BrokerInfo

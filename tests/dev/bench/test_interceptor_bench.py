@@ -45,7 +45,7 @@ async def test_small_run(kafka_settings: KafkaSettings, rollstream_topics: Topic
     assert all(0 <= m["proxy_idle_cpu_ms_per_s"] < 200 for m in result["modes"][1:])
     assert len(lines) == 1 + 2 * 3  # own per-call work, then each path in each round
     # Each round in the reverse order of the one before (ABBA), as the section says.
-    assert [line.split()[2] for line in lines[1:]] == [*MODES, *MODES[::-1]]
+    assert [line.split()[2].rstrip(":") for line in lines[1:]] == [*MODES, *MODES[::-1]]
     assert "alternating the paths' order (ABBA)" in "\n".join(SECTIONS["interceptor"](result))
     assert all(m["rounds"] == 2 and m["calls"] == 6 for m in result["modes"])
     low, high = result["cpu_ratio_range"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rollstream.dev.bench.instances import InstancesBenchConfig
 from rollstream.dev.bench.pipeline import PipelineBenchConfig
-from rollstream.dev.bench.pipeline_setup import (
+from rollstream.dev.bench.pipeline_run import (
     bench_group,
     input_shape,
     input_summary,

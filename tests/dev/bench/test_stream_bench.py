@@ -31,10 +31,11 @@ from rollstream.dev.bench.stream_report import (
     bound_of,
     capacity,
     mode_run,
+    stream_section,
     summarise,
+    summary_row,
     verdicts,
 )
-from rollstream.dev.bench.stream_section import stream_section, summary_row
 from rollstream.dev.bench.suite import ORDER
 from rollstream.dev.bench.summary import ROWS, summary_table
 from rollstream.schemas import TopicNames

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rollstream.dev.bench.pipeline_report import pipeline_section
+from rollstream.dev.bench.pipeline import pipeline_section
 from rollstream.dev.bench.publisher_report import publisher_section
 from rollstream.dev.bench.report import SECTIONS
 from rollstream.dev.bench.results_file import write_markdown

@@ -24,7 +24,7 @@ async def test_a_small_run_measures_both_modes_and_their_ratio() -> None:
         expected = result["modes"]["walled"][key] / result["modes"]["direct"][key]
         assert abs(result["walled_over_direct"][key] - expected) < 0.01
     # Two rounds, each mode once per round, the order alternating.
-    assert [line.split()[2] for line in said] == ["direct", "walled", "walled", "direct"]
+    assert [line.split()[2] for line in said] == ["direct:", "walled:", "walled:", "direct:"]
     section = "\n".join(SECTIONS["wall"](result))
     assert "## Network wall (`rollstream bench wall`)" in section
     assert "| a harness process from spawn to exit |" in section
