@@ -26,9 +26,9 @@ def harness() -> None:
 @harness.command(name="install")
 @settings_options(StatePaths, "paths")
 def install_command(paths: StatePaths) -> None:
-    """Install the pinned harness versions with npm into the cache (about 1 GB, once)."""
+    """Install the pinned harness versions with npm into the cache (about 1.4 GB, once)."""
     if installed(paths.cache_dir) is None:
-        click.echo(f"installing {len(PACKAGES)} harnesses with npm (about 1 GB) ...", err=True)
+        click.echo(f"installing {len(PACKAGES)} harnesses with npm (about 1.4 GB) ...", err=True)
     bin_dir = install(paths.cache_dir)
     click.echo(f"harnesses in {bin_dir}")
 

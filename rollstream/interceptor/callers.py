@@ -7,6 +7,8 @@ Some harnesses name themselves in every request (measured with the pinned versio
   and, on a sub-agent's calls only, ``X-Claude-Code-Agent-Id``;
 - Codex: ``session-id`` (the root thread), ``thread-id`` (the thread calling: the root, or a
   sub-agent's) and, on a sub-agent's calls, ``x-codex-parent-thread-id``;
+- opencode: ``x-session-id`` (its session calling: each sub-agent has one of its own) and, on a
+  sub-agent's calls, ``x-parent-session-id`` (the session that started it);
 - the OpenAI and Anthropic SDKs (Qwen Code, Pi): ``x-stainless-retry-count``.
 
 Qwen Code, Pi and Gemini CLI name no session or agent. What a harness says is recorded as it
@@ -44,6 +46,10 @@ def caller_from_headers(headers: Mapping[str, str]) -> Caller | None:
         thread = _header(headers, "thread-id")
         agent = thread if thread != codex else None  # the root thread is the session's own
         parent = _header(headers, "x-codex-parent-thread-id")
+    if session is None and (opencode := _header(headers, "x-session-id")) is not None:
+        session = opencode
+        parent = _header(headers, "x-parent-session-id")
+        agent = opencode if parent is not None else None  # a sub-session is a sub-agent
     retries = _header(headers, "x-stainless-retry-count")
     retry = (
         int(retries) if retries is not None and retries.isdigit() and len(retries) < 10 else None

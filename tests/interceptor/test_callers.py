@@ -1,6 +1,7 @@
 """Who is calling: the harnesses' own ids read from their headers, as the pinned versions send
 them (header names and value shapes measured through a logging hop: Claude Code 2.1.197, Codex
-0.171.0, Qwen Code 0.15.10, Pi 0.73.1, Gemini CLI 0.61.0; the ids here are made up)."""
+0.171.0, Qwen Code 0.15.10, Pi 0.73.1, Gemini CLI 0.61.0, opencode 1.18.33; the ids here are
+made up)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from rollstream.schemas import Caller
 CLAUDE = "3b9261f4-5b44-4c4e-9d1e-0a2f4c8d7e61"
 CODEX = "01a249a7-ae0c-7c31-b2d4-5e6f7a8b9c0d"
 CODEX_SUB = "01a249a9-1b2c-7d3e-8f40-a1b2c3d4e5f6"
+OPENCODE = "ses_db5c2867bffeiw04mXRs0vF6ij"
+OPENCODE_SUB = "ses_db5c1f02affeKq81cZp3Hn2tLw"
 
 
 def headers(**fields: str) -> Headers:
@@ -51,6 +54,20 @@ def headers(**fields: str) -> Headers:
             ),
             Caller(session=CODEX, agent=CODEX_SUB, parent=CODEX),
             id="codex-subagent",
+        ),
+        pytest.param(  # opencode's main session
+            headers(x_session_id=OPENCODE, x_session_affinity=OPENCODE),
+            Caller(session=OPENCODE),
+            id="opencode",
+        ),
+        pytest.param(  # a sub-session its task tool started: its own id, its parent's
+            headers(
+                x_session_id=OPENCODE_SUB,
+                x_session_affinity=OPENCODE_SUB,
+                x_parent_session_id=OPENCODE,
+            ),
+            Caller(session=OPENCODE_SUB, agent=OPENCODE_SUB, parent=OPENCODE),
+            id="opencode-subagent",
         ),
         pytest.param(  # Qwen Code and Pi: the OpenAI SDK's retry count, nothing else
             headers(User_Agent="QwenCode/0.15.10 (linux; x64)", X_Stainless_Retry_Count="2"),

@@ -1,36 +1,35 @@
 """A session's threads, from what its harness says of each call (``CallRecord.caller``).
 
-A harness that names its sub-agents (Claude Code's agent id, Codex's thread id) says which of a
-session's calls belong to which conversation; the reconstructor lists those threads on the
-trajectory with the call that spawned each, so a trainer can tell a sub-agent's turns from its
-parent's and see the tree. Segments still come from the tokens (the strategies); the threads
-name their calls.
+A harness that names its sub-agents (Claude Code's agent id, Codex's thread id, opencode's
+sub-session id) says which of a session's calls belong to which conversation; the reconstructor
+lists those threads on the trajectory with the call that spawned each, so a trainer can tell a
+sub-agent's turns from its parent's and see the tree. Segments still come from the tokens (the
+strategies); the threads name their calls.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from rollstream.schemas import CallRecord
 from rollstream.schemas.blobs import decompress_json
 from rollstream.schemas.trajectories import Thread
 
 #: The harnesses' tools that start a sub-agent (Claude Code's Agent, formerly Task; Codex's
-#: spawn_agent; Qwen Code's agent; Gemini CLI's invoke_agent). A harness that spawns and goes
-#: on (Codex) may call again before the sub-agent's first call: the spawner is the parent's
-#: last call before it that called one of these, else simply its last call before it.
-SPAWN_TOOLS = frozenset({"Agent", "Task", "spawn_agent", "agent", "invoke_agent"})
+#: spawn_agent; Qwen Code's agent; Gemini CLI's invoke_agent; opencode's task). A harness that
+#: spawns and goes on (Codex) may call again before the sub-agent's first call: the spawner is
+#: the parent's last call before it that called one of these, else its last call before it.
+SPAWN_TOOLS = frozenset({"Agent", "Task", "spawn_agent", "agent", "invoke_agent", "task"})
 
 
-def _parent(record: CallRecord) -> str | None:
+def _parent(record: CallRecord, agents: Collection[str | None]) -> str | None:
     """The agent id of the thread that spawned ``record``'s, None for the main thread.
 
-    Codex names a sub-agent's parent by thread id, and its root thread's id is the session's.
+    A parent that is no thread's agent id is the main thread: Codex names it by the session's
+    own id, opencode by its main session's.
     """
-    caller = record.caller
-    if caller is None or caller.parent in (None, caller.session):
-        return None
-    return caller.parent
+    parent = record.caller.parent if record.caller is not None else None
+    return parent if parent in agents else None
 
 
 def threads_of(calls: Iterable[CallRecord]) -> list[Thread]:
@@ -48,7 +47,7 @@ def threads_of(calls: Iterable[CallRecord]) -> list[Thread]:
     for agent, own in members.items():  # in the order their first calls started
         if agent is None:
             continue
-        parent = _parent(own[0])
+        parent = _parent(own[0], members)
         began = own[0].timings.started_at
         before = [c for c in members.get(parent, []) if c.timings.started_at < began]
         spawners = [c for c in before if SPAWN_TOOLS & set(_tools_called(c))] or before

@@ -26,6 +26,7 @@ PACKAGES: dict[str, tuple[str, str]] = {
     "qwen-code": ("@qwen-code/qwen-code@0.15.10", "qwen"),
     "pi": ("@mariozechner/pi-coding-agent@0.73.1", "pi"),
     "gemini-cli": ("@google/gemini-cli@0.61.0", "gemini"),
+    "opencode": ("opencode-ai@1.18.33", "opencode"),
 }
 _COMPLETE_MARKER = ".complete"
 
@@ -63,7 +64,7 @@ def executable(name: str, cache_dir: Path) -> Path:
 
 
 def install(cache_dir: Path, npm: str = "npm") -> Path:
-    """Install every pinned harness (about 1 GB) unless already there; return the bin folder.
+    """Install every pinned harness (about 1.4 GB) unless already there; return the bin folder.
 
     npm installs into a temporary folder renamed into place at the end, so an interrupted
     install is never taken for a complete one. npm's own download cache is kept under

@@ -198,6 +198,51 @@ class GeminiCli:
         return HarnessLaunch(argv, env, {".gemini/settings.json": json.dumps(settings, indent=2)})
 
 
+class OpenCode:
+    """opencode: Chat Completions, always streamed; its provider in ``~/.config/opencode``.
+
+    The instruction goes in on stdin, verbatim: given as an argument, opencode quotes any that
+    holds a space. Its plugin package is seeded as installed, or it would start an npm install
+    in the background at every run (no variable turns that off); ``--auto`` lets the tools act
+    outside the workspace, which run mode otherwise refuses, ending the run early with exit 0.
+    """
+
+    name = "opencode"
+    api = ApiKind.CHAT_COMPLETIONS
+    #: Where the instruction is written, relative to HOME.
+    INSTRUCTION_FILE = ".rollstream/instruction.txt"
+
+    def launch(self, ctx: HarnessContext, executable: Path) -> HarnessLaunch:
+        """``opencode run --auto -m rollstream/MODEL < instruction`` through ``sh``."""
+        limits = {"context": 131072, "output": 4096}
+        provider = {
+            "npm": "@ai-sdk/openai-compatible",  # bundled in the binary: nothing is fetched
+            "name": "rollstream",
+            "options": {"baseURL": f"{ctx.base_url}/v1", "apiKey": "{env:" + SESSION_ENV + "}"},
+            "models": {ctx.model: {"name": ctx.model, "limit": limits}},
+        }
+        config = {"provider": {"rollstream": provider}, "autoupdate": False, "share": "disabled"}
+        plugin = {"@opencode-ai/plugin": PACKAGES[self.name][0].rsplit("@", 1)[1]}
+        files = {
+            ".config/opencode/opencode.json": json.dumps(config, indent=2),
+            ".config/opencode/package.json": json.dumps({"dependencies": plugin}),
+            ".config/opencode/package-lock.json": json.dumps(
+                {"lockfileVersion": 3, "packages": {"": {"dependencies": plugin}}}
+            ),
+            ".config/opencode/node_modules/.keep": "",
+            self.INSTRUCTION_FILE: ctx.instruction,
+        }
+        script = 'exec "$0" run --auto -m "$1" < "$HOME/' + self.INSTRUCTION_FILE + '"'
+        argv = ["sh", "-c", script, str(executable), f"rollstream/{ctx.model}"]
+        env = _env(
+            ctx,
+            # Offline: no models.dev catalogue, no update check.
+            OPENCODE_DISABLE_MODELS_FETCH="1",
+            OPENCODE_DISABLE_AUTOUPDATE="1",
+        )
+        return HarnessLaunch(argv, env, files)
+
+
 def _option(ctx: HarnessContext, preset_name: str, key: str) -> str:
     value = ctx.options.get(key, "").strip()
     if not value:
@@ -257,7 +302,17 @@ class Python:
 
 
 PRESETS: dict[str, Preset] = {
-    p.name: p for p in (ClaudeCode(), Codex(), QwenCode(), Pi(), GeminiCli(), Command(), Python())
+    p.name: p
+    for p in (
+        ClaudeCode(),
+        Codex(),
+        QwenCode(),
+        Pi(),
+        GeminiCli(),
+        OpenCode(),
+        Command(),
+        Python(),
+    )
 }
 
 

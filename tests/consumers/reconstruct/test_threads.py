@@ -66,3 +66,22 @@ def test_codex_s_threads_name_their_parents_and_nest() -> None:
         Thread(agent="t1", spawned_by="r0", call_ids=["c0", "c1"]),
         Thread(agent="t2", parent="t1", spawned_by="c0", call_ids=["g0"]),
     ]
+
+
+def test_opencode_s_sub_sessions_name_their_parent_session() -> None:
+    """Each of opencode's sessions has its own id; a sub-session names the one that started it."""
+    main = Caller(session="ses_main")
+    sub = Caller(session="ses_sub", agent="ses_sub", parent="ses_main")
+    nested = Caller(session="ses_nested", agent="ses_nested", parent="ses_sub")
+    calls = [
+        call("m0", 0, main, "task"),
+        call("s0", 1, sub, "task"),
+        call("n0", 2, nested),
+        call("s1", 3, sub),
+        call("m1", 4, main),
+    ]
+    assert threads_of(calls) == [
+        Thread(call_ids=["m0", "m1"]),
+        Thread(agent="ses_sub", spawned_by="m0", call_ids=["s0", "s1"]),
+        Thread(agent="ses_nested", parent="ses_sub", spawned_by="s0", call_ids=["n0"]),
+    ]

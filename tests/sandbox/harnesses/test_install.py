@@ -18,12 +18,14 @@ from rollstream.sandbox.harnesses.install import (
     installed,
 )
 
-FAKE_NPM = """#!/bin/sh
+FAKE_NPM = f"""#!/bin/sh
 # Records its arguments, then creates the executables unless told to fail.
 echo "$@" > "$LOG"
-[ -n "$FAIL" ] && { echo "npm ERR! 404 Not Found" >&2; exit 1; }
+[ -n "$FAIL" ] && {{ echo "npm ERR! 404 Not Found" >&2; exit 1; }}
 mkdir -p node_modules/.bin
-for exe in claude codex qwen pi gemini; do printf '#!/bin/sh\\n' > node_modules/.bin/$exe; done
+for exe in {" ".join(exe for _, exe in PACKAGES.values())}; do
+  printf '#!/bin/sh\\n' > node_modules/.bin/$exe
+done
 """
 
 

@@ -31,6 +31,7 @@ RUNS: list[tuple[str, str, Mode]] = [
     ("qwen-code", "qwen3", "ordinary"),
     ("codex", "qwen3", "exact"),
     ("pi", "qwen3", "exact"),
+    ("opencode", "qwen3", "exact"),
     ("codex", "qwen3-coder", "ordinary"),
     ("qwen-code", "qwen3-coder", "ordinary"),
     ("pi", "llama-3", "ordinary"),
@@ -40,6 +41,7 @@ RUNS: list[tuple[str, str, Mode]] = [
     ("gemini-cli", "gpt-oss", "ordinary"),
     ("pi", "mistral", "exact"),
     ("claude-code", "mistral", "ordinary"),
+    ("opencode", "llama-3", "ordinary"),
 ]
 
 

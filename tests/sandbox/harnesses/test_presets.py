@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -29,8 +31,9 @@ def test_every_preset_passes_session_and_base_url_and_the_instruction() -> None:
     ctx = HarnessContext(CTX.base_url, CTX.session, CTX.model, CTX.instruction, options)
     for name, p in PRESETS.items():
         launch = p.launch(ctx, EXE)
-        assert launch.argv[0] == str(EXE), name
-        assert any("Fix the bug." in arg for arg in launch.argv), name
+        assert str(EXE) in launch.argv, name  # run directly, or by sh (opencode)
+        given = [*launch.argv, *launch.home_files.values()]
+        assert any("Fix the bug." in arg for arg in given), name
         assert launch.env[SESSION_ENV] == "sess-1"
         assert launch.env["ROLLSTREAM_BASE_URL"] == "http://127.0.0.1:8100"
 
@@ -52,6 +55,40 @@ def test_codex_gets_a_responses_provider_reading_the_session_env() -> None:
     assert f'model_providers.rollstream.env_key="{SESSION_ENV}"' in overrides
     assert 'model_providers.rollstream.wire_api="responses"' in overrides
     assert launch.argv[-1] == "Fix the bug."  # the prompt comes after every option
+
+
+def test_opencode_reads_its_provider_from_home_and_the_instruction_verbatim(
+    tmp_path: Path,
+) -> None:
+    instruction = 'Write "a  b" to out.txt,\nthen stop.'
+    ctx = HarnessContext(CTX.base_url, CTX.session, CTX.model, instruction)
+    launch = preset("opencode").launch(ctx, EXE)
+    assert preset("opencode").api is ApiKind.CHAT_COMPLETIONS
+    config = json.loads(launch.home_files[".config/opencode/opencode.json"])
+    provider = config["provider"]["rollstream"]
+    assert provider["options"] == {
+        "baseURL": "http://127.0.0.1:8100/v1",
+        "apiKey": "{env:" + SESSION_ENV + "}",  # the key stays out of the file
+    }
+    assert "served" in provider["models"]
+    # Its plugin seeded as installed: no background npm install reaching the registry.
+    lock = json.loads(launch.home_files[".config/opencode/package-lock.json"])
+    plugin = json.loads(launch.home_files[".config/opencode/package.json"])["dependencies"]
+    assert lock["packages"][""]["dependencies"] == plugin
+    assert ".config/opencode/node_modules/.keep" in launch.home_files
+    assert launch.env["OPENCODE_DISABLE_MODELS_FETCH"] == "1"
+    # Run by sh the way the runner would: the instruction reaches stdin byte for byte.
+    home = tmp_path / "home"
+    for relative, text in launch.home_files.items():
+        (home / relative).parent.mkdir(parents=True, exist_ok=True)
+        (home / relative).write_text(text)
+    fake = tmp_path / "opencode"
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$HOME/args"; cat > "$HOME/stdin"\n')
+    fake.chmod(0o755)
+    argv = [str(fake) if a == str(EXE) else a for a in launch.argv]
+    subprocess.run(argv, env={"HOME": str(home), "PATH": os.environ["PATH"]}, check=True)
+    assert (home / "stdin").read_text() == instruction
+    assert (home / "args").read_text().split() == ["run", "--auto", "-m", "rollstream/served"]
 
 
 def test_qwen_code_is_configured_from_the_environment() -> None:

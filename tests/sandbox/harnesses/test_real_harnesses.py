@@ -1,4 +1,4 @@
-"""The four real harnesses, headless, through the interceptor to the reference backend.
+"""The real npm harnesses, headless, through the interceptor to the reference backend.
 
 Each one must finish a multi-turn tool task (write a file with a shell tool, read it back,
 answer), exit 0, and leave every one of its LLM calls in Kafka with exactly the token ids and
@@ -146,10 +146,10 @@ async def test_harness_completes_a_tool_task_and_every_call_is_captured(
     tree = get_strategy("tree")(calls, StrategyContext()).segments
     trainable = sum(s.trainable_tokens for s in tree)
     assert trainable == sum(len(c.completion or []) for c in calls)
-    # Who is calling, as each harness names itself (interceptor/callers.py): Claude Code and
-    # Codex say their own session on every call; the OpenAI SDK's harnesses only a retry count.
+    # Who is calling, as each harness names itself (interceptor/callers.py): Claude Code, Codex
+    # and opencode say their own session on every call; the OpenAI SDK's only a retry count.
     callers = {r.caller for r in records}
-    if name in ("claude-code", "codex"):
+    if name in ("claude-code", "codex", "opencode"):
         [caller] = callers  # one session, one thread: the same on every call
         assert caller is not None and caller.session, caller
         assert caller.session != session  # the harness's own id, not rollstream's

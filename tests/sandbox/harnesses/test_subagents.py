@@ -1,7 +1,8 @@
 """Real harnesses starting real sub-agents through the interceptor: each call is recorded with
 who made it, as the harness says (``CallRecord.caller``): the session, and the sub-agent's own
 id on its calls (Claude Code's Agent tool; Codex's spawn_agent, a namespaced tool the
-interceptor passes on and names again in the answer)."""
+interceptor passes on and names again in the answer; opencode's task tool, whose sub-session
+has an id of its own and names its parent's)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from tests.kafka_reading import read_records
 
 pytestmark = pytest.mark.integration
 
-SPAWN_TOOL = {"claude-code": "Agent", "codex": "spawn_agent"}
+SPAWN_TOOL = {"claude-code": "Agent", "codex": "spawn_agent", "opencode": "task"}
 SUB_TASK = "[scenario: solve] Create sub.txt containing polar, then say done."
 #: The main thread delegates and ends; each thread's task names the scenario it plays (behind
 #: the interceptor the backend sees one session for both).
@@ -60,6 +61,23 @@ SCENARIOS = {
             ],
         },
         {
+            "name": "spawn-opencode",
+            "turns": [
+                {
+                    "text": "Delegating.",
+                    "tool_call": {
+                        "tool": "task",
+                        "arguments": {
+                            "description": "Create sub file",
+                            "prompt": SUB_TASK,
+                            "subagent_type": "general",
+                        },
+                    },
+                },
+                {"text": "Done."},
+            ],
+        },
+        {
             "name": "spawn-codex",
             "turns": [
                 {
@@ -86,7 +104,7 @@ SCENARIOS = {
 }
 
 
-@pytest.mark.parametrize("name", ["claude-code", "codex"])
+@pytest.mark.parametrize("name", ["claude-code", "codex", "opencode"])
 async def test_a_sub_agent_s_calls_are_recorded_as_its_own(
     name: str, kafka_settings: KafkaSettings, rollstream_topics: TopicNames, tmp_path: Path
 ) -> None:
@@ -116,18 +134,22 @@ async def test_a_sub_agent_s_calls_are_recorded_as_its_own(
     )
     assert all(r.caller is not None for r in records)
     callers = [r.caller for r in records if r.caller is not None]
-    [own_session] = {c.session for c in callers}  # one harness session, sub-agent included
-    assert own_session and own_session != session
     agents = {c.agent for c in callers}
     assert None in agents and len(agents) == 2, agents  # the main thread and one sub-agent
     sub = [c for c in callers if c.agent is not None]
     assert len(sub) >= 2  # its shell call, then its answer
     main = [c for c in callers if c.agent is None]
     assert len(main) >= 2
-    # Codex names the spawning thread (its root thread, whose id is the session's).
-    expected_parent = own_session if name == "codex" else None
-    assert {c.parent for c in sub} == {expected_parent}
+    [own_session] = {c.session for c in main}
+    assert own_session and own_session != session  # the harness's own id, not rollstream's
     assert {c.parent for c in main} == {None}
+    if name == "opencode":  # a session of its own, naming the main one
+        assert {c.session for c in sub} == {c.agent for c in sub}
+        assert {c.parent for c in sub} == {own_session}
+    else:  # one harness session, sub-agent included; Codex names the spawning thread (its
+        # root thread, whose id is the session's)
+        assert {c.session for c in sub} == {own_session}
+        assert {c.parent for c in sub} == {own_session if name == "codex" else None}
     # The reconstructor's thread list: the main thread, the sub-agent, and the main call whose
     # answer spawned it.
     threads = threads_of(records)
