@@ -42,7 +42,7 @@ templates: venv
 
 # The real harnesses (npm, pinned, ~1 GB once into the cache). Without npm their tests skip.
 harnesses: venv
-	@if command -v npm >/dev/null; then $(BIN)/rollstream harness install; \
+	@if command -v npm >/dev/null; then $(BIN)/rollstream harness install --only npm; \
 	  else echo "npm not found: the real-harness tests will be skipped (install Node.js 20+)"; fi
 
 # Debian's packages some tests need, installed only when missing and apt-get is usable (as root),

@@ -1,4 +1,4 @@
-"""``rollstream harness install|list|run``: the real coding harnesses, pinned, from npm."""
+"""``rollstream harness install|list|run``: the real coding harnesses, pinned, from npm and PyPI."""
 
 from __future__ import annotations
 
@@ -13,6 +13,11 @@ from rollstream.cli.group import Group
 from rollstream.cli.options import settings_options
 from rollstream.sandbox.harnesses.install import PACKAGES, install, install_dir, installed
 from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext, preset, resolve_executable
+from rollstream.sandbox.harnesses.python_install import (
+    PYTHON_PACKAGES,
+    install_python,
+    python_executable,
+)
 from rollstream.sandbox.harnesses.runner import run_harness
 from rollstream.sandbox.netns import Wall, wall_problem, walled_url
 from rollstream.settings import StatePaths
@@ -20,30 +25,47 @@ from rollstream.settings import StatePaths
 
 @click.group(cls=Group, short_help="Install and run the real coding harnesses.")
 def harness() -> None:
-    """Install and run the real coding harnesses (Claude Code, Codex, Qwen Code, Pi)."""
+    """Install and run the real coding harnesses, from npm and PyPI."""
 
 
 @harness.command(name="install")
+@click.option(
+    "--only",
+    type=click.Choice(["npm", "python"]),
+    default=None,
+    help="Only the npm harnesses (one install, about 1.4 GB), or only the Python ones (a venv "
+    "each, about 700 MB). Default: both.",
+)
 @settings_options(StatePaths, "paths")
-def install_command(paths: StatePaths) -> None:
-    """Install the pinned harness versions with npm into the cache (about 1.4 GB, once)."""
-    if installed(paths.cache_dir) is None:
-        click.echo(f"installing {len(PACKAGES)} harnesses with npm (about 1.4 GB) ...", err=True)
-    bin_dir = install(paths.cache_dir)
-    click.echo(f"harnesses in {bin_dir}")
+def install_command(paths: StatePaths, only: str | None) -> None:
+    """Install the pinned harness versions into the cache, once: npm's, then PyPI's."""
+    if only in (None, "npm"):
+        if installed(paths.cache_dir) is None:
+            click.echo(
+                f"installing {len(PACKAGES)} harnesses with npm (about 1.4 GB) ...", err=True
+            )
+        click.echo(f"npm harnesses in {install(paths.cache_dir)}")
+    if only in (None, "python"):
+        for name in PYTHON_PACKAGES:
+            if python_executable(name, paths.cache_dir) is None:
+                click.echo(f"installing {name} in a venv of its own (a few minutes) ...", err=True)
+            click.echo(f"{name}: {install_python(name, paths.cache_dir)}")
 
 
 @harness.command(name="list")
 @settings_options(StatePaths, "paths")
 def list_command(paths: StatePaths) -> None:
-    """The harnesses, their pinned npm packages, the API each speaks, and whether installed."""
+    """The harnesses, their pinned packages, the API each speaks, and whether installed."""
     bin_dir = installed(paths.cache_dir)
     for name, (spec, exe) in PACKAGES.items():
         state = "installed" if bin_dir is not None and (bin_dir / exe).exists() else "missing"
-        click.echo(f"{name:12} {spec:40} {PRESETS[name].api.value:20} {state}")
+        click.echo(f"{name:14} {spec:40} {PRESETS[name].api.value:20} {state}")
+    for name, (pins, _) in PYTHON_PACKAGES.items():
+        state = "installed" if python_executable(name, paths.cache_dir) else "missing"
+        click.echo(f"{name:14} {' '.join(pins):40} {PRESETS[name].api.value:20} {state}")
     if bin_dir is None:
         click.echo(
-            f"(not installed; `rollstream harness install` puts them in "
+            f"(npm's not installed; `rollstream harness install` puts them in "
             f"{install_dir(paths.cache_dir)})"
         )
 

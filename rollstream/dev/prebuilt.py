@@ -1,8 +1,9 @@
 """What a machine builds once and the test suite waits for, outside any test's timeout.
 
-Four things take minutes the first time and nothing after: Docker Compose v2 built from its Go
+Five things take minutes the first time and nothing after: Docker Compose v2 built from its Go
 module, the Debian base's root (debootstrap), the project's image (compose/Dockerfile on that
-base) and the real inference engine (vLLM in a venv of its own, rollstream.dev.engine). They
+base), the real inference engine (vLLM in a venv of its own, rollstream.dev.engine) and the
+Python harnesses (a venv each, rollstream.sandbox.harnesses.python_install). They
 are set-up, not tests: ``make test`` starts each in the background before the rest of its
 set-up (``python -m rollstream.dev.prebuilt start``), saying what is built and how long it
 usually takes; a test that needs one is marked ``@pytest.mark.prebuilt(NAME)`` and the
@@ -32,6 +33,11 @@ from rollstream.dev.engine import install as engine_install
 from rollstream.dev.engine.real_model import REAL_MODELS, ensure_real_model
 from rollstream.dev.engine.real_model import ready as real_model_ready
 from rollstream.errors import ConfigurationError, MissingToolError
+from rollstream.sandbox.harnesses.python_install import (
+    PYTHON_PACKAGES,
+    install_python,
+    python_executable,
+)
 from rollstream.settings import StatePaths
 
 log = logging.getLogger(__name__)
@@ -132,6 +138,14 @@ def registry(paths: StatePaths) -> dict[str, Prebuilt]:
                 and all(real_model_ready(name, paths) for name in REAL_MODELS)
             ),
             _builder("engine"),
+        ),
+        "python-harnesses": Prebuilt(
+            "python-harnesses",
+            f"the Python harnesses ({', '.join(PYTHON_PACKAGES)}), each in a venv of its own",
+            190,
+            1200,
+            lambda: all(python_executable(n, paths.cache_dir) for n in PYTHON_PACKAGES),
+            _builder("python-harnesses"),
         ),
     }
 
@@ -250,6 +264,10 @@ def _build_engine(paths: StatePaths) -> str:
     return str(engine.root)
 
 
+def _build_python_harnesses(paths: StatePaths) -> str:
+    return ", ".join(str(install_python(name, paths.cache_dir)) for name in PYTHON_PACKAGES)
+
+
 def _require_root(what: str) -> None:
     if os.geteuid() != 0:
         raise MissingToolError(f"{what} needs root, and this runs as uid {os.geteuid()}")
@@ -260,6 +278,7 @@ BUILDERS: dict[str, Callable[[StatePaths], str]] = {
     "base-root": _build_base_root,
     "project-image": _build_project_image,
     "engine": _build_engine,
+    "python-harnesses": _build_python_harnesses,
 }
 
 

@@ -167,11 +167,12 @@ def test_status_says_where_each_build_stands(tmp_path: Path) -> None:
     done = _cli(tmp_path, "status", path=os.environ["PATH"])
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    names = ["compose", "base-root", "project-image", "engine"]
+    names = ["compose", "base-root", "project-image", "engine", "python-harnesses"]
     assert [line.split(":")[0] for line in lines] == names
     assert lines[0].startswith("compose: ready")
     assert lines[1].startswith("base-root: not built") and "base-root.log" in lines[1]
     assert lines[3].startswith("engine: not built")  # the cache here has no engine
+    assert lines[4].startswith("python-harnesses: not built")
 
 
 def test_an_unknown_build_is_refused_by_name(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from typing import Protocol
 from rollstream.errors import ConfigurationError
 from rollstream.sandbox.harnesses.install import PACKAGES
 from rollstream.sandbox.harnesses.install import executable as installed_executable
+from rollstream.sandbox.harnesses.python_install import PYTHON_PACKAGES, python_executable
 from rollstream.schemas import ApiKind
 
 #: The environment variable every preset passes the session id in (also the API key).
@@ -243,6 +244,35 @@ class OpenCode:
         return HarnessLaunch(argv, env, files)
 
 
+class MiniSweAgent:
+    """mini-swe-agent: Chat Completions through litellm, not streamed; one ``bash`` tool.
+
+    A run ends when a command prints ``COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` (its submit);
+    an answer without a tool call is sent back as a format error. Without
+    ``MSWEA_CONFIGURED`` it starts its set-up wizard, and without ``--exit-immediately`` it
+    asks for a next task at the end (both exit 1 headless).
+    """
+
+    name = "mini-swe-agent"
+    api = ApiKind.CHAT_COMPLETIONS
+
+    def launch(self, ctx: HarnessContext, executable: Path) -> HarnessLaunch:
+        """``mini -y --exit-immediately`` on litellm's ``openai/MODEL`` at the interceptor."""
+        argv = [str(executable), "-y", "--exit-immediately", "-m", f"openai/{ctx.model}"]
+        argv += ["-c", "mini.yaml", "-c", f"model.model_kwargs.api_base={ctx.base_url}/v1"]
+        env = _env(
+            ctx,
+            OPENAI_API_KEY=ctx.session,  # litellm's key for openai/ models
+            MSWEA_CONFIGURED="true",
+            # The served model has no price in litellm's table: not an error.
+            MSWEA_COST_TRACKING="ignore_errors",
+            MSWEA_SILENT_STARTUP="1",
+            # litellm's bundled price table, not a download at import.
+            LITELLM_LOCAL_MODEL_COST_MAP="True",
+        )
+        return HarnessLaunch([*argv, "-t", ctx.instruction], env)
+
+
 def _option(ctx: HarnessContext, preset_name: str, key: str) -> str:
     value = ctx.options.get(key, "").strip()
     if not value:
@@ -310,6 +340,7 @@ PRESETS: dict[str, Preset] = {
         Pi(),
         GeminiCli(),
         OpenCode(),
+        MiniSweAgent(),
         Command(),
         Python(),
     )
@@ -325,9 +356,19 @@ def preset(name: str) -> Preset:
 
 
 def resolve_executable(name: str, cache_dir: Path) -> Path:
-    """The program preset ``name`` launches: the npm install's, bash, or this Python."""
+    """The program preset ``name`` launches.
+
+    The npm install's, a Python harness's venv's, bash, or this Python.
+    """
     if name in PACKAGES:
         return installed_executable(name, cache_dir)
+    if name in PYTHON_PACKAGES:
+        found = python_executable(name, cache_dir)
+        if found is None:
+            raise ConfigurationError(
+                f"the {name} harness is not installed: run `rollstream harness install`"
+            )
+        return found
     if name == Command.name:
         bash = shutil.which("bash")
         if bash is None:

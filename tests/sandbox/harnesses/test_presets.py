@@ -91,6 +91,18 @@ def test_opencode_reads_its_provider_from_home_and_the_instruction_verbatim(
     assert (home / "args").read_text().split() == ["run", "--auto", "-m", "rollstream/served"]
 
 
+def test_mini_swe_agent_gets_the_session_as_litellm_s_key_not_on_its_command_line() -> None:
+    launch = preset("mini-swe-agent").launch(CTX, EXE)
+    assert launch.env["OPENAI_API_KEY"] == "sess-1"
+    assert not any("sess-1" in arg for arg in launch.argv)  # argv is readable by any process
+    assert "model.model_kwargs.api_base=http://127.0.0.1:8100/v1" in launch.argv
+    assert launch.argv[launch.argv.index("-m") + 1] == "openai/served"
+    assert {"-y", "--exit-immediately"} <= set(launch.argv)  # headless: no questions, no wizard
+    assert launch.env["MSWEA_CONFIGURED"] == "true"
+    assert launch.env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"  # no price table download
+    assert launch.argv[-2:] == ["-t", "Fix the bug."]
+
+
 def test_qwen_code_is_configured_from_the_environment() -> None:
     env = preset("qwen-code").launch(CTX, EXE).env
     assert env["OPENAI_BASE_URL"] == "http://127.0.0.1:8100/v1"

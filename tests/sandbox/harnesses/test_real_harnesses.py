@@ -9,11 +9,13 @@ it served, independently of the interceptor.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rollstream.consumers.reconstruct.calls import resolve_calls
 from rollstream.consumers.reconstruct.checker import check_segments
@@ -25,14 +27,16 @@ from rollstream.interceptor.proxy import Interceptor
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.sandbox.harnesses.install import PACKAGES
 from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext
+from rollstream.sandbox.harnesses.python_install import PYTHON_PACKAGES, python_executable
 from rollstream.sandbox.harnesses.runner import run_harness
 from rollstream.schemas import Caller, CallRecord, CallStatus, TopicNames, resolve_prompt
 from rollstream.schemas.packed import TokenIds
-from rollstream.settings import KafkaSettings
+from rollstream.settings import KafkaSettings, StatePaths
 from tests.harness_stack import MODEL, harnesses_installed, register, scripted_interceptor
 from tests.kafka_reading import read_records
 
 pytestmark = pytest.mark.integration
+TASK = "Create hello.txt with polar."
 
 
 @dataclass
@@ -69,18 +73,30 @@ class Stack:
     witness: WitnessPolicy
 
 
+StackFactory = Callable[[Path | None], AbstractAsyncContextManager[Stack]]
+
+
 @pytest.fixture
-async def stack(
+def make_stack(
     kafka_settings: KafkaSettings, rollstream_topics: TopicNames, tmp_path: Path
-) -> AsyncIterator[Stack]:
-    witnesses: list[WitnessPolicy] = []
+) -> StackFactory:
+    """An interceptor in front of the witnessed scripted backend, playing ``scenarios``
+    (default: the solve scenario)."""
 
-    def witness(tokenizer: ChatTokenizer, scenarios: ScenarioFile) -> Policy:
-        witnesses.append(WitnessPolicy(ScriptedPolicy(tokenizer, scenarios)))
-        return witnesses[-1]
+    @asynccontextmanager
+    async def make(scenarios: Path | None) -> AsyncIterator[Stack]:
+        witnesses: list[WitnessPolicy] = []
 
-    async with scripted_interceptor(kafka_settings, tmp_path / "state", witness) as interceptor:
-        yield Stack(interceptor, witnesses[0])
+        def witness(tokenizer: ChatTokenizer, file: ScenarioFile) -> Policy:
+            witnesses.append(WitnessPolicy(ScriptedPolicy(tokenizer, file)))
+            return witnesses[-1]
+
+        async with scripted_interceptor(
+            kafka_settings, tmp_path / "state", witness, scenarios=scenarios
+        ) as interceptor:
+            yield Stack(interceptor, witnesses[0])
+
+    return make
 
 
 async def _session_records(
@@ -101,13 +117,74 @@ async def _session_records(
 
 @pytest.mark.parametrize("name", list(PACKAGES))
 async def test_harness_completes_a_tool_task_and_every_call_is_captured(
-    name: str, harness_bin: Path, stack: Stack, kafka_settings: KafkaSettings, tmp_path: Path
+    name: str,
+    harness_bin: Path,
+    make_stack: StackFactory,
+    kafka_settings: KafkaSettings,
+    tmp_path: Path,
 ) -> None:
+    async with make_stack(None) as stack:
+        await _run_and_check(
+            name, harness_bin / PACKAGES[name][1], TASK, stack, kafka_settings, tmp_path
+        )
+
+
+#: The solve scenario, ending in mini-swe-agent's submit: a command whose output's first line
+#: says so (an answer without a tool call would be sent back to the model as a format error).
+SUBMIT_SCENARIOS = {
+    "scenarios": [
+        {
+            "name": "submit",
+            "turns": [
+                {
+                    "text": "I will create the file.",
+                    "tool_call": {
+                        "tool": "shell",
+                        "arguments": {"command": "echo polar > hello.txt"},
+                    },
+                },
+                {"tool_call": {"tool": "shell", "arguments": {"command": "cat hello.txt"}}},
+                {
+                    "text": "Done. hello.txt contains polar.",
+                    "tool_call": {
+                        "tool": "shell",
+                        "arguments": {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"},
+                    },
+                },
+            ],
+        }
+    ],
+    "side_call_text": "Coding session.",
+}
+
+
+@pytest.mark.prebuilt("python-harnesses")
+@pytest.mark.parametrize("name", list(PYTHON_PACKAGES))
+async def test_python_harness_completes_a_tool_task_and_every_call_is_captured(
+    name: str, make_stack: StackFactory, kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    executable = python_executable(name, StatePaths().cache_dir)
+    assert executable is not None, "the set-up installs the Python harnesses"
+    scenarios = tmp_path / "scenarios.yaml"
+    scenarios.write_text(yaml.safe_dump(SUBMIT_SCENARIOS))
+    async with make_stack(scenarios) as stack:
+        await _run_and_check(name, executable, TASK, stack, kafka_settings, tmp_path)
+
+
+async def _run_and_check(
+    name: str,
+    executable: Path,
+    task: str,
+    stack: Stack,
+    kafka_settings: KafkaSettings,
+    tmp_path: Path,
+) -> None:
+    """Run harness ``name`` on ``task``; every call recorded as served, faithful to rebuild."""
     preset = PRESETS[name]
     session = f"{name}-{uuid.uuid4().hex[:8]}"
     register(stack.interceptor, session)  # as the node does before it launches a harness
-    ctx = HarnessContext(stack.interceptor.url, session, MODEL, "Create hello.txt with polar.")
-    launch = preset.launch(ctx, harness_bin / PACKAGES[name][1])
+    ctx = HarnessContext(stack.interceptor.url, session, MODEL, task)
+    launch = preset.launch(ctx, executable)
     workdir = tmp_path / "work"
     result = await run_harness(launch, tmp_path / "home", workdir, tmp_path / "logs", 240)
 
@@ -154,7 +231,7 @@ async def test_harness_completes_a_tool_task_and_every_call_is_captured(
         assert caller is not None and caller.session, caller
         assert caller.session != session  # the harness's own id, not rollstream's
         assert (caller.agent, caller.parent) == (None, None)  # the main thread
-    elif name in ("qwen-code", "pi"):
+    elif name in ("qwen-code", "pi", "mini-swe-agent"):  # the OpenAI SDK's (mini: via litellm)
         assert callers == {Caller(retry=0)}
     else:
         assert callers == {None}, callers
