@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import inspect
 import tempfile
 import time
 import typing
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -107,10 +109,14 @@ def _values(spec: Bench, values: dict[str, Any]) -> dict[str, Any]:
                 items = tuple(kind(p.strip()) for p in out[option.name].split(",") if p.strip())
             except ValueError as exc:
                 raise click.BadParameter(str(exc), param_hint=flag) from exc
-            if option.low is not None and any(item < option.low for item in items):
+            if option.low is not None and (not items or any(i < option.low for i in items)):
                 raise click.BadParameter(f"values of {option.low} or more", param_hint=flag)
             out[option.name] = items
     return out
+
+
+async def _awaited(outcome: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    return await outcome
 
 
 async def _delete_topics(kafka: KafkaSettings) -> None:
@@ -148,21 +154,20 @@ def _command(spec: Bench) -> click.Command:
             extra,
         )
 
-        async def measure() -> dict[str, Any]:
-            try:
-                return await spec.run(config, env)
-            finally:
-                if spec.broker:
-                    await _delete_topics(env.kafka)
-
         click.echo(spec.intro(config))
-        result = asyncio.run(measure())
+        try:
+            outcome = spec.run(config, env)
+            result = asyncio.run(_awaited(outcome)) if inspect.isawaitable(outcome) else outcome
+        finally:
+            if spec.uses_broker(config):
+                asyncio.run(_delete_topics(env.kafka))
         name = spec.name if engine == "reference" else f"{spec.name}-{engine}"
         write_markdown(record(json_path, name, result), markdown)
-        click.echo(f"results in {json_path}, summary in {markdown}")
+        said = f"{spec.outro(result)}; " if spec.outro is not None else ""
+        click.echo(f"{said}results in {json_path}, summary in {markdown}")
 
     command: Any = run
-    if spec.broker:
+    if spec.broker is not False:
         command = settings_options(KafkaSettings, "kafka")(command)
     if spec.engine is not None:
         command = click.option(

@@ -112,3 +112,39 @@ def test_every_benchmark_has_its_command_with_the_config_defaults(spec: Bench) -
         if isinstance(defaults[option.name], tuple) and not option.multiple:
             default = tuple(int(n) for n in str(default).split(",") if n)
         assert default == (defaults[option.name] if not option.multiple else ())
+
+
+def test_an_empty_list_where_values_are_needed_is_refused(tmp_path: Path) -> None:
+    seen: list[tuple[Any, Env]] = []
+    result = _invoke(_spec(seen), tmp_path, "--levels", ",")
+    assert result.exit_code == 2 and "1 or more" in result.output and seen == []
+
+
+def test_a_plain_function_runs_and_its_verdict_is_said(tmp_path: Path) -> None:
+    def run(config: Any, env: Env) -> dict[str, Any]:
+        return {"config": dataclasses.asdict(config), "met": False}
+
+    spec = dataclasses.replace(
+        _spec([]), run=run, outro=lambda r: f"target {'met' if r['met'] else 'MISSED'}"
+    )
+    result = _invoke(spec, tmp_path)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1].startswith("target MISSED; results in ")
+
+
+def test_the_run_s_topics_go_when_its_config_used_the_broker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deleted: list[str] = []
+
+    async def delete(kafka: Any) -> None:
+        deleted.append(kafka.topic_prefix)
+
+    monkeypatch.setattr("rollstream.cli.bench._delete_topics", delete)
+    seen: list[tuple[Any, Env]] = []
+    spec = dataclasses.replace(_spec(seen), broker=lambda config: config.check)
+    assert _invoke(spec, tmp_path, "--no-check").exit_code == 0
+    assert deleted == []  # that run never touched the broker
+    assert _invoke(spec, tmp_path, "--bootstrap-servers", "127.0.0.1:1").exit_code == 0
+    assert deleted == [seen[-1][1].kafka.topic_prefix]
+    assert deleted[0].startswith("bench-") and seen[-1][1].given.topic_prefix == "rollstream"

@@ -29,6 +29,7 @@ from rollstream.dev.bench.fidelity_serving import (
     FidelityBenchConfig,
     Mode,
     Upstream,
+    executable_of,
     served,
     task_of,
 )
@@ -40,7 +41,6 @@ from rollstream.kafka.clients import ordinary_tasks
 from rollstream.kafka.reading import read_session_calls
 from rollstream.models.families import FAMILIES, load_family
 from rollstream.models.family import Family
-from rollstream.sandbox.harnesses.install import PACKAGES
 from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext
 from rollstream.sandbox.harnesses.runner import run_harness
 from rollstream.schemas import CallRecord, CallStatus, TopicNames, topic_specs
@@ -134,13 +134,13 @@ async def _run_one(
     """Run ``harness`` once through ``proxy``; its row (never raises for a failed run)."""
     session = f"fidelity-{harness}-{uuid.uuid4().hex[:8]}"
     proxy.addon.sessions.register(session, None)  # as the node does before its harness
-    ctx = HarnessContext(proxy.url, session, MODEL, task_of(run.config.engine))
+    ctx = HarnessContext(proxy.url, session, MODEL, task_of(run.config.engine, harness))
     row = RunRow(family, harness, mode, "error")
     started = time.monotonic()
     # Record timestamps come from the producer's clock: a margin covers any rounding.
     since = datetime.now(UTC) - timedelta(seconds=2)
     try:
-        launch = PRESETS[harness].launch(ctx, run.bin_dir / PACKAGES[harness][1])
+        launch = PRESETS[harness].launch(ctx, executable_of(harness, run.bin_dir))
         workdir = root / "work"
         result = await run_harness(
             launch, root / "home", workdir, root / "logs", run.config.timeout_s

@@ -25,6 +25,8 @@ from rollstream.models.families import FAMILIES
 from rollstream.models.family import Family
 from rollstream.producers.publisher.client import PublisherSettings
 from rollstream.sandbox.harnesses.install import PACKAGES
+from rollstream.sandbox.harnesses.presets import resolve_executable
+from rollstream.sandbox.harnesses.python_install import PYTHON_PACKAGES
 from rollstream.settings import KafkaSettings, StatePaths
 
 Mode = Literal["ordinary", "exact"]
@@ -32,7 +34,8 @@ Engine = Literal["reference", "vllm"]
 MODES: tuple[Mode, ...] = ("ordinary", "exact")
 MODEL = "rollstream-tiny"
 TASK = "Create hello.txt with polar."
-#: Write hello.txt with the shell tool, read it back, answer: a three-turn tool task.
+#: Write hello.txt with the shell tool, read it back, answer: a three-turn tool task (or, in
+#: ``submit``, submit).
 SCENARIOS = """
 scenarios:
   - name: solve
@@ -41,8 +44,19 @@ scenarios:
         tool_call: {tool: shell, arguments: {command: "echo polar > hello.txt"}}
       - tool_call: {tool: shell, arguments: {command: "cat hello.txt"}}
       - text: Done. hello.txt contains polar.
+  - name: submit
+    weight: 0
+    turns:
+      - text: I will create the file.
+        tool_call: {tool: shell, arguments: {command: "echo polar > hello.txt"}}
+      - tool_call: {tool: shell, arguments: {command: "cat hello.txt"}}
+      - text: Done. hello.txt contains polar.
+        tool_call: {tool: shell, arguments: {command: "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}
 side_call_text: Coding session.
 """
+#: The scenario a harness plays where it is not solve: mini-swe-agent ends a run by submitting
+#: (a command printing its marker); an answer without a command is a format error to it.
+SCENARIO_OF = {"mini-swe-agent": "submit"}
 
 
 @dataclass(frozen=True)
@@ -50,7 +64,7 @@ class FidelityBenchConfig:
     """What one run covers."""
 
     families: tuple[str, ...] = tuple(FAMILIES)
-    harnesses: tuple[str, ...] = tuple(PACKAGES)
+    harnesses: tuple[str, ...] = (*PACKAGES, *PYTHON_PACKAGES)
     modes: tuple[Mode, ...] = MODES
     #: What serves the families: the reference backend (every family) or a real vLLM (the
     #: families the engine serves, each on its tiny model).
@@ -105,9 +119,23 @@ Upstream = Callable[
 UPSTREAMS: dict[Engine, Upstream] = {"reference": reference_upstream, "vllm": engine_upstream}
 
 
-def task_of(engine: Engine) -> str:
-    """The harness's task: on vLLM it names the scenario the engine's plan plays."""
-    return TASK if engine == "reference" else f"[scenario=solve] {TASK}"
+def executable_of(harness: str, bin_dir: Path) -> Path:
+    """The npm install's executable of ``harness`` (in ``bin_dir``), or its own venv's."""
+    if harness in PACKAGES:
+        return bin_dir / PACKAGES[harness][1]
+    return resolve_executable(harness, StatePaths().cache_dir)
+
+
+def task_of(engine: Engine, harness: str | None = None) -> str:
+    """The harness's task, naming the scenario it plays where the upstream needs to be told.
+
+    On vLLM the engine's plan reads ``[scenario=NAME]``; the reference backend draws solve
+    unless the task names another (``[scenario: NAME]``).
+    """
+    scenario = SCENARIO_OF.get(harness or "", "solve")
+    if engine == "vllm":
+        return f"[scenario={scenario}] {TASK}"
+    return TASK if scenario == "solve" else f"[scenario: {scenario}] {TASK}"
 
 
 @asynccontextmanager

@@ -62,7 +62,7 @@ KAFKA: tuple[Bench, ...] = (
                 "tokens); empty to skip.",
             ),
         ),
-        broker=True,
+        broker=lambda config: bool(config.e2e),  # only the end-to-end part reads Kafka
     ),
     Bench(
         "publisher",

@@ -79,7 +79,9 @@ class LongSessionConfig:
     calls: tuple[int, ...] = ()
 
 
-async def _long_session(config: LongSessionConfig, env: Env) -> dict[str, Any]:
+def _long_session(config: LongSessionConfig, env: Env) -> dict[str, Any]:
+    # Synchronous: each session brings a stack up and down step by step; an interrupt stops it
+    # where it is, with its clean-up (`down`) still ahead of the topics' deletion.
     from rollstream.dev.bench.long_stack import RUNS, LongRun, run_session
 
     known = {run.calls: run for run in RUNS}
@@ -88,10 +90,7 @@ async def _long_session(config: LongSessionConfig, env: Env) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="rollstream-long-") as tmp:
         for run in runs:
             env.say(f"long-session: {run.calls} calls ({run.instruction})")
-            # The session runs the stack's commands one after another: off the event loop.
-            out.append(
-                await asyncio.to_thread(run_session, env.kafka, run, Path(tmp), f"long-{run.calls}")
-            )
+            out.append(run_session(env.kafka, run, Path(tmp), f"long-{run.calls}"))
             env.say(
                 f"  {out[-1]['segments']} segments, {out[-1]['trajectory_bytes']:,} bytes, "
                 f"client peak {out[-1]['client_peak_mb']} MB"
@@ -119,8 +118,12 @@ def _fidelity_config(values: dict[str, Any], engine: Engine) -> Any:
 async def _fidelity(config: Any, env: Env) -> dict[str, Any]:
     from rollstream.dev.bench.fidelity import run_fidelity_bench
     from rollstream.sandbox.harnesses.install import install
+    from rollstream.sandbox.harnesses.python_install import PYTHON_PACKAGES, install_python
 
-    bin_dir = await asyncio.to_thread(install, StatePaths().cache_dir)
+    cache = StatePaths().cache_dir
+    bin_dir = await asyncio.to_thread(install, cache)
+    for name in set(config.harnesses) & set(PYTHON_PACKAGES):
+        await asyncio.to_thread(install_python, name, cache)
     return await run_fidelity_bench(config, env.kafka, bin_dir, env.say)
 
 
@@ -132,7 +135,7 @@ SERVING: tuple[Bench, ...] = (
         "Streamed tokens/s and concurrent streams of the reference backend on one core.",
         lambda c: f"reference backend, {c.policy} policy, {c.max_tokens} tokens per stream:",
         (
-            Option("concurrency", "Levels, comma-separated."),
+            Option("concurrency", "Levels, comma-separated.", low=1),
             Option("max_tokens"),
             Option("tpot_ms", "Time per output token (ms)."),
             Option("ttft_ms"),
@@ -271,6 +274,7 @@ SERVING: tuple[Bench, ...] = (
             Option("clients", "Load-generator processes sharing the sessions.", low=1),
         ),
         broker=True,
+        outro=lambda r: f"target {'met' if r['target']['met'] else 'MISSED'}",
     ),
     Bench(
         "long-session",

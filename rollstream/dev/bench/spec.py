@@ -54,7 +54,9 @@ class Env:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-Run = Callable[[Any, Env], Awaitable[dict[str, Any]]]
+#: A benchmark's run: a coroutine, or a plain function for one that drives processes of its
+#: own step by step (an interrupt then stops it where it is, and its own clean-up runs).
+Run = Callable[[Any, Env], Awaitable[dict[str, Any]] | dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -67,12 +69,19 @@ class Bench:
     doc: str
     intro: Callable[[Any], str]
     options: tuple[Option, ...] = ()
-    #: needs a running broker: the Kafka options, topics under ``bench-<time>`` deleted after
-    broker: bool = False
+    #: needs a running broker (always, or for the configs this says): the Kafka options, and
+    #: the run's topics under ``bench-<time>`` deleted after it
+    broker: bool | Callable[[Any], bool] = False
     #: what a real vLLM serves with ``--engine vllm`` (None: no such option)
     engine: str | None = None
     #: the config from the options' values, where it is not just the fields (None: fields)
     make_config: Callable[[dict[str, Any], Engine], Any] | None = None
+    #: what the command says of the result before where it went (a target's verdict)
+    outro: Callable[[dict[str, Any]], str] | None = None
+
+    def uses_broker(self, config: Any) -> bool:
+        """Whether a run with ``config`` needs the broker."""
+        return self.broker(config) if callable(self.broker) else self.broker
 
 
 async def create_topics(kafka: KafkaSettings, partitions: int) -> None:

@@ -195,6 +195,19 @@ def test_weights_bias_the_draw() -> None:
     assert 0.8 < names.count("common") / 400 < 0.97
 
 
+def test_a_scenario_of_weight_0_plays_only_where_named() -> None:
+    scenarios = ScenarioFile.model_validate(
+        {
+            "scenarios": [
+                {"name": "drawn", "turns": [{"text": "x"}]},
+                {"name": "named-only", "weight": 0, "turns": [{"text": "y"}]},
+            ]
+        }
+    )
+    assert {scenarios.choose(f"s{i}", 0).name for i in range(200)} == {"drawn"}
+    assert scenarios.choose("s1", 0, "named-only").name == "named-only"
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
@@ -203,6 +216,8 @@ def test_weights_bias_the_draw() -> None:
         ("scenarios: [{name: a, turns: [{text: x}]}]\nassign: {s: b}", "unknown scenarios"),
         ("scenarios: [{name: a, turns: [{text: x}]}, {name: a, turns: [{text: y}]}]", "repeat"),
         ("scenarios: [{name: a, turns: [{text: x, typo: 1}]}]", "typo"),
+        ("scenarios: [{name: a, weight: 0, turns: [{text: x}]}]", "no scenario can be drawn"),
+        ("scenarios: [{name: a, weight: -1, turns: [{text: x}]}]", "greater than or equal"),
         ("scenarios: [", "cannot read"),
     ],
 )

@@ -18,6 +18,7 @@ import pytest
 
 from rollstream.dev.bench.fidelity import run_fidelity_bench
 from rollstream.dev.bench.fidelity_serving import FidelityBenchConfig
+from rollstream.sandbox.harnesses.python_install import PYTHON_PACKAGES
 from rollstream.settings import KafkaSettings
 from tests.engine_servers import EngineServers
 from tests.harness_stack import harnesses_installed
@@ -42,10 +43,20 @@ RUNS: list[tuple[str, str, Mode]] = [
     ("pi", "mistral", "exact"),
     ("claude-code", "mistral", "ordinary"),
     ("opencode", "llama-3", "ordinary"),
+    ("mini-swe-agent", "qwen3", "exact"),
+    ("mini-swe-agent", "llama-3", "ordinary"),
 ]
 
 
-@pytest.mark.parametrize(("harness", "family", "mode"), RUNS)
+@pytest.mark.parametrize(
+    ("harness", "family", "mode"),
+    [
+        pytest.param(*run, marks=pytest.mark.prebuilt("python-harnesses"))
+        if run[0] in PYTHON_PACKAGES
+        else run
+        for run in RUNS
+    ],
+)
 async def test_a_harness_on_vllm_is_recorded_whole_and_trains_faithfully(
     harness: str,
     family: str,

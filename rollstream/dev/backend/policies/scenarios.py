@@ -15,6 +15,8 @@
     side_call_text: OK.          # answer to requests that offer no tools
     assign: {session-42: solve}  # optional: session (API key) -> scenario
 
+A scenario of weight 0 is never drawn: it plays only where a task names it.
+
 The abstract ``shell`` tool becomes the shell tool the request offers, with its argument names.
 """
 
@@ -90,7 +92,8 @@ class Scenario(_Strict):
     """A named list of turns; after the last one the model answers ``final_text``."""
 
     name: str
-    weight: float = Field(default=1.0, gt=0)
+    #: How often it is drawn against the others; 0: only where a task names it.
+    weight: float = Field(default=1.0, ge=0)
     turns: list[Turn] = Field(min_length=1)
     final_text: str = "Done."
 
@@ -110,6 +113,8 @@ class ScenarioFile(_Strict):
         unknown = sorted(set(self.assign.values()) - set(names))
         if unknown:
             raise ValueError(f"assign names unknown scenarios: {unknown}")
+        if not any(s.weight > 0 for s in self.scenarios):
+            raise ValueError("no scenario can be drawn: give one a weight above 0")
         return self
 
     def by_name(self, name: str) -> Scenario:
