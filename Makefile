@@ -47,10 +47,10 @@ harnesses: venv
 
 # Debian's packages some tests need, installed only when missing and apt-get is usable (as root),
 # in one apt run: a private Docker daemon, debootstrap and a static busybox for the container
-# tests and their images, headless Chromium for the report's screenshot test. The packages apt
-# already knows first, its lists refreshed only if that fails. Otherwise those tests skip,
-# saying what is missing.
-DEBS := dockerd:docker.io debootstrap:debootstrap busybox:busybox-static chromium:chromium
+# tests and their images, headless Chromium for the report's screenshot test, tmux for the
+# OpenHands harness's terminal. The packages apt already knows first, its lists refreshed only if
+# that fails. Otherwise those tests skip, saying what is missing.
+DEBS := dockerd:docker.io debootstrap:debootstrap busybox:busybox-static chromium:chromium tmux:tmux
 debs:
 	@missing=$$(for pair in $(DEBS); do \
 	    command -v $${pair%%:*} >/dev/null || echo $${pair#*:}; done | xargs); \

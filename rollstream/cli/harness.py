@@ -11,8 +11,9 @@ import click
 
 from rollstream.cli.group import Group
 from rollstream.cli.options import settings_options
+from rollstream.sandbox.harnesses.executables import resolve_executable
 from rollstream.sandbox.harnesses.install import PACKAGES, install, install_dir, installed
-from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext, preset, resolve_executable
+from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext, preset
 from rollstream.sandbox.harnesses.python_install import (
     PYTHON_PACKAGES,
     install_python,

@@ -9,7 +9,9 @@ Some harnesses name themselves in every request (measured with the pinned versio
   sub-agent's) and, on a sub-agent's calls, ``x-codex-parent-thread-id``;
 - opencode: ``x-session-id`` (its session calling: each sub-agent has one of its own) and, on a
   sub-agent's calls, ``x-parent-session-id`` (the session that started it);
-- the OpenAI and Anthropic SDKs (Qwen Code, Pi): ``x-stainless-retry-count``.
+- OpenHands: ``x-litellm-session-id`` (its conversation);
+- the OpenAI and Anthropic SDKs (Qwen Code, Pi, and through litellm mini-swe-agent and
+  OpenHands): ``x-stainless-retry-count``.
 
 Qwen Code, Pi and Gemini CLI name no session or agent. What a harness says is recorded as it
 says it (``Caller``), never trusted for anything else: rollstream's session is still the API key.
@@ -50,6 +52,8 @@ def caller_from_headers(headers: Mapping[str, str]) -> Caller | None:
         session = opencode
         parent = _header(headers, "x-parent-session-id")
         agent = opencode if parent is not None else None  # a sub-session is a sub-agent
+    if session is None:
+        session = _header(headers, "x-litellm-session-id")
     retries = _header(headers, "x-stainless-retry-count")
     retry = (
         int(retries) if retries is not None and retries.isdigit() and len(retries) < 10 else None

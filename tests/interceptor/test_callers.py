@@ -69,6 +69,15 @@ def headers(**fields: str) -> Headers:
             Caller(session=OPENCODE_SUB, agent=OPENCODE_SUB, parent=OPENCODE),
             id="opencode-subagent",
         ),
+        pytest.param(  # OpenHands: its conversation, through litellm's header
+            headers(
+                x_litellm_session_id="7c0f3d2a-5e41-4b8e-9a6d-2f1c0b9e8d7a",
+                X_Title="OpenHands",
+                X_Stainless_Retry_Count="0",
+            ),
+            Caller(session="7c0f3d2a-5e41-4b8e-9a6d-2f1c0b9e8d7a", retry=0),
+            id="openhands",
+        ),
         pytest.param(  # Qwen Code and Pi: the OpenAI SDK's retry count, nothing else
             headers(User_Agent="QwenCode/0.15.10 (linux; x64)", X_Stainless_Retry_Count="2"),
             Caller(retry=2),

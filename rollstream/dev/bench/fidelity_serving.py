@@ -24,8 +24,8 @@ from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.models.families import FAMILIES
 from rollstream.models.family import Family
 from rollstream.producers.publisher.client import PublisherSettings
+from rollstream.sandbox.harnesses.executables import resolve_executable
 from rollstream.sandbox.harnesses.install import PACKAGES
-from rollstream.sandbox.harnesses.presets import resolve_executable
 from rollstream.sandbox.harnesses.python_install import PYTHON_PACKAGES
 from rollstream.settings import KafkaSettings, StatePaths
 

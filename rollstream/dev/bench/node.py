@@ -21,7 +21,7 @@ from rollstream.dev.bench.runner import Sample, median_of, run_rounds
 from rollstream.producers.node.pool import NodeScheduler, StageSpan
 from rollstream.producers.node.session import SessionRecord, SessionRunner
 from rollstream.producers.node.settings import NodeSettings
-from rollstream.sandbox.harnesses.presets import resolve_executable
+from rollstream.sandbox.harnesses.executables import resolve_executable
 from rollstream.sandbox.runtime import LocalRuntime, Runtime
 from rollstream.schemas.base import utcnow
 from rollstream.schemas.sessions import SessionEnded, SessionStatus

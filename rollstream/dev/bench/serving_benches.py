@@ -103,12 +103,11 @@ def _fidelity_config(values: dict[str, Any], engine: Engine) -> Any:
     from rollstream.dev.bench.fidelity_serving import FidelityBenchConfig
     from rollstream.dev.engine.families import ENGINE_FAMILIES
     from rollstream.models.families import FAMILIES
-    from rollstream.sandbox.harnesses.install import PACKAGES
 
     known = tuple(ENGINE_FAMILIES) if engine == "vllm" else tuple(FAMILIES)
     return FidelityBenchConfig(
         families=fb.parse_names(values["families"], known, "families"),
-        harnesses=fb.parse_names(values["harnesses"], tuple(PACKAGES), "harnesses"),
+        harnesses=fb.parse_names(values["harnesses"], FidelityBenchConfig.harnesses, "harnesses"),
         modes=fb.parse_modes(values["modes"]),
         timeout_s=values["timeout_s"],
         engine=engine,

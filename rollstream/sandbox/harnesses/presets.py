@@ -10,16 +10,12 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from rollstream.errors import ConfigurationError
 from rollstream.sandbox.harnesses.install import PACKAGES
-from rollstream.sandbox.harnesses.install import executable as installed_executable
-from rollstream.sandbox.harnesses.python_install import PYTHON_PACKAGES, python_executable
 from rollstream.schemas import ApiKind
 
 #: The environment variable every preset passes the session id in (also the API key).
@@ -273,6 +269,29 @@ class MiniSweAgent:
         return HarnessLaunch([*argv, "-t", ctx.instruction], env)
 
 
+class OpenHands:
+    """The OpenHands agent (``openhands-sdk``): Chat Completions through litellm, not streamed.
+
+    A library, not a program: its venv's Python runs rollstream's driver
+    (``openhands_run.py``, beside this module), which builds the default agent on litellm's
+    ``openai/MODEL`` at the interceptor. Its terminal runs commands in tmux.
+    """
+
+    name = "openhands"
+    api = ApiKind.CHAT_COMPLETIONS
+    DRIVER = Path(__file__).with_name("openhands_run.py")
+
+    def launch(self, ctx: HarnessContext, executable: Path) -> HarnessLaunch:
+        """``python openhands_run.py INSTRUCTION`` with the venv's Python."""
+        env = _env(
+            ctx,
+            **{MODEL_ENV: ctx.model},
+            LITELLM_LOCAL_MODEL_COST_MAP="True",  # the bundled price table, not a download
+            OPENHANDS_SUPPRESS_BANNER="1",
+        )
+        return HarnessLaunch([str(executable), str(self.DRIVER), ctx.instruction], env)
+
+
 def _option(ctx: HarnessContext, preset_name: str, key: str) -> str:
     value = ctx.options.get(key, "").strip()
     if not value:
@@ -341,6 +360,7 @@ PRESETS: dict[str, Preset] = {
         GeminiCli(),
         OpenCode(),
         MiniSweAgent(),
+        OpenHands(),
         Command(),
         Python(),
     )
@@ -353,28 +373,3 @@ def preset(name: str) -> Preset:
         return PRESETS[name]
     except KeyError:
         raise ConfigurationError(f"unknown harness {name!r}; known: {', '.join(PRESETS)}") from None
-
-
-def resolve_executable(name: str, cache_dir: Path) -> Path:
-    """The program preset ``name`` launches.
-
-    The npm install's, a Python harness's venv's, bash, or this Python.
-    """
-    if name in PACKAGES:
-        return installed_executable(name, cache_dir)
-    if name in PYTHON_PACKAGES:
-        found = python_executable(name, cache_dir)
-        if found is None:
-            raise ConfigurationError(
-                f"the {name} harness is not installed: run `rollstream harness install`"
-            )
-        return found
-    if name == Command.name:
-        bash = shutil.which("bash")
-        if bash is None:
-            raise ConfigurationError("the command harness needs bash on PATH")
-        return Path(bash)
-    if name == Python.name:
-        return Path(sys.executable)
-    preset(name)  # raises the error naming the known presets
-    raise ConfigurationError(f"no executable known for harness {name!r}")

@@ -23,9 +23,12 @@ from rollstream.sandbox.harnesses.install import HarnessInstallError
 
 log = logging.getLogger(__name__)
 
-#: PyPI requirements of each Python harness, pinned; the executable its venv gets.
+#: PyPI requirements of each Python harness, pinned; the executable its venv gets (the venv's
+#: Python for a harness that is a library: rollstream runs its own driver script with it).
 PYTHON_PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
     "mini-swe-agent": (("mini-swe-agent==2.4.6",), "mini"),
+    # One pip call: the tools alone would pull an older sdk than the one pinned.
+    "openhands": (("openhands-sdk==1.58.2", "openhands-tools==1.58.2"), "python"),
 }
 _COMPLETE_MARKER = ".rollstream-complete"
 

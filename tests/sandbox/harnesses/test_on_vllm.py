@@ -42,9 +42,8 @@ RUNS: list[tuple[str, str, Mode]] = [
     ("gemini-cli", "gpt-oss", "ordinary"),
     ("pi", "mistral", "exact"),
     ("claude-code", "mistral", "ordinary"),
-    ("opencode", "llama-3", "ordinary"),
     ("mini-swe-agent", "qwen3", "exact"),
-    ("mini-swe-agent", "llama-3", "ordinary"),
+    ("openhands", "llama-3", "ordinary"),
 ]
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from rollstream.errors import ConfigurationError
 from rollstream.sandbox.harnesses import python_entry as entry
+from rollstream.sandbox.harnesses.executables import resolve_executable
 from rollstream.sandbox.harnesses.install import PACKAGES
 from rollstream.sandbox.harnesses.presets import (
     BASE_URL_ENV,
@@ -18,7 +20,6 @@ from rollstream.sandbox.harnesses.presets import (
     SESSION_ENV,
     HarnessContext,
     preset,
-    resolve_executable,
 )
 from rollstream.schemas import ApiKind
 
@@ -101,6 +102,56 @@ def test_mini_swe_agent_gets_the_session_as_litellm_s_key_not_on_its_command_lin
     assert launch.env["MSWEA_CONFIGURED"] == "true"
     assert launch.env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"  # no price table download
     assert launch.argv[-2:] == ["-t", "Fix the bug."]
+
+
+#: OpenHands as far as the driver sees it: the LLM's arguments and the message written out, the
+#: conversation finished unless told otherwise.
+STUB_OPENHANDS = {
+    "openhands/__init__.py": "",
+    "openhands/sdk/__init__.py": """
+import json, os
+class LLM:
+    def __init__(self, **kw): self.kw = kw
+class _State:
+    execution_status = os.environ.get("STUB_STATUS", "finished")
+class Conversation:
+    def __init__(self, agent, workspace, max_iteration_per_run):
+        self.agent, self.workspace, self.state = agent, workspace, _State()
+    def send_message(self, text): self.text = text
+    def run(self):
+        with open("seen.json", "w") as out:
+            json.dump({"llm": self.agent.kw, "text": self.text, "cwd": self.workspace}, out)
+""",
+    "openhands/sdk/conversation.py": """
+class ConversationExecutionStatus:
+    FINISHED = "finished"
+""",
+    "openhands/tools/__init__.py": "",
+    "openhands/tools/preset/__init__.py": "",
+    "openhands/tools/preset/default.py": """
+def get_default_agent(llm, cli_mode):
+    assert cli_mode
+    return llm
+""",
+}
+
+
+@pytest.mark.parametrize(("status", "code"), [("finished", 0), ("error", 1)])
+def test_openhands_driver_calls_the_interceptor_as_the_session(
+    tmp_path: Path, status: str, code: int
+) -> None:
+    for relative, text in STUB_OPENHANDS.items():
+        (tmp_path / "lib" / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "lib" / relative).write_text(text)
+    launch = preset("openhands").launch(CTX, Path(sys.executable))
+    env = {**launch.env, "PYTHONPATH": str(tmp_path / "lib"), "STUB_STATUS": status}
+    done = subprocess.run(launch.argv, cwd=tmp_path, env=env, check=False)
+    assert done.returncode == code
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    assert seen["llm"]["base_url"] == "http://127.0.0.1:8100/v1"
+    assert (seen["llm"]["api_key"], seen["llm"]["model"]) == ("sess-1", "openai/served")
+    assert (seen["text"], seen["cwd"]) == ("Fix the bug.", str(tmp_path))
+    assert not any("sess-1" in arg for arg in launch.argv)
 
 
 def test_qwen_code_is_configured_from_the_environment() -> None:

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import yaml
 
 from rollstream.consumers.reconstruct.calls import resolve_calls
 from rollstream.consumers.reconstruct.checker import check_segments
@@ -23,6 +22,7 @@ from rollstream.consumers.reconstruct.strategies import StrategyContext, get_str
 from rollstream.dev.backend.policies.base import Generation, GenerationRequest, Policy
 from rollstream.dev.backend.policies.scenarios import ScenarioFile
 from rollstream.dev.backend.policies.scripted import ScriptedGeneration, ScriptedPolicy
+from rollstream.dev.bench.fidelity_serving import task_of
 from rollstream.interceptor.proxy import Interceptor
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.sandbox.harnesses.install import PACKAGES
@@ -129,35 +129,6 @@ async def test_harness_completes_a_tool_task_and_every_call_is_captured(
         )
 
 
-#: The solve scenario, ending in mini-swe-agent's submit: a command whose output's first line
-#: says so (an answer without a tool call would be sent back to the model as a format error).
-SUBMIT_SCENARIOS = {
-    "scenarios": [
-        {
-            "name": "submit",
-            "turns": [
-                {
-                    "text": "I will create the file.",
-                    "tool_call": {
-                        "tool": "shell",
-                        "arguments": {"command": "echo polar > hello.txt"},
-                    },
-                },
-                {"tool_call": {"tool": "shell", "arguments": {"command": "cat hello.txt"}}},
-                {
-                    "text": "Done. hello.txt contains polar.",
-                    "tool_call": {
-                        "tool": "shell",
-                        "arguments": {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"},
-                    },
-                },
-            ],
-        }
-    ],
-    "side_call_text": "Coding session.",
-}
-
-
 @pytest.mark.prebuilt("python-harnesses")
 @pytest.mark.parametrize("name", list(PYTHON_PACKAGES))
 async def test_python_harness_completes_a_tool_task_and_every_call_is_captured(
@@ -165,10 +136,10 @@ async def test_python_harness_completes_a_tool_task_and_every_call_is_captured(
 ) -> None:
     executable = python_executable(name, StatePaths().cache_dir)
     assert executable is not None, "the set-up installs the Python harnesses"
-    scenarios = tmp_path / "scenarios.yaml"
-    scenarios.write_text(yaml.safe_dump(SUBMIT_SCENARIOS))
-    async with make_stack(scenarios) as stack:
-        await _run_and_check(name, executable, TASK, stack, kafka_settings, tmp_path)
+    async with make_stack(None) as stack:  # mini-swe-agent's task names its submit scenario
+        await _run_and_check(
+            name, executable, task_of("reference", name), stack, kafka_settings, tmp_path
+        )
 
 
 async def _run_and_check(
@@ -223,10 +194,11 @@ async def _run_and_check(
     tree = get_strategy("tree")(calls, StrategyContext()).segments
     trainable = sum(s.trainable_tokens for s in tree)
     assert trainable == sum(len(c.completion or []) for c in calls)
-    # Who is calling, as each harness names itself (interceptor/callers.py): Claude Code, Codex
-    # and opencode say their own session on every call; the OpenAI SDK's only a retry count.
+    # Who is calling, as each harness names itself (interceptor/callers.py): Claude Code, Codex,
+    # opencode and OpenHands say their own session on every call; the OpenAI SDK's only a retry
+    # count.
     callers = {r.caller for r in records}
-    if name in ("claude-code", "codex", "opencode"):
+    if name in ("claude-code", "codex", "opencode", "openhands"):
         [caller] = callers  # one session, one thread: the same on every call
         assert caller is not None and caller.session, caller
         assert caller.session != session  # the harness's own id, not rollstream's

@@ -53,6 +53,7 @@ SHELL_TOOLS: dict[str, Any] = {
     "exec_command": _cmd("cmd"),
     "run_shell_command": _cmd("command"),  # Gemini CLI and Qwen Code, its fork
     "bash": _cmd("command"),
+    "terminal": _cmd("command"),  # OpenHands
     # Codex's older tool takes an argv.
     "shell": lambda args: {"command": ["bash", "-lc", args.get("command", "")]},
 }
