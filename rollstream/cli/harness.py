@@ -60,10 +60,10 @@ def list_command(paths: StatePaths) -> None:
     bin_dir = installed(paths.cache_dir)
     for name, (spec, exe) in PACKAGES.items():
         state = "installed" if bin_dir is not None and (bin_dir / exe).exists() else "missing"
-        click.echo(f"{name:14} {spec:40} {PRESETS[name].api.value:20} {state}")
+        click.echo(f"{name:14} {spec:50} {PRESETS[name].api.value:18} {state}")
     for name, (pins, _) in PYTHON_PACKAGES.items():
         state = "installed" if python_executable(name, paths.cache_dir) else "missing"
-        click.echo(f"{name:14} {' '.join(pins):40} {PRESETS[name].api.value:20} {state}")
+        click.echo(f"{name:14} {' '.join(pins):50} {PRESETS[name].api.value:18} {state}")
     if bin_dir is None:
         click.echo(
             f"(npm's not installed; `rollstream harness install` puts them in "
