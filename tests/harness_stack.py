@@ -26,7 +26,8 @@ from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.producers.publisher.client import PublisherSettings
 from rollstream.sandbox.harnesses.install import PACKAGES, install
-from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext
+from rollstream.sandbox.harnesses.launch import HarnessContext
+from rollstream.sandbox.harnesses.presets import PRESETS
 from rollstream.sandbox.harnesses.runner import run_harness
 from rollstream.sandbox.runtime import Runtime
 from rollstream.schemas import CallRecord, TopicNames

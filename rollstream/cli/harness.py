@@ -12,8 +12,15 @@ import click
 from rollstream.cli.group import Group
 from rollstream.cli.options import settings_options
 from rollstream.sandbox.harnesses.executables import resolve_executable
-from rollstream.sandbox.harnesses.install import PACKAGES, install, install_dir, installed
-from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext, preset
+from rollstream.sandbox.harnesses.install import (
+    PACKAGES,
+    UNAVAILABLE,
+    install,
+    install_dir,
+    installed,
+)
+from rollstream.sandbox.harnesses.launch import HarnessContext
+from rollstream.sandbox.harnesses.presets import PRESETS, preset
 from rollstream.sandbox.harnesses.python_install import (
     PYTHON_PACKAGES,
     install_python,
@@ -64,6 +71,8 @@ def list_command(paths: StatePaths) -> None:
     for name, (pins, _) in PYTHON_PACKAGES.items():
         state = "installed" if python_executable(name, paths.cache_dir) else "missing"
         click.echo(f"{name:14} {' '.join(pins):50} {PRESETS[name].api.value:18} {state}")
+    for name, why in UNAVAILABLE.items():
+        click.echo(f"{name:14} not available: {why}")
     if bin_dir is None:
         click.echo(
             f"(npm's not installed; `rollstream harness install` puts them in "

@@ -31,7 +31,7 @@ from rollstream.sandbox.docker_engine import (
     socket_path,
     unix_socket_problem,
 )
-from rollstream.sandbox.harnesses.presets import HarnessLaunch
+from rollstream.sandbox.harnesses.launch import HarnessLaunch
 from rollstream.sandbox.harnesses.runner import HarnessResult, harness_env, tail, write_home
 from rollstream.sandbox.netns import Wall, listener_in_namespace, setns_problem
 from rollstream.sandbox.relay import PortRelay

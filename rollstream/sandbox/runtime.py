@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from rollstream.errors import ConfigurationError, RollstreamError
-from rollstream.sandbox.harnesses.presets import HarnessLaunch
+from rollstream.sandbox.harnesses.launch import HarnessLaunch
 from rollstream.sandbox.harnesses.runner import HarnessResult, run_harness
 from rollstream.sandbox.netns import Wall, wall_problem
 

@@ -20,7 +20,7 @@ import shlex
 from pathlib import Path, PurePosixPath
 
 from rollstream.errors import RollstreamError
-from rollstream.sandbox.harnesses.presets import HarnessLaunch
+from rollstream.sandbox.harnesses.launch import HarnessLaunch
 from rollstream.sandbox.netns import Wall
 from rollstream.sandbox.outputs import read_head
 from rollstream.sandbox.runtime import SHELL, Runtime, Sandbox

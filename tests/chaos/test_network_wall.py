@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rollstream.sandbox.harnesses.presets import HarnessLaunch
+from rollstream.sandbox.harnesses.launch import HarnessLaunch
 from rollstream.sandbox.harnesses.runner import run_harness
 from rollstream.sandbox.netns import Endpoint, Wall
 from rollstream.settings import KafkaSettings

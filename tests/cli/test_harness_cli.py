@@ -11,6 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from rollstream.cli import cli
+from rollstream.sandbox.harnesses.install import PACKAGES, UNAVAILABLE
+from rollstream.sandbox.harnesses.python_install import PYTHON_PACKAGES
 from rollstream.schemas import TopicNames
 from rollstream.settings import KafkaSettings
 from tests.harness_stack import scripted_interceptor
@@ -81,3 +83,15 @@ def test_harness_run_walls_the_harness_unless_told_not_to(
     # Walled, the harness calls its own loopback, where the relay to --base-url listens.
     walled = isolation == "namespace"
     assert url == ("http://127.0.0.1:8123/p" if walled else "http://localhost:8123/p")
+
+
+def test_harness_list_names_every_preset_s_package_and_what_cannot_run(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["harness", "list", "--cache-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: line for line in result.output.splitlines() if line.strip()}
+    for name, (spec, _) in PACKAGES.items():
+        assert spec in rows[name] and rows[name].endswith("missing")  # an empty cache
+    for name, (pins, _) in PYTHON_PACKAGES.items():
+        assert " ".join(pins) in rows[name] and rows[name].endswith("missing")
+    for name, why in UNAVAILABLE.items():
+        assert rows[name].endswith(why)

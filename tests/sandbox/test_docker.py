@@ -19,7 +19,7 @@ import pytest
 from rollstream.dev.containers import DockerEngine, ImageResult, busybox_image
 from rollstream.sandbox.docker import LABEL, DockerRuntime
 from rollstream.sandbox.docker_engine import ContainerError
-from rollstream.sandbox.harnesses.presets import HarnessLaunch
+from rollstream.sandbox.harnesses.launch import HarnessLaunch
 from rollstream.sandbox.netns import Endpoint, Wall
 from tests.network_probe import REPO_ROOT
 from tests.waiting import until

@@ -21,7 +21,7 @@ import pytest
 
 from rollstream.errors import ConfigurationError
 from rollstream.sandbox import runtime as runtime_module
-from rollstream.sandbox.harnesses.presets import HarnessLaunch
+from rollstream.sandbox.harnesses.launch import HarnessLaunch
 from rollstream.sandbox.harnesses.runner import run_harness
 from rollstream.sandbox.netns import Endpoint, Wall, wall_problem, walled_url
 from rollstream.sandbox.runtime import LocalRuntime

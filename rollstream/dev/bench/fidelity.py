@@ -41,7 +41,8 @@ from rollstream.kafka.clients import ordinary_tasks
 from rollstream.kafka.reading import read_session_calls
 from rollstream.models.families import FAMILIES, load_family
 from rollstream.models.family import Family
-from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext
+from rollstream.sandbox.harnesses.launch import HarnessContext
+from rollstream.sandbox.harnesses.presets import PRESETS
 from rollstream.sandbox.harnesses.runner import run_harness
 from rollstream.schemas import CallRecord, CallStatus, TopicNames, topic_specs
 from rollstream.settings import KafkaSettings

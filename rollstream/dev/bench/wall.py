@@ -26,7 +26,7 @@ from typing import Any
 
 from rollstream.dev.bench.common import percentile
 from rollstream.dev.bench.runner import medians, ratios, run_rounds, table
-from rollstream.sandbox.harnesses.presets import HarnessLaunch
+from rollstream.sandbox.harnesses.launch import HarnessLaunch
 from rollstream.sandbox.harnesses.runner import run_harness
 from rollstream.sandbox.netns import Endpoint, Wall, listen_loopback
 from rollstream.sandbox.relay import PortRelay

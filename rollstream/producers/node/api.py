@@ -26,7 +26,8 @@ from rollstream.producers.node.pool import NodeScheduler
 from rollstream.producers.node.session import CONTEXT_METADATA, harness_options
 from rollstream.producers.node.settings import NodeSettings
 from rollstream.producers.publisher.client import CapturePublisher
-from rollstream.sandbox.harnesses.presets import HarnessContext, preset
+from rollstream.sandbox.harnesses.launch import HarnessContext
+from rollstream.sandbox.harnesses.presets import preset
 from rollstream.sandbox.workspace import WorkspaceError, check_workspace
 from rollstream.schemas import AvroSerializer, Task, TopicNames, utcnow
 from rollstream.schemas.calls import ContextMode

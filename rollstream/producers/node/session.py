@@ -29,7 +29,8 @@ from pathlib import Path
 from rollstream.errors import RollstreamError
 from rollstream.producers.node.settings import NodeSettings
 from rollstream.sandbox.harnesses.executables import resolve_executable
-from rollstream.sandbox.harnesses.presets import HarnessContext, HarnessLaunch, preset
+from rollstream.sandbox.harnesses.launch import HarnessContext, HarnessLaunch
+from rollstream.sandbox.harnesses.presets import preset
 from rollstream.sandbox.harnesses.runner import HarnessResult
 from rollstream.sandbox.netns import Endpoint, Wall, walled_url
 from rollstream.sandbox.outputs import read_tail

@@ -27,6 +27,13 @@ PACKAGES: dict[str, tuple[str, str]] = {
     "pi": ("@mariozechner/pi-coding-agent@0.73.1", "pi"),
     "gemini-cli": ("@google/gemini-cli@0.61.0", "gemini"),
     "opencode": ("opencode-ai@1.18.33", "opencode"),
+    # 7.8.1, the newest, has no platform binaries on the registry here.
+    "kilo": ("@kilocode/cli@7.7.7", "kilo"),
+}
+#: Harnesses tried and not runnable here, and why (``rollstream harness list`` says so).
+UNAVAILABLE: dict[str, str] = {
+    "crush": "@charmland/crush@0.96.1's npm package only downloads the program from GitHub at "
+    "install (the Go module proxy refuses its module): it cannot be installed offline",
 }
 _COMPLETE_MARKER = ".complete"
 

@@ -10,55 +10,21 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar
 
 from rollstream.errors import ConfigurationError
 from rollstream.sandbox.harnesses.install import PACKAGES
+from rollstream.sandbox.harnesses.launch import (
+    MODEL_ENV,
+    SESSION_ENV,
+    HarnessContext,
+    HarnessLaunch,
+    Preset,
+    preset_env,
+)
+from rollstream.sandbox.harnesses.python_presets import MiniSweAgent, OpenHands
 from rollstream.schemas import ApiKind
-
-#: The environment variable every preset passes the session id in (also the API key).
-SESSION_ENV = "ROLLSTREAM_SESSION"
-BASE_URL_ENV = "ROLLSTREAM_BASE_URL"
-MODEL_ENV = "ROLLSTREAM_MODEL"
-
-
-@dataclass(frozen=True)
-class HarnessContext:
-    """What one harness run is about."""
-
-    base_url: str  # the interceptor's root URL, without /v1
-    session: str
-    model: str
-    instruction: str
-    #: Per-task parameters of presets that need them (``command``, ``python``), e.g. from the
-    #: task's ``harness.*`` metadata; the npm harnesses ignore them.
-    options: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class HarnessLaunch:
-    """A command line, its extra environment, and files to write relative to HOME."""
-
-    argv: list[str]
-    env: dict[str, str]
-    home_files: dict[str, str] = field(default_factory=dict)
-
-
-class Preset(Protocol):
-    """One harness: its name, the API it speaks and how it is launched."""
-
-    name: str
-    api: ApiKind
-
-    def launch(self, ctx: HarnessContext, executable: Path) -> HarnessLaunch:
-        """The launch of one run."""
-        ...
-
-
-def _env(ctx: HarnessContext, **extra: str) -> dict[str, str]:
-    return {SESSION_ENV: ctx.session, BASE_URL_ENV: ctx.base_url, **extra}
 
 
 class ClaudeCode:
@@ -74,7 +40,7 @@ class ClaudeCode:
         """``claude -p``; the session id is the Anthropic API key."""
         argv = [str(executable), "-p", ctx.instruction, "--model", ctx.model]
         argv.append("--dangerously-skip-permissions")
-        env = _env(
+        env = preset_env(
             ctx,
             ANTHROPIC_BASE_URL=ctx.base_url,
             ANTHROPIC_API_KEY=ctx.session,
@@ -113,7 +79,7 @@ class Codex:
         for override in overrides:
             argv += ["-c", override]
         argv.append(ctx.instruction)
-        return HarnessLaunch(argv, _env(ctx))
+        return HarnessLaunch(argv, preset_env(ctx))
 
 
 class QwenCode:
@@ -124,7 +90,7 @@ class QwenCode:
 
     def launch(self, ctx: HarnessContext, executable: Path) -> HarnessLaunch:
         """``qwen -p --yolo``; the session id is the OpenAI API key."""
-        env = _env(
+        env = preset_env(
             ctx,
             OPENAI_BASE_URL=f"{ctx.base_url}/v1",
             OPENAI_API_KEY=ctx.session,
@@ -160,7 +126,9 @@ class Pi:
         argv = [str(executable), "-p", "--provider", "rollstream", "--model", ctx.model]
         argv += ["--no-session", ctx.instruction]
         # PI_OFFLINE skips its start-up network calls (update and model list checks).
-        return HarnessLaunch(argv, _env(ctx, PI_OFFLINE="1"), {".pi/agent/models.json": models})
+        return HarnessLaunch(
+            argv, preset_env(ctx, PI_OFFLINE="1"), {".pi/agent/models.json": models}
+        )
 
 
 class GeminiCli:
@@ -184,7 +152,7 @@ class GeminiCli:
             "privacy": {"usageStatisticsEnabled": False},
             "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
         }
-        env = _env(
+        env = preset_env(
             ctx,
             # The SDK appends /v1beta itself.
             GOOGLE_GEMINI_BASE_URL=ctx.base_url,
@@ -208,9 +176,16 @@ class OpenCode:
     api = ApiKind.CHAT_COMPLETIONS
     #: Where the instruction is written, relative to HOME.
     INSTRUCTION_FILE = ".rollstream/instruction.txt"
+    CONFIG_DIR = ".config/opencode"
+    CONFIG_NAME = "opencode.json"
+    #: Offline: no models.dev catalogue, no update check.
+    OFFLINE_ENV: ClassVar[dict[str, str]] = {
+        "OPENCODE_DISABLE_MODELS_FETCH": "1",
+        "OPENCODE_DISABLE_AUTOUPDATE": "1",
+    }
 
     def launch(self, ctx: HarnessContext, executable: Path) -> HarnessLaunch:
-        """``opencode run --auto -m rollstream/MODEL < instruction`` through ``sh``."""
+        """``NAME run --auto -m rollstream/MODEL < instruction`` through ``sh``."""
         limits = {"context": 131072, "output": 4096}
         provider = {
             "npm": "@ai-sdk/openai-compatible",  # bundled in the binary: nothing is fetched
@@ -219,77 +194,54 @@ class OpenCode:
             "models": {ctx.model: {"name": ctx.model, "limit": limits}},
         }
         config = {"provider": {"rollstream": provider}, "autoupdate": False, "share": "disabled"}
-        plugin = {"@opencode-ai/plugin": PACKAGES[self.name][0].rsplit("@", 1)[1]}
         files = {
-            ".config/opencode/opencode.json": json.dumps(config, indent=2),
-            ".config/opencode/package.json": json.dumps({"dependencies": plugin}),
-            ".config/opencode/package-lock.json": json.dumps(
-                {"lockfileVersion": 3, "packages": {"": {"dependencies": plugin}}}
-            ),
-            ".config/opencode/node_modules/.keep": "",
+            f"{self.CONFIG_DIR}/{self.CONFIG_NAME}": json.dumps(self.configured(config), indent=2),
+            **self.seeds(),
             self.INSTRUCTION_FILE: ctx.instruction,
         }
         script = 'exec "$0" run --auto -m "$1" < "$HOME/' + self.INSTRUCTION_FILE + '"'
         argv = ["sh", "-c", script, str(executable), f"rollstream/{ctx.model}"]
-        env = _env(
-            ctx,
-            # Offline: no models.dev catalogue, no update check.
-            OPENCODE_DISABLE_MODELS_FETCH="1",
-            OPENCODE_DISABLE_AUTOUPDATE="1",
-        )
-        return HarnessLaunch(argv, env, files)
+        return HarnessLaunch(argv, preset_env(ctx, **self.OFFLINE_ENV), files)
+
+    def configured(self, config: dict[str, object]) -> dict[str, object]:
+        """The config file's content: opencode's is the provider's."""
+        return config
+
+    def seeds(self) -> dict[str, str]:
+        """Files that show the plugin package installed (relative to HOME)."""
+        plugin = {"@opencode-ai/plugin": PACKAGES[self.name][0].rsplit("@", 1)[1]}
+        lock = {"lockfileVersion": 3, "packages": {"": {"dependencies": plugin}}}
+        return {
+            f"{self.CONFIG_DIR}/package.json": json.dumps({"dependencies": plugin}),
+            f"{self.CONFIG_DIR}/package-lock.json": json.dumps(lock),
+            f"{self.CONFIG_DIR}/node_modules/.keep": "",
+        }
 
 
-class MiniSweAgent:
-    """mini-swe-agent: Chat Completions through litellm, not streamed; one ``bash`` tool.
+class KiloCode(OpenCode):
+    """Kilo Code's CLI, built on opencode: the same provider, run and stdin, its own names.
 
-    A run ends when a command prints ``COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` (its submit);
-    an answer without a tool call is sent back as a format error. Without
-    ``MSWEA_CONFIGURED`` it starts its set-up wizard, and without ``--exit-immediately`` it
-    asks for a next task at the end (both exit 1 headless).
+    It installs no plugin in the background; offline it needs its provider list limited to
+    ours (or it asks its gateway for models) and telemetry off. Without ``--auto`` a tool
+    touching a path outside the workspace ends the run with exit 1.
     """
 
-    name = "mini-swe-agent"
-    api = ApiKind.CHAT_COMPLETIONS
+    name = "kilo"
+    CONFIG_DIR = ".config/kilo"
+    CONFIG_NAME = "kilo.json"
+    OFFLINE_ENV: ClassVar[dict[str, str]] = {
+        "KILO_DISABLE_MODELS_FETCH": "1",
+        "KILO_DISABLE_AUTOUPDATE": "1",
+        "KILO_TELEMETRY_LEVEL": "off",
+    }
 
-    def launch(self, ctx: HarnessContext, executable: Path) -> HarnessLaunch:
-        """``mini -y --exit-immediately`` on litellm's ``openai/MODEL`` at the interceptor."""
-        argv = [str(executable), "-y", "--exit-immediately", "-m", f"openai/{ctx.model}"]
-        argv += ["-c", "mini.yaml", "-c", f"model.model_kwargs.api_base={ctx.base_url}/v1"]
-        env = _env(
-            ctx,
-            OPENAI_API_KEY=ctx.session,  # litellm's key for openai/ models
-            MSWEA_CONFIGURED="true",
-            # The served model has no price in litellm's table: not an error.
-            MSWEA_COST_TRACKING="ignore_errors",
-            MSWEA_SILENT_STARTUP="1",
-            # litellm's bundled price table, not a download at import.
-            LITELLM_LOCAL_MODEL_COST_MAP="True",
-        )
-        return HarnessLaunch([*argv, "-t", ctx.instruction], env)
+    def configured(self, config: dict[str, object]) -> dict[str, object]:
+        """The provider's config, the only provider enabled."""
+        return config | {"enabled_providers": ["rollstream"]}
 
-
-class OpenHands:
-    """The OpenHands agent (``openhands-sdk``): Chat Completions through litellm, not streamed.
-
-    A library, not a program: its venv's Python runs rollstream's driver
-    (``openhands_run.py``, beside this module), which builds the default agent on litellm's
-    ``openai/MODEL`` at the interceptor. Its terminal runs commands in tmux.
-    """
-
-    name = "openhands"
-    api = ApiKind.CHAT_COMPLETIONS
-    DRIVER = Path(__file__).with_name("openhands_run.py")
-
-    def launch(self, ctx: HarnessContext, executable: Path) -> HarnessLaunch:
-        """``python openhands_run.py INSTRUCTION`` with the venv's Python."""
-        env = _env(
-            ctx,
-            **{MODEL_ENV: ctx.model},
-            LITELLM_LOCAL_MODEL_COST_MAP="True",  # the bundled price table, not a download
-            OPENHANDS_SUPPRESS_BANNER="1",
-        )
-        return HarnessLaunch([str(executable), str(self.DRIVER), ctx.instruction], env)
+    def seeds(self) -> dict[str, str]:
+        """None needed."""
+        return {}
 
 
 def _option(ctx: HarnessContext, preset_name: str, key: str) -> str:
@@ -317,7 +269,9 @@ class Command:
         # str.replace, not str.format: command lines are full of braces (awk, jq, ${VAR}).
         command = _option(ctx, self.name, "command")
         command = command.replace("{instruction}", shlex.quote(ctx.instruction))
-        return HarnessLaunch([str(executable), "-c", command], _env(ctx, **{MODEL_ENV: ctx.model}))
+        return HarnessLaunch(
+            [str(executable), "-c", command], preset_env(ctx, **{MODEL_ENV: ctx.model})
+        )
 
 
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -344,7 +298,7 @@ class Python:
                 f"the python harness needs an import path module:function, not {function!r}"
             )
         argv = [str(executable), "-m", "rollstream.sandbox.harnesses.python_entry", function]
-        env = _env(ctx, **{MODEL_ENV: ctx.model})
+        env = preset_env(ctx, **{MODEL_ENV: ctx.model})
         if ctx.options.get("pythonpath"):
             env["PYTHONPATH"] = ctx.options["pythonpath"]
         return HarnessLaunch([*argv, ctx.instruction], env)
@@ -359,6 +313,7 @@ PRESETS: dict[str, Preset] = {
         Pi(),
         GeminiCli(),
         OpenCode(),
+        KiloCode(),
         MiniSweAgent(),
         OpenHands(),
         Command(),

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollstream.lifecycle import die_with_parent
-from rollstream.sandbox.harnesses.presets import HarnessLaunch
+from rollstream.sandbox.harnesses.launch import HarnessLaunch
 from rollstream.sandbox.netns import (
     Wall,
     WallError,

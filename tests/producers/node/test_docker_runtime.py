@@ -13,7 +13,7 @@ from rollstream.producers.node.settings import NodeSettings
 from rollstream.sandbox import docker as docker_module
 from rollstream.sandbox.docker import DockerRuntime
 from rollstream.sandbox.docker_engine import ContainerError
-from rollstream.sandbox.harnesses.presets import HarnessLaunch
+from rollstream.sandbox.harnesses.launch import HarnessLaunch
 from rollstream.sandbox.netns import Endpoint, Wall
 from rollstream.sandbox.runtime import SetupError, run_setup
 from rollstream.sandbox.runtimes import make_runtime

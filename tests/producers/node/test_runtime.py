@@ -12,7 +12,7 @@ from rollstream.dev.containers import DockerEngine
 from rollstream.errors import ConfigurationError
 from rollstream.producers.node.settings import NodeSettings
 from rollstream.sandbox.docker import DockerRuntime
-from rollstream.sandbox.harnesses.presets import HarnessLaunch
+from rollstream.sandbox.harnesses.launch import HarnessLaunch
 from rollstream.sandbox.runtime import (
     LocalRuntime,
     SetupError,

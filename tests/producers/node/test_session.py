@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from rollstream.producers.node.session import harness_options, new_session_id
-from rollstream.sandbox.harnesses.presets import SESSION_ENV
+from rollstream.sandbox.harnesses.launch import SESSION_ENV
 from rollstream.sandbox.runtime import Sandbox
 from rollstream.sandbox.workspace import DIFF_ARTIFACT
 from rollstream.schemas.sessions import SessionEnded, SessionStarted, SessionStatus

@@ -20,7 +20,8 @@ import pytest
 from rollstream.consumers.reconstruct.fidelity import fidelity_row
 from rollstream.dev.engine.real_model import real_model_dir
 from rollstream.sandbox.harnesses.install import PACKAGES
-from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext
+from rollstream.sandbox.harnesses.launch import HarnessContext
+from rollstream.sandbox.harnesses.presets import PRESETS
 from rollstream.sandbox.harnesses.runner import run_harness
 from rollstream.schemas import CallRecord, CallStatus, TopicNames
 from rollstream.settings import KafkaSettings

@@ -43,6 +43,7 @@ RUNS: list[tuple[str, str, Mode]] = [
     ("pi", "mistral", "exact"),
     ("claude-code", "mistral", "ordinary"),
     ("mini-swe-agent", "qwen3", "exact"),
+    ("kilo", "llama-3", "ordinary"),
     ("openhands", "llama-3", "ordinary"),
 ]
 

@@ -14,13 +14,8 @@ from rollstream.errors import ConfigurationError
 from rollstream.sandbox.harnesses import python_entry as entry
 from rollstream.sandbox.harnesses.executables import resolve_executable
 from rollstream.sandbox.harnesses.install import PACKAGES
-from rollstream.sandbox.harnesses.presets import (
-    BASE_URL_ENV,
-    PRESETS,
-    SESSION_ENV,
-    HarnessContext,
-    preset,
-)
+from rollstream.sandbox.harnesses.launch import BASE_URL_ENV, SESSION_ENV, HarnessContext
+from rollstream.sandbox.harnesses.presets import PRESETS, preset
 from rollstream.schemas import ApiKind
 
 CTX = HarnessContext("http://127.0.0.1:8100", "sess-1", "served", "Fix the bug.")
@@ -90,6 +85,16 @@ def test_opencode_reads_its_provider_from_home_and_the_instruction_verbatim(
     subprocess.run(argv, env={"HOME": str(home), "PATH": os.environ["PATH"]}, check=True)
     assert (home / "stdin").read_text() == instruction
     assert (home / "args").read_text().split() == ["run", "--auto", "-m", "rollstream/served"]
+
+
+def test_kilo_is_opencode_s_recipe_with_only_its_own_provider_enabled() -> None:
+    launch = preset("kilo").launch(CTX, EXE)
+    config = json.loads(launch.home_files[".config/kilo/kilo.json"])
+    assert config["enabled_providers"] == ["rollstream"]  # or it asks its gateway for models
+    assert config["provider"]["rollstream"]["options"]["apiKey"] == "{env:" + SESSION_ENV + "}"
+    assert not any("opencode" in path for path in launch.home_files)
+    assert launch.env["KILO_TELEMETRY_LEVEL"] == "off"
+    assert "--auto" in launch.argv[2]  # sh -c's script
 
 
 def test_mini_swe_agent_gets_the_session_as_litellm_s_key_not_on_its_command_line() -> None:

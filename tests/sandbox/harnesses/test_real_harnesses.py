@@ -26,7 +26,8 @@ from rollstream.dev.bench.fidelity_serving import task_of
 from rollstream.interceptor.proxy import Interceptor
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.sandbox.harnesses.install import PACKAGES
-from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext
+from rollstream.sandbox.harnesses.launch import HarnessContext
+from rollstream.sandbox.harnesses.presets import PRESETS
 from rollstream.sandbox.harnesses.python_install import PYTHON_PACKAGES, python_executable
 from rollstream.sandbox.harnesses.runner import run_harness
 from rollstream.schemas import Caller, CallRecord, CallStatus, TopicNames, resolve_prompt
@@ -195,10 +196,10 @@ async def _run_and_check(
     trainable = sum(s.trainable_tokens for s in tree)
     assert trainable == sum(len(c.completion or []) for c in calls)
     # Who is calling, as each harness names itself (interceptor/callers.py): Claude Code, Codex,
-    # opencode and OpenHands say their own session on every call; the OpenAI SDK's only a retry
-    # count.
+    # opencode, Kilo and OpenHands say their own session on every call; the OpenAI SDK's only
+    # a retry count.
     callers = {r.caller for r in records}
-    if name in ("claude-code", "codex", "opencode", "openhands"):
+    if name in ("claude-code", "codex", "opencode", "kilo", "openhands"):
         [caller] = callers  # one session, one thread: the same on every call
         assert caller is not None and caller.session, caller
         assert caller.session != session  # the harness's own id, not rollstream's

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rollstream.sandbox.harnesses.presets import HarnessLaunch
+from rollstream.sandbox.harnesses.launch import HarnessLaunch
 from rollstream.sandbox.harnesses.runner import harness_env, run_harness
 
 

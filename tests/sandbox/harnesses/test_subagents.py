@@ -14,7 +14,8 @@ import yaml
 
 from rollstream.consumers.reconstruct.threads import threads_of
 from rollstream.sandbox.harnesses.install import PACKAGES
-from rollstream.sandbox.harnesses.presets import PRESETS, HarnessContext
+from rollstream.sandbox.harnesses.launch import HarnessContext
+from rollstream.sandbox.harnesses.presets import PRESETS
 from rollstream.sandbox.harnesses.runner import run_harness
 from rollstream.schemas import CallRecord, TopicNames
 from rollstream.schemas.blobs import decompress_json
@@ -24,8 +25,27 @@ from tests.kafka_reading import read_records
 
 pytestmark = pytest.mark.integration
 
-SPAWN_TOOL = {"claude-code": "Agent", "codex": "spawn_agent", "opencode": "task"}
+SPAWN_TOOL = {"claude-code": "Agent", "codex": "spawn_agent", "opencode": "task", "kilo": "task"}
 SUB_TASK = "[scenario: solve] Create sub.txt containing polar, then say done."
+#: opencode's main thread delegates with its task tool, which returns the sub-agent's answer.
+SPAWN_OPENCODE = {
+    "name": "spawn-opencode",
+    "turns": [
+        {
+            "text": "Delegating.",
+            "tool_call": {
+                "tool": "task",
+                "arguments": {
+                    "description": "Create sub file",
+                    "prompt": SUB_TASK,
+                    "subagent_type": "general",
+                },
+            },
+        },
+        {"text": "Done."},
+    ],
+}
+
 #: The main thread delegates and ends; each thread's task names the scenario it plays (behind
 #: the interceptor the backend sees one session for both).
 SCENARIOS = {
@@ -60,23 +80,8 @@ SCENARIOS = {
                 {"text": "Done."},
             ],
         },
-        {
-            "name": "spawn-opencode",
-            "turns": [
-                {
-                    "text": "Delegating.",
-                    "tool_call": {
-                        "tool": "task",
-                        "arguments": {
-                            "description": "Create sub file",
-                            "prompt": SUB_TASK,
-                            "subagent_type": "general",
-                        },
-                    },
-                },
-                {"text": "Done."},
-            ],
-        },
+        SPAWN_OPENCODE,
+        {**SPAWN_OPENCODE, "name": "spawn-kilo"},  # built on opencode: the same task tool
         {
             "name": "spawn-codex",
             "turns": [
@@ -104,7 +109,7 @@ SCENARIOS = {
 }
 
 
-@pytest.mark.parametrize("name", ["claude-code", "codex", "opencode"])
+@pytest.mark.parametrize("name", ["claude-code", "codex", "opencode", "kilo"])
 async def test_a_sub_agent_s_calls_are_recorded_as_its_own(
     name: str, kafka_settings: KafkaSettings, rollstream_topics: TopicNames, tmp_path: Path
 ) -> None:
@@ -143,7 +148,7 @@ async def test_a_sub_agent_s_calls_are_recorded_as_its_own(
     [own_session] = {c.session for c in main}
     assert own_session and own_session != session  # the harness's own id, not rollstream's
     assert {c.parent for c in main} == {None}
-    if name == "opencode":  # a session of its own, naming the main one
+    if name in ("opencode", "kilo"):  # a session of its own, naming the main one
         assert {c.session for c in sub} == {c.agent for c in sub}
         assert {c.parent for c in sub} == {own_session}
     else:  # one harness session, sub-agent included; Codex names the spawning thread (its

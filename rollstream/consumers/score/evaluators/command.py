@@ -35,7 +35,7 @@ from rollstream.consumers.score.evaluators.base import (
     seconds,
 )
 from rollstream.errors import RollstreamError
-from rollstream.sandbox.harnesses.presets import HarnessLaunch
+from rollstream.sandbox.harnesses.launch import HarnessLaunch
 from rollstream.sandbox.harnesses.runner import HarnessResult
 from rollstream.sandbox.netns import Wall
 from rollstream.sandbox.runtime import (
