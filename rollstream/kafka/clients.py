@@ -118,7 +118,14 @@ class Consumer(AIOKafkaConsumer):  # type: ignore[misc]
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 raise
-            log.info("consumer group %s: a fetch cancelled by the stop was dropped", self._group)
+            # aiokafka's stop ended at that fetch: the other fetches and the connections are
+            # closed here instead (or they leak).
+            pending = list(self._fetcher._pending_tasks) if self._fetcher else []
+            for fetch in pending:
+                fetch.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            await self._client.close()
+            log.info("consumer group %s: fetches cancelled by the stop were dropped", self._group)
 
     def subscribe(
         self,
