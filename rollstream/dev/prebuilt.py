@@ -142,8 +142,8 @@ def registry(paths: StatePaths) -> dict[str, Prebuilt]:
         "python-harnesses": Prebuilt(
             "python-harnesses",
             f"the Python harnesses ({', '.join(PYTHON_PACKAGES)}), each in a venv of its own",
-            190,
-            1200,
+            360,
+            1800,
             lambda: all(python_executable(n, paths.cache_dir) for n in PYTHON_PACKAGES),
             _builder("python-harnesses"),
         ),

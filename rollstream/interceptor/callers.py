@@ -10,8 +10,8 @@ Some harnesses name themselves in every request (measured with the pinned versio
 - opencode: ``x-session-id`` (its session calling: each sub-agent has one of its own) and, on a
   sub-agent's calls, ``x-parent-session-id`` (the session that started it);
 - OpenHands: ``x-litellm-session-id`` (its conversation);
-- the OpenAI and Anthropic SDKs (Qwen Code, Pi, and through litellm mini-swe-agent and
-  OpenHands): ``x-stainless-retry-count``.
+- the OpenAI and Anthropic SDKs (Qwen Code, Pi, and through litellm mini-swe-agent, aider,
+  Terminus-2 and OpenHands): ``x-stainless-retry-count``.
 
 Qwen Code, Pi and Gemini CLI name no session or agent. What a harness says is recorded as it
 says it (``Caller``), never trusted for anything else: rollstream's session is still the API key.

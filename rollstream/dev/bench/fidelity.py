@@ -25,6 +25,7 @@ from rollstream.consumers.reconstruct.fidelity import FidelityRow, fidelity_row
 from rollstream.dev.bench.fidelity_serving import (
     MODEL,
     MODES,
+    OPTIONS_OF,
     UPSTREAMS,
     FidelityBenchConfig,
     Mode,
@@ -135,7 +136,8 @@ async def _run_one(
     """Run ``harness`` once through ``proxy``; its row (never raises for a failed run)."""
     session = f"fidelity-{harness}-{uuid.uuid4().hex[:8]}"
     proxy.addon.sessions.register(session, None)  # as the node does before its harness
-    ctx = HarnessContext(proxy.url, session, MODEL, task_of(run.config.engine, harness))
+    task = task_of(run.config.engine, harness)
+    ctx = HarnessContext(proxy.url, session, MODEL, task, OPTIONS_OF.get(harness, {}))
     row = RunRow(family, harness, mode, "error")
     started = time.monotonic()
     # Record timestamps come from the producer's clock: a margin covers any rounding.

@@ -14,8 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import yaml
 from aiohttp import web
 
+from rollstream.dev.backend.policies import default_scenarios_path
+from rollstream.dev.backend.policies.scenarios import ScenarioFile
 from rollstream.dev.backend.server import Backend
 from rollstream.dev.backend.settings import BackendSettings
 from rollstream.dev.bench.engine_upstream import vllm_upstream
@@ -34,29 +37,28 @@ Engine = Literal["reference", "vllm"]
 MODES: tuple[Mode, ...] = ("ordinary", "exact")
 MODEL = "rollstream-tiny"
 TASK = "Create hello.txt with polar."
-#: Write hello.txt with the shell tool, read it back, answer: a three-turn tool task (or, in
-#: ``submit``, submit).
-SCENARIOS = """
-scenarios:
-  - name: solve
-    turns:
-      - text: I will create the file.
-        tool_call: {tool: shell, arguments: {command: "echo polar > hello.txt"}}
-      - tool_call: {tool: shell, arguments: {command: "cat hello.txt"}}
-      - text: Done. hello.txt contains polar.
-  - name: submit
-    weight: 0
-    turns:
-      - text: I will create the file.
-        tool_call: {tool: shell, arguments: {command: "echo polar > hello.txt"}}
-      - tool_call: {tool: shell, arguments: {command: "cat hello.txt"}}
-      - text: Done. hello.txt contains polar.
-        tool_call: {tool: shell, arguments: {command: "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}
-side_call_text: Coding session.
-"""
+#: The shipped scenarios the matrix plays (the engine's plan holds them all): solve (write
+#: hello.txt with the shell tool, read it back, answer), and each where a harness needs its own.
+PLAYED = ("solve", "submit", "aider", "terminus-2")
+
+
+def _played() -> str:
+    shipped = yaml.safe_load(Path(default_scenarios_path()).read_text())
+    shipped["scenarios"] = [s for s in shipped["scenarios"] if s["name"] in PLAYED]
+    return str(yaml.safe_dump(shipped, sort_keys=False))
+
+
+SCENARIOS = _played()
 #: The scenario a harness plays where it is not solve: mini-swe-agent ends a run by submitting
 #: (a command printing its marker); an answer without a command is a format error to it.
-SCENARIO_OF = {"mini-swe-agent": "submit"}
+#: aider and Terminus-2 offer no tools: aider writes the file from an edit in the answer's text
+#: (the first one wrong, and its test's failure is the turn that goes back to the model);
+#: Terminus-2 types the commands an answer's JSON gives into its terminal.
+SCENARIO_OF = {"mini-swe-agent": "submit", "aider": "aider", "terminus-2": "terminus-2"}
+#: The task's check, as a harness that runs it itself takes it (aider's ``--test-cmd``).
+CHECK = 'grep -qx polar hello.txt || { echo "hello.txt does not hold polar"; exit 1; }'
+#: Preset options a harness's task gives (HarnessContext.options).
+OPTIONS_OF = {"aider": {"test": CHECK}}
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,12 @@ def executable_of(harness: str, bin_dir: Path) -> Path:
     if harness in PACKAGES:
         return bin_dir / PACKAGES[harness][1]
     return resolve_executable(harness, StatePaths().cache_dir)
+
+
+def scenario_turns(harness: str) -> int:
+    """How many calls the harness's scenario makes at least: one per turn."""
+    name = SCENARIO_OF.get(harness, "solve")
+    return len(ScenarioFile.model_validate(yaml.safe_load(SCENARIOS)).by_name(name).turns)
 
 
 def task_of(engine: Engine, harness: str | None = None) -> str:

@@ -137,7 +137,7 @@ def answer(plan: dict[str, Any], prompt: str) -> str:
     fmt = FORMATS[plan["format"]]
     tools = offered(plan, prompt)
     if not tools:
-        return write_turn(plan["format"], plan["side_reasoning"], plan["side_call_text"], [])
+        return _untooled(plan, prompt, fmt)
     scenario = choose(plan, prompt, fmt)
     index = turn_index(prompt, fmt)
     if index >= len(scenario["turns"]):
@@ -151,6 +151,27 @@ def answer(plan: dict[str, Any], prompt: str) -> str:
             return write_turn(plan["format"], "", f"[plan: none of {wanted} is offered]", [])
         calls.append((name, call["by_tool"][name]))
     return write_turn(plan["format"], turn["reasoning"], turn["text"], calls)
+
+
+def _untooled(plan: dict[str, Any], prompt: str, fmt: dict[str, Any]) -> str:
+    """The answer to a prompt without tools: a text scenario's turn, or the side-call text.
+
+    A text scenario (for a harness that offers no tools, e.g. aider) counts its own past turns
+    after the place the prompt names it, told by their text: the harness puts turns of its own
+    between them (aider's few-shot examples, its "Ok." to the files it adds).
+    """
+    scenario = choose(plan, prompt, fmt)
+    if scenario.get("protocol") != "text":
+        return write_turn(plan["format"], plan["side_reasoning"], plan["side_call_text"], [])
+    named = re.search(r"\[scenario=([\w.-]+)\]", prompt)
+    after = prompt[named.end() :] if named else prompt
+    said = [turn["text"].strip() for turn in scenario["turns"]]
+    past = re.findall(fmt["turn"], after, re.DOTALL)
+    index = sum(1 for turn in past if any(text and text in turn for text in said))
+    if index >= len(scenario["turns"]):
+        return write_turn(plan["format"], scenario["final_reasoning"], scenario["final_text"], [])
+    turn = scenario["turns"][index]
+    return write_turn(plan["format"], turn["reasoning"], turn["text"], [])
 
 
 def write_turn(

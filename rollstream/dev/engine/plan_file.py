@@ -58,6 +58,7 @@ def compile_plan(
             {
                 "name": scenario.name,
                 "weight": scenario.weight,
+                "protocol": scenario.protocol,
                 "final_text": scenario.final_text,
                 "final_reasoning": reasoning_for(None, True),
                 "turns": [_turn(turn) for turn in scenario.turns],

@@ -23,7 +23,7 @@ from rollstream.sandbox.harnesses.launch import (
     Preset,
     preset_env,
 )
-from rollstream.sandbox.harnesses.python_presets import MiniSweAgent, OpenHands
+from rollstream.sandbox.harnesses.python_presets import Aider, MiniSweAgent, OpenHands, Terminus2
 from rollstream.schemas import ApiKind
 
 
@@ -316,6 +316,8 @@ PRESETS: dict[str, Preset] = {
         KiloCode(),
         MiniSweAgent(),
         OpenHands(),
+        Aider(),
+        Terminus2(),
         Command(),
         Python(),
     )

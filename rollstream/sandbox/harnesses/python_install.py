@@ -29,6 +29,9 @@ PYTHON_PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
     "mini-swe-agent": (("mini-swe-agent==2.4.6",), "mini"),
     # One pip call: the tools alone would pull an older sdk than the one pinned.
     "openhands": (("openhands-sdk==1.58.2", "openhands-tools==1.58.2"), "python"),
+    "aider": (("aider-chat==0.86.2",), "aider"),
+    # Harbor's Terminus-2 agent: a library, run by rollstream's driver.
+    "terminus-2": (("harbor==0.26.0",), "python"),
 }
 _COMPLETE_MARKER = ".rollstream-complete"
 

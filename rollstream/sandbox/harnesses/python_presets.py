@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from rollstream.sandbox.harnesses.launch import MODEL_ENV, HarnessContext, HarnessLaunch, preset_env
@@ -56,5 +57,91 @@ class OpenHands:
             **{MODEL_ENV: ctx.model},
             LITELLM_LOCAL_MODEL_COST_MAP="True",  # the bundled price table, not a download
             OPENHANDS_SUPPRESS_BANNER="1",
+        )
+        return HarnessLaunch([str(executable), str(self.DRIVER), ctx.instruction], env)
+
+
+class Aider:
+    """aider: Chat Completions through litellm, streamed; it offers the model no tools.
+
+    The model answers in an edit format (``whole``: a file's name, then its whole content in a
+    fence) that aider applies itself; it runs no command the model suggests. A run is one
+    instruction (``--message``) and the reflections that follow it: with a task's ``test``
+    option, a failing test's output goes back to the model (up to three times). Its price and
+    context table, update check and analytics would go to the network: a local model entry
+    (``.aider.model.metadata.json``) and its switches keep it offline; its history files go to
+    HOME, not the workspace.
+    """
+
+    name = "aider"
+    api = ApiKind.CHAT_COMPLETIONS
+    #: What keeps a headless run in the workspace and off the network (each measured).
+    FLAGS = (
+        "--yes-always",
+        "--no-git",
+        "--no-auto-commits",
+        "--analytics-disable",
+        "--no-check-update",
+        "--no-show-release-notes",
+        "--no-show-model-warnings",
+        "--no-detect-urls",
+        "--no-pretty",
+        "--no-fancy-input",
+        "--edit-format",
+        "whole",
+        "--map-tokens",
+        "0",
+    )
+
+    def launch(self, ctx: HarnessContext, executable: Path) -> HarnessLaunch:
+        """``aider --message INSTRUCTION`` on litellm's ``openai/MODEL`` at the interceptor."""
+        model = f"openai/{ctx.model}"
+        argv = [*self.FLAGS, "--model", model, "--openai-api-base", f"{ctx.base_url}/v1"]
+        if ctx.options.get("test"):
+            argv += ["--test-cmd", ctx.options["test"], "--auto-test"]
+        # The history files' paths name HOME, which the runner sets: the shell expands it.
+        script = (
+            'exec "$0" "$@" --chat-history-file "$HOME/.aider.chat.history.md"'
+            ' --input-history-file "$HOME/.aider.input.history"'
+        )
+        metadata = {
+            model: {
+                "max_input_tokens": 262144,
+                "max_output_tokens": 8192,
+                "max_tokens": 8192,
+                "input_cost_per_token": 0,
+                "output_cost_per_token": 0,
+                "litellm_provider": "openai",
+                "mode": "chat",
+            }
+        }
+        env = preset_env(ctx, OPENAI_API_KEY=ctx.session, LITELLM_LOCAL_MODEL_COST_MAP="True")
+        return HarnessLaunch(
+            ["sh", "-c", script, str(executable), *argv, "--message", ctx.instruction],
+            env,
+            {".aider.model.metadata.json": json.dumps(metadata)},
+        )
+
+
+class Terminus2:
+    """Harbor's Terminus-2 agent (``harbor``): Chat Completions through litellm, not streamed.
+
+    It offers the model no tools: each answer is a JSON object (analysis, plan, the keystrokes
+    to type into its tmux terminal, task_complete), and a run ends when two answers in a row
+    mark the task complete. Harbor runs agents in containers of its own; its venv's Python runs
+    rollstream's driver (``terminus2_run.py``), which gives it the session's sandbox instead.
+    """
+
+    name = "terminus-2"
+    api = ApiKind.CHAT_COMPLETIONS
+    DRIVER = Path(__file__).with_name("terminus2_run.py")
+
+    def launch(self, ctx: HarnessContext, executable: Path) -> HarnessLaunch:
+        """``python terminus2_run.py INSTRUCTION`` with the venv's Python."""
+        env = preset_env(
+            ctx,
+            **{MODEL_ENV: ctx.model},
+            LITELLM_LOCAL_MODEL_COST_MAP="True",  # the bundled price table, not a download
+            HARBOR_TELEMETRY="0",
         )
         return HarnessLaunch([str(executable), str(self.DRIVER), ctx.instruction], env)

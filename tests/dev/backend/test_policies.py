@@ -88,6 +88,45 @@ async def test_scripted_turn_follows_the_conversation(
     assert side.text == "Side answer."
 
 
+async def test_a_text_scenario_answers_requests_without_tools_turn_by_turn(
+    tokenizer: ChatTokenizer, tmp_path: Path
+) -> None:
+    """A harness that offers no tools (aider) plays a text scenario; other side calls do not."""
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "scenarios:\n"
+        "  - {name: solve, turns: [{text: Done.}]}\n"
+        "  - {name: edit, weight: 0, protocol: text, final_text: Over.,\n"
+        "     turns: [{text: first edit}, {text: second edit}]}\n"
+        "side_call_text: Side answer.\n"
+    )
+    policy = ScriptedPolicy(tokenizer, load_scenarios(path))
+    # Few-shot pairs before the task: not the scenario's turns.
+    examples = [
+        {"role": "system", "content": "Answer with edits."},
+        {"role": "user", "content": "an example"},
+        {"role": "assistant", "content": "an example edit"},
+    ]
+    task = {"role": "user", "content": "[scenario: edit] Write polar."}
+    said = []
+    messages = [*examples, task]
+    for _ in range(3):
+        outcome, _ = await _run(
+            tokenizer, policy, _request(tokenizer, messages=messages, tools=None)
+        )
+        said.append(outcome.text)
+        messages += [  # aider's layout: its answer, the files it adds and its own "Ok."
+            {"role": "assistant", "content": outcome.text},
+            {"role": "user", "content": "I added hello.txt."},
+            {"role": "assistant", "content": "Ok."},
+            {"role": "user", "content": "The test failed."},
+        ]
+    assert said == ["first edit", "second edit", "Over."]
+    # A side call of a tool-calling session still gets the side answer.
+    side, _ = await _run(tokenizer, policy, _request(tokenizer, tools=None, session="s@solve"))
+    assert side.text == "Side answer."
+
+
 async def test_scripted_ids_sometimes_differ_from_retokenizing(
     tokenizer: ChatTokenizer, scenario_file: Path
 ) -> None:

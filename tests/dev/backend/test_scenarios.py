@@ -219,6 +219,10 @@ def test_a_scenario_of_weight_0_plays_only_where_named() -> None:
         ("scenarios: [{name: a, weight: 0, turns: [{text: x}]}]", "no scenario can be drawn"),
         ("scenarios: [{name: a, weight: -1, turns: [{text: x}]}]", "greater than or equal"),
         ("scenarios: [", "cannot read"),
+        (
+            "scenarios: [{name: a, protocol: text, turns: [{tool_call: {tool: shell}}]}]",
+            "protocol text: its turns are texts",
+        ),
     ],
 )
 def test_invalid_files_say_what_is_wrong(tmp_path: Path, content: str, message: str) -> None:

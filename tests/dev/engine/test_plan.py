@@ -156,6 +156,35 @@ def test_a_request_without_tools_gets_the_side_answer(family: str) -> None:
     assert "Coding session." in text and _calls_written(family, text) == []
 
 
+@pytest.mark.parametrize("family", list(ENGINE_FAMILIES))
+def test_a_text_scenario_counts_its_turns_after_the_task_that_names_it(family: str) -> None:
+    """aider's layout: few-shot pairs before the task, no tools, reflections after it."""
+    compiled = _plan(family)
+    turns = [t["text"] for s in compiled["scenarios"] if s["name"] == "aider" for t in s["turns"]]
+    examples: list[dict[str, Any]] = [
+        SYSTEM,
+        {"role": "user", "content": "Change the greeting."},
+        {"role": "assistant", "content": "greeting.py\n```\nprint('hi')\n```"},
+        {"role": "user", "content": "I added hello.txt."},
+        {"role": "assistant", "content": "Ok."},
+    ]
+    conversation = [*examples, {"role": "user", "content": "[scenario=aider] Write polar."}]
+    first = plan.answer(compiled, _render(family, conversation, None))
+    assert turns[0] in first and _calls_written(family, first) == []
+    conversation += [  # its answer, then the files aider adds and its own "Ok."
+        {"role": "assistant", "content": turns[0]},
+        {"role": "user", "content": "I added hello.txt."},
+        {"role": "assistant", "content": "Ok."},
+        {"role": "user", "content": "The test failed."},
+    ]
+    assert turns[1] in plan.answer(compiled, _render(family, conversation, None))
+    conversation += [
+        {"role": "assistant", "content": turns[1]},
+        {"role": "user", "content": "And now?"},
+    ]
+    assert "Done." in plan.answer(compiled, _render(family, conversation, None))
+
+
 def test_an_answer_without_calls_ends_the_episode_and_the_next_task_starts_over() -> None:
     messages = _conversation("[scenario=solve] Write polar.", [["echo polar > hello.txt"]])
     messages += [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -109,6 +110,34 @@ def test_mini_swe_agent_gets_the_session_as_litellm_s_key_not_on_its_command_lin
     assert launch.argv[-2:] == ["-t", "Fix the bug."]
 
 
+def test_aider_runs_offline_with_its_history_in_home_and_the_instruction_verbatim(
+    tmp_path: Path,
+) -> None:
+    """The launch as a shell runs it: a stand-in aider prints the arguments it got."""
+    fake = tmp_path / "aider"
+    fake.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    fake.chmod(0o755)
+    launch = preset("aider").launch(_ctx(test="test -s hello.txt"), fake)
+    home = tmp_path / "home"
+    env = {"PATH": os.environ["PATH"], "HOME": str(home)} | launch.env
+    out = subprocess.run(launch.argv, env=env, capture_output=True, text=True, check=True)
+    args = json.loads(out.stdout)
+    assert args[args.index("--message") + 1] == "Fix 'it' $now"  # not expanded, not split
+    assert args[args.index("--chat-history-file") + 1] == f"{home}/.aider.chat.history.md"
+    assert args[args.index("--input-history-file") + 1] == f"{home}/.aider.input.history"
+    assert args[args.index("--openai-api-base") + 1] == "http://127.0.0.1:8100/v1"
+    assert args[args.index("--test-cmd") + 1] == "test -s hello.txt" and "--auto-test" in args
+    assert {"--no-check-update", "--analytics-disable", "--no-git", "--yes-always"} <= set(args)
+    assert launch.env["OPENAI_API_KEY"] == "sess-1" and "sess-1" not in " ".join(launch.argv)
+    # Its model's entry, so aider looks up no price table on the network.
+    model = args[args.index("--model") + 1]
+    assert model == "openai/served"
+    assert json.loads(launch.home_files[".aider.model.metadata.json"])[model]["mode"] == "chat"
+    # Without a test, a run is the instruction alone.
+    plain = preset("aider").launch(_ctx(), fake)
+    assert "--test-cmd" not in plain.argv and "--auto-test" not in plain.argv
+
+
 #: OpenHands as far as the driver sees it: the LLM's arguments and the message written out, the
 #: conversation finished unless told otherwise.
 STUB_OPENHANDS = {
@@ -156,6 +185,84 @@ def test_openhands_driver_calls_the_interceptor_as_the_session(
     assert seen["llm"]["base_url"] == "http://127.0.0.1:8100/v1"
     assert (seen["llm"]["api_key"], seen["llm"]["model"]) == ("sess-1", "openai/served")
     assert (seen["text"], seen["cwd"]) == ("Fix the bug.", str(tmp_path))
+    assert not any("sess-1" in arg for arg in launch.argv)
+
+
+#: Harbor as far as the Terminus-2 driver sees it: the agent runs one command through the
+#: environment (what its shell sees, written out) and writes its trajectory file, confirming
+#: the completion unless told otherwise.
+STUB_HARBOR = {
+    "harbor/__init__.py": "",
+    "harbor/environments/__init__.py": "",
+    "harbor/environments/base.py": """
+from dataclasses import dataclass
+@dataclass
+class ExecResult:
+    stdout: str
+    stderr: str
+    return_code: int
+class BaseEnvironment:
+    def __init__(self, **kw): self.kw = kw
+    def _merge_env(self, env): return env
+""",
+    "harbor/agents/__init__.py": "",
+    "harbor/agents/terminus_2.py": """
+import json, os
+class Terminus2:
+    def __init__(self, **kw): self.kw = kw
+    async def setup(self, env): self.env = env
+    async def run(self, instruction, env, context):
+        shell = await env.exec("env; echo polar > hello.txt")
+        with open("seen.json", "w") as out:
+            json.dump({"agent": {k: str(v) for k, v in self.kw.items()}, "text": instruction,
+                       "shell": shell.stdout, "key": os.environ.get("OPENAI_API_KEY")}, out)
+        done = {"function_name": "mark_task_complete"}
+        marks = [[done], [done] if os.environ.get("STUB_CONFIRM") == "1" else []]
+        steps = [{"source": "agent", "message": f"answer {i}", "tool_calls": m}
+                 for i, m in enumerate(marks)]
+        with open(os.path.join(self.kw["logs_dir"], "trajectory.json"), "w") as out:
+            json.dump({"steps": [{"source": "user"}, *steps]}, out)
+""",
+    "harbor/models/__init__.py": "",
+    "harbor/models/agent/__init__.py": "",
+    "harbor/models/agent/context.py": "class AgentContext: pass",
+    "harbor/models/task/__init__.py": "",
+    "harbor/models/task/config.py": "class EnvironmentConfig: pass",
+    "harbor/models/trial/__init__.py": "",
+    "harbor/models/trial/paths.py": """
+from pathlib import Path
+class TrialPaths:
+    def __init__(self, trial_dir): self.agent_dir = Path(trial_dir) / "agent"
+    def mkdir(self): self.agent_dir.mkdir(parents=True)
+""",
+}
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="the driver refuses to run without tmux")
+@pytest.mark.parametrize(("confirm", "code"), [("1", 0), ("0", 1)])
+def test_terminus_2_driver_runs_the_agent_here_without_the_key_in_its_shell(
+    tmp_path: Path, confirm: str, code: int
+) -> None:
+    for relative, text in STUB_HARBOR.items():
+        (tmp_path / "lib" / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "lib" / relative).write_text(text)
+    work = tmp_path / "work"
+    work.mkdir()
+    launch = preset("terminus-2").launch(CTX, Path(sys.executable))
+    env = {**launch.env, "PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path / "lib")}
+    done = subprocess.run(
+        launch.argv, cwd=work, env={**env, "STUB_CONFIRM": confirm}, capture_output=True, text=True
+    )
+    assert done.returncode == code, done.stderr
+    assert done.stdout.strip() == "answer 1"  # the last answer
+    assert (work / "hello.txt").read_text() == "polar\n"  # its commands ran in the workspace
+    seen = json.loads((work / "seen.json").read_text())
+    assert seen["agent"]["api_base"] == "http://127.0.0.1:8100/v1"
+    assert seen["agent"]["model_name"] == "openai/served" and seen["text"] == "Fix the bug."
+    assert seen["agent"]["record_terminal_session"] == "False"  # or it installs asciinema
+    assert seen["key"] == "sess-1"  # litellm's key, read from the driver's environment...
+    assert "sess-1" not in seen["shell"]  # ...and not in the agent's shell
+    assert "TMUX_TMPDIR=" in seen["shell"]  # a tmux server of the run's own
     assert not any("sess-1" in arg for arg in launch.argv)
 
 

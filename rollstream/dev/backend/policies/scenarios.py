@@ -17,6 +17,11 @@
 
 A scenario of weight 0 is never drawn: it plays only where a task names it.
 
+A scenario of ``protocol: text`` is for a harness that offers the model no tools and reads its
+answers itself (aider's edit formats): its turns are texts, served to requests without tools,
+the turn counted by its own answers in the conversation (told by their text: the harness's
+own messages between them do not count).
+
 The abstract ``shell`` tool becomes the shell tool the request offers, with its argument names.
 """
 
@@ -27,7 +32,7 @@ import json
 import random
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -97,6 +102,14 @@ class Scenario(_Strict):
     weight: float = Field(default=1.0, ge=0)
     turns: list[Turn] = Field(min_length=1)
     final_text: str = "Done."
+    #: ``tools``: turns answer requests that offer tools; ``text``: requests without (see above).
+    protocol: Literal["tools", "text"] = "tools"
+
+    @model_validator(mode="after")
+    def _text_turns(self) -> Scenario:
+        if self.protocol == "text" and any(turn.calls or turn.text is None for turn in self.turns):
+            raise ValueError(f"scenario {self.name!r} is of protocol text: its turns are texts")
+        return self
 
 
 class ScenarioFile(_Strict):
@@ -218,6 +231,34 @@ def count_assistant_turns(messages: list[dict[str, Any]]) -> int:
         if message.get("role") == "assistant":
             turns = turns + 1 if message.get("tool_calls") else 0
     return turns
+
+
+def count_text_turns(messages: list[dict[str, Any]], scenario: Scenario) -> int:
+    """The index of the next turn of text scenario ``scenario``: its turns answered so far.
+
+    Its own answers are told by their text, after the first user message naming the scenario:
+    a text harness's turns have no tool calls to tell them by, and it puts messages of its own
+    between them (aider's few-shot examples before the task, its "Ok." to the files it adds).
+    """
+    start = 0
+    for index, message in enumerate(messages):
+        if message.get("role") == "user" and scenario_named([message]) == scenario.name:
+            start = index
+            break
+    said = {(turn.text or "").strip() for turn in scenario.turns}
+    return sum(
+        1
+        for message in messages[start:]
+        if message.get("role") == "assistant" and _text_of(message).strip() in said
+    )
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    """A message's text, whether its content is a string or a list of parts."""
+    content = message.get("content")
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
 
 
 def count_prompt_turns(prompt: str, assistant_start: str, tool_call_tag: str) -> int:

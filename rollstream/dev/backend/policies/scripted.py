@@ -35,6 +35,7 @@ from rollstream.dev.backend.policies.scenarios import (
     Turn,
     count_assistant_turns,
     count_prompt_turns,
+    count_text_turns,
     offered_tools,
     scenario_named,
     scripted_tools,
@@ -120,13 +121,27 @@ class ScriptedPolicy:
             offered = tools_in_prompt(prompt)
             turn_index = count_prompt_turns(prompt, "<|im_start|>assistant", "<tool_call>")
         if not offered:
-            return self.scenarios.side_call_text
+            untooled = self._text_turn(request)
+            return self.scenarios.side_call_text if untooled is None else untooled.text or ""
         scenario = self.scenarios.choose(
             request.session, self.seed, scenario_named(request.messages, prompt)
         )
         if turn_index >= len(scenario.turns):
             return scenario.final_text
         return turn_text(scenario.turns[turn_index], offered, rng)
+
+    def _text_turn(self, request: GenerationRequest) -> Turn | None:
+        """The turn of a text scenario answering a request without tools; None: a side call."""
+        if request.messages is None:
+            return None
+        named = scenario_named(request.messages)
+        scenario = self.scenarios.choose(request.session, self.seed, named)
+        if scenario.protocol != "text":
+            return None
+        index = count_text_turns(request.messages, scenario)
+        return (
+            scenario.turns[index] if index < len(scenario.turns) else Turn(text=scenario.final_text)
+        )
 
     def _position(self, request: GenerationRequest) -> tuple[list[str], int]:
         """The tools the request offers and the index of the scenario turn it asks for."""
@@ -144,7 +159,8 @@ class ScriptedPolicy:
         offered, turn_index = self._position(request)
         turn: Turn | None = None
         if not offered:
-            text = self.scenarios.side_call_text
+            turn = self._text_turn(request)
+            text = self.scenarios.side_call_text if turn is None else turn.text or ""
         else:
             prompt = (
                 self.tokenizer.decode(request.prompt_ids, skip_special_tokens=False)
@@ -172,7 +188,7 @@ class ScriptedPolicy:
                 for index, (name, arguments) in enumerate(calls)
             ]
         if self.family.thinks:
-            answer["reasoning_content"] = reasoning_for(turn, bool(offered))
+            answer["reasoning_content"] = reasoning_for(turn, bool(offered) or turn is not None)
         return answer
 
     def _family_tokens(self, request: GenerationRequest, rng: random.Random) -> list[int]:
