@@ -118,6 +118,7 @@ def build_record(
         finish_reason=capture.finish_reason,
         status=state.status,
         error=state.error,
+        repeats=update.repeats,
     )
     return record, update
 

@@ -106,6 +106,20 @@ def credential_headers() -> tuple[str, ...]:
     return (*_CREDENTIAL_HEADERS, SESSION_HEADER)
 
 
+#: Request fields that say how the answer travels or who is asking, not what is asked: a
+#: harness's retry may change them (Claude Code asks again without ``stream``, Codex with new
+#: ``client_metadata``).
+UNASKED_FIELDS = frozenset({"stream", "stream_options", "metadata", "client_metadata", "user"})
+
+
+def same_request(a: RequestDigest, b: RequestDigest) -> bool:
+    """Whether two requests ask the same: equal conversations, and fields but UNASKED_FIELDS."""
+    if a.list_key != b.list_key or a.items != b.items:
+        return False
+    asked = {k: v for k, v in a.fields.items() if k not in UNASKED_FIELDS}
+    return asked == {k: v for k, v in b.fields.items() if k not in UNASKED_FIELDS}
+
+
 @dataclass
 class LedgerUpdate:
     """What one call adds to its session's ledger: applied by ``SessionLedger.commit`` only.
@@ -120,6 +134,8 @@ class LedgerUpdate:
     seq: int
     context: TokenIds | None = None  # prompt + completion, when the record keeps its tokens
     requests: dict[str, RequestDigest] = field(default_factory=dict)  # by kind, kept ones
+    #: A recent call whose harness request this one's equals exactly (see CallRecord.repeats).
+    repeats: str | None = None
 
     def leave_out(self, *parts: str) -> None:
         """The record does not keep these parts (``tokens``, ``harness``, ``upstream``)."""
@@ -177,6 +193,10 @@ class SessionLedger:
         digest = digest_request(request)
         encoded = best_delta_by_digest(request, digest, list(recent) if recent else [])
         update.requests[kind] = digest
+        if kind == "harness":  # the harness sent this request before: the latest such call
+            update.repeats = next(
+                (c for c, d in reversed(recent or ()) if same_request(d, digest)), None
+            )
         return encoded
 
     def commit(self, update: LedgerUpdate) -> None:

@@ -156,6 +156,10 @@ class CallRecord(AvroRecord):
     adjusted: list[str] = Field(default_factory=list)
     #: Who is calling, as the harness itself says; None when its headers name nobody.
     caller: Caller | None = None
+    #: An earlier call of the session whose harness request this one repeats (the same
+    #: conversation and fields, streamed or not: a retry, or the same request sent twice at
+    #: once, which the timings tell apart); None when it repeats none.
+    repeats: str | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> CallRecord:

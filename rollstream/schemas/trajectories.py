@@ -60,6 +60,8 @@ class TrajectoryStats(Model):
     break_reasons: dict[str, int] = Field(default_factory=dict)
     failed_calls: int = 0
     duplicate_calls: int = 0
+    #: Answered calls the harness asked again after them (a retry): left out of training.
+    superseded_calls: int = 0
     calls_without_tokens: int = 0
     missing_token_reasons: dict[str, int] = Field(default_factory=dict)
     invariant_relaxed: bool = False

@@ -212,3 +212,24 @@ def test_the_ledger_delta_encodes_requests_from_digests_and_they_resolve() -> No
     other_call = ledger.begin("t", "d0")
     _, other = ledger.encode_request(other_call, "harness", {"model": "m", "messages": turns})
     assert other is None  # never across sessions
+
+
+def test_a_request_the_harness_sent_before_names_the_latest_call_it_repeats() -> None:
+    ledger = SessionLedger()
+    request: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    longer = {**request, "messages": [*request["messages"], {"role": "user", "content": "go"}]}
+    ids: dict[str, str | None] = {}
+    streamed = {**request, "stream": True, "metadata": {"turn": "2"}}
+    sent_in_order = [("c0", request), ("c1", longer), ("c2", request), ("c3", streamed)]
+    for call_id, sent in sent_in_order:
+        update = ledger.begin("s", call_id)
+        ledger.encode_request(update, "harness", sent)
+        ledger.encode_request(update, "upstream", longer)  # the upstream's do not count
+        ids[call_id] = update.repeats
+        ledger.commit(update)
+    # Streamed or not, other metadata: the same question (Claude Code asks again without
+    # streaming, Codex with new client metadata).
+    assert ids == {"c0": None, "c1": None, "c2": "c0", "c3": "c2"}
+    other = ledger.begin("other-session", "c4")
+    ledger.encode_request(other, "harness", request)
+    assert other.repeats is None  # never across sessions

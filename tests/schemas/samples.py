@@ -69,6 +69,7 @@ CALL = CallRecord(
     context=ContextInfo(mode=ContextMode.EXACT, appended_end_of_turn=True),
     left_out=[LeftOut(part="response", reason="record_too_large", size=20, sha256="ab" * 32)],
     adjusted=["max_tokens 32000 above the served context of 8192 tokens: sent as 8192"],
+    repeats="call-1",
 )
 
 TASK = Task(
@@ -145,7 +146,7 @@ TRAJECTORY = Trajectory(
         ),
     ],
     stats=TrajectoryStats(
-        calls=4,
+        calls=5,
         calls_reported=5,
         calls_used=3,
         merges=1,
@@ -153,6 +154,7 @@ TRAJECTORY = Trajectory(
         break_reasons={"prompt_diverged": 1},
         failed_calls=1,
         duplicate_calls=0,
+        superseded_calls=1,
         calls_without_tokens=0,
         missing_token_reasons={},
         invariant_relaxed=False,

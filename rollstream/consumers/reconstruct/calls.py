@@ -24,6 +24,8 @@ class ResolvedCall:
     ``prompt`` and ``completion`` are None when the call has no usable tokens; then
     ``missing_reason`` says why (``no_token_ids``, ``failed``, ``cancelled`` or
     ``unresolvable_prompt``). ``record`` is kept for strategies that re-render the conversation.
+    ``superseded_by`` names the call that retried this one (see :func:`retried_calls`): its
+    answer, if any, is not where the rollout went on from.
 
     The full prompt is built on demand from the session's delta chain (``prompts``), not kept:
     a long session's prompts together would be O(calls x context). Reading it again soon is
@@ -44,6 +46,7 @@ class ResolvedCall:
     requests: SessionRequests | None = field(default=None, repr=False, compare=False)
     #: The session's prompts; None when this call has no usable prompt.
     prompts: SessionPrompts | None = field(default=None, repr=False, compare=False)
+    superseded_by: str | None = None
 
     @property
     def prompt(self) -> TokenIds | None:
@@ -75,6 +78,7 @@ def resolve_calls(records: Iterable[CallRecord]) -> list[ResolvedCall]:
     is one pass over the calls, checking every chain without building any prompt.
     """
     ordered = sorted(records, key=lambda r: (r.seq, r.call_id))
+    retried = retried_calls(ordered)
     requests = SessionRequests(ordered)
     prompts = SessionPrompts()
     seen: set[str] = set()
@@ -108,8 +112,32 @@ def resolve_calls(records: Iterable[CallRecord]) -> list[ResolvedCall]:
                 record=record,
                 requests=requests,
                 prompts=prompts if resolved else None,
+                superseded_by=retried.get(record.call_id),
             )
         )
+    return out
+
+
+def retried_calls(records: Iterable[CallRecord]) -> dict[str, str]:
+    """The calls the harness sent again once they had ended: attempt id -> the retry's id.
+
+    The interceptor names the earlier call whose request a call repeats exactly
+    (``CallRecord.repeats``); sent after that one ended, it is a retry (an SDK's, or the
+    harness's own after an error, a timeout or a disconnect), and the rollout goes on from the
+    retry's answer. The same request sent while the other still ran is a second sample: both
+    stand. A retry of a retry supersedes it in turn.
+    """
+    by_id: dict[str, CallRecord] = {}
+    for record in records:
+        by_id.setdefault(record.call_id, record)
+    out: dict[str, str] = {}
+    for record in by_id.values():
+        earlier = by_id.get(record.repeats) if record.repeats is not None else None
+        if earlier is None or earlier.call_id in out:
+            continue
+        ended = earlier.timings.ended_at  # unknown: it may have run beside, both stand
+        if ended is not None and ended <= record.timings.started_at:
+            out[earlier.call_id] = record.call_id
     return out
 
 

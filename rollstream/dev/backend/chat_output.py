@@ -18,8 +18,8 @@ from aiohttp import web
 from rollstream.dev.backend import openai_api as api
 from rollstream.dev.backend.engine import Outcome, Step
 from rollstream.dev.backend.openai_api import ChatRequest
-from rollstream.dev.backend.policies.base import GenerationRequest, Sample
-from rollstream.models.family import Family, ParsedTurn, StreamDelta
+from rollstream.dev.backend.policies.base import GenerationFailed, GenerationRequest, Sample
+from rollstream.models.family import Family, ParsedTurn, StreamDelta, StreamParser
 from rollstream.models.template_family import TemplateFamily
 
 JSON = dict[str, Any]
@@ -129,6 +129,16 @@ async def send(response: web.StreamResponse, chunk: JSON) -> None:
     await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
 
 
+async def end_failed_stream(
+    response: web.StreamResponse, exc: GenerationFailed
+) -> web.StreamResponse:
+    """End a stream its engine failed in, as vLLM does: an error event, then ``[DONE]``."""
+    error = {"message": str(exc), "type": "InternalServerError", "param": None, "code": 500}
+    await response.write(b"data: " + orjson.dumps({"error": error}) + b"\n\n")
+    await response.write(b"data: [DONE]\n\n")
+    return response
+
+
 async def stream_chat(
     request: web.Request,
     header: api.Header,
@@ -149,7 +159,6 @@ async def stream_chat(
     with_ids = req.return_token_ids
     parser = family.stream_parser(gen_request.prompt_ids, req.tools if req.parse_tools else None)
     parsing = parses(family, req)
-    finished = False
     await send(
         response,
         api.chat_chunk(
@@ -159,27 +168,12 @@ async def stream_chat(
             prompt_ids=gen_request.prompt_ids if with_ids else None,
         ),
     )
-    async for step in steps:
-        delta: JSON = {}
-        sample = step.sample
-        if not parsing:
-            if step.text:
-                delta["content"] = step.text
-        else:
-            if sample is not None:
-                _add(delta, parser.feed([sample.token_id]), req.parse_tools)
-            if outcome.finish_reason is not None:  # the engine's last step
-                _add(delta, parser.finish(), req.parse_tools)
-                finished = True
-        await send(
-            response,
-            api.chat_chunk(
-                header,
-                delta=delta,
-                token_ids=([sample.token_id] if sample else []) if with_ids else None,
-                logprobs=[logprob(sample)] if req.logprobs and sample else None,
-            ),
+    try:
+        finished = await _stream_steps(
+            response, header, req, steps, outcome, logprob, parser, parsing
         )
+    except GenerationFailed as exc:
+        return await end_failed_stream(response, exc)
     final: JSON = {}
     if parsing and not finished:
         _add(final, parser.finish(), req.parse_tools)
@@ -210,3 +204,40 @@ async def stream_chat(
         )
     await response.write(b"data: [DONE]\n\n")
     return response
+
+
+async def _stream_steps(
+    response: web.StreamResponse,
+    header: api.Header,
+    req: ChatRequest,
+    steps: AsyncIterator[Step],
+    outcome: Outcome,
+    logprob: Callable[[Sample], JSON],
+    parser: StreamParser,
+    parsing: bool,
+) -> bool:
+    """One chunk per sampled token; True when the parser's last step went out with one."""
+    with_ids = req.return_token_ids
+    finished = False
+    async for step in steps:
+        delta: JSON = {}
+        sample = step.sample
+        if not parsing:
+            if step.text:
+                delta["content"] = step.text
+        else:
+            if sample is not None:
+                _add(delta, parser.feed([sample.token_id]), req.parse_tools)
+            if outcome.finish_reason is not None:  # the engine's last step
+                _add(delta, parser.finish(), req.parse_tools)
+                finished = True
+        await send(
+            response,
+            api.chat_chunk(
+                header,
+                delta=delta,
+                token_ids=([sample.token_id] if sample else []) if with_ids else None,
+                logprobs=[logprob(sample)] if req.logprobs and sample else None,
+            ),
+        )
+    return finished

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from rollstream.dev.backend import openai_api as api
 from rollstream.dev.backend.chat_output import (
     chat_message,
+    end_failed_stream,
     reasoning_tokens,
     send,
     sse_response,
@@ -21,7 +22,13 @@ from rollstream.dev.backend.chat_output import (
 from rollstream.dev.backend.engine import Latency, Outcome, Step, generate
 from rollstream.dev.backend.openai_api import ApiError, ChatRequest, CompletionRequest
 from rollstream.dev.backend.policies import make_policy
-from rollstream.dev.backend.policies.base import GenerationRequest, Policy, PolicyError, Sample
+from rollstream.dev.backend.policies.base import (
+    GenerationFailed,
+    GenerationRequest,
+    Policy,
+    PolicyError,
+    Sample,
+)
 from rollstream.dev.backend.settings import BackendSettings
 from rollstream.dev.backend.tokenizer import default_tokenizer_dir
 from rollstream.dev.backend.weights_api import WeightsApi
@@ -47,6 +54,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except ApiError as exc:
         return _error(exc)
+    except GenerationFailed as exc:  # an answer not streamed: vLLM's 500
+        return _error(ApiError(500, str(exc)))
     except web.HTTPException as exc:
         return _error(ApiError(exc.status, exc.reason or "error"))
     except Exception:
@@ -345,21 +354,24 @@ class Backend:
             return web.json_response(body)
         response = await sse_response(request)
         first, offset = True, 0
-        async for step in steps:
-            samples = [step.sample] if step.sample else []
-            choice = api.completion_choice(
-                text=step.text,
-                logprobs=api.completion_logprobs(self.tokenizer, samples, as_ids, offset)
-                if with_logprobs
-                else None,
-                finish_reason=None,
-                stop_reason=None,
-                prompt_ids=prompt_ids if req.return_token_ids and first else None,
-                token_ids=[s.token_id for s in samples] if req.return_token_ids else None,
-            )
-            offset += len(step.text)
-            first = False
-            await send(response, api.completion_body(header, choice, None, chunk=True))
+        try:
+            async for step in steps:
+                samples = [step.sample] if step.sample else []
+                choice = api.completion_choice(
+                    text=step.text,
+                    logprobs=api.completion_logprobs(self.tokenizer, samples, as_ids, offset)
+                    if with_logprobs
+                    else None,
+                    finish_reason=None,
+                    stop_reason=None,
+                    prompt_ids=prompt_ids if req.return_token_ids and first else None,
+                    token_ids=[s.token_id for s in samples] if req.return_token_ids else None,
+                )
+                offset += len(step.text)
+                first = False
+                await send(response, api.completion_body(header, choice, None, chunk=True))
+        except GenerationFailed as exc:
+            return await end_failed_stream(response, exc)
         closing = api.completion_choice(
             text="",
             logprobs=None,

@@ -101,7 +101,10 @@ def test_stats_count_what_was_planted(session: GeneratedSession) -> None:
         assert stats.calls_used == len(session.used_ids)
         assert (
             stats.calls
-            == (stats.failed_calls + stats.calls_without_tokens + stats.duplicate_calls)
+            == stats.failed_calls
+            + stats.superseded_calls
+            + stats.calls_without_tokens
+            + stats.duplicate_calls
             + stats.calls_used
         )
         has_note = any("without logprobs" in note for note in stats.notes)

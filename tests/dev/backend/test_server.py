@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
 
+from rollstream.dev.backend.policies.base import (
+    Generation,
+    GenerationFailed,
+    GenerationRequest,
+    Sample,
+)
 from rollstream.models.tokenizer import ChatTokenizer
 from tests.dev.backend.conftest import SHELL_TOOL, BackendFactory
 
@@ -343,3 +350,46 @@ async def test_next_prompt_extends_the_sampled_tokens_only_without_drift(
     assert {outcomes[(0.0, i)][1] for i in range(12)} == {True, False}  # both occur
     # Every token split: the ids never match the re-tokenized prompt.
     assert not any(outcomes[(1.0, i)][0] for i in range(12))
+
+
+@dataclass
+class _Failing:
+    """Samples ``left`` tokens, then fails as an engine does (GenerationFailed)."""
+
+    token: int
+    left: int = 2
+
+    def next_token(self) -> Sample:
+        if self.left == 0:
+            raise GenerationFailed("Internal server error")
+        self.left -= 1
+        return Sample(self.token, -0.5)
+
+
+@dataclass
+class _FailingPolicy:
+    token: int
+    name: str = "failing"
+
+    def start(self, request: GenerationRequest) -> Generation:
+        return _Failing(self.token)
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+async def test_an_engine_failing_mid_stream_ends_it_as_vllm_does(
+    backend_factory: BackendFactory, tokenizer: ChatTokenizer, path: str
+) -> None:
+    """The tokens so far, then vLLM's error event (its GenerationError) and [DONE]; a 500
+    when the answer is not streamed."""
+    client = await backend_factory(instance=_FailingPolicy(tokenizer.encode("hi")[0]))
+    body: dict[str, Any] = {"model": MODEL, "stream": True, "return_token_ids": True}
+    body |= {"messages": MESSAGES} if "chat" in path else {"prompt": "hello"}
+    events = await _sse(client, path, body)
+    assert events[-1] == "[DONE]"
+    error = {"message": "Internal server error", "type": "InternalServerError", "param": None}
+    assert events[-2] == {"error": error | {"code": 500}}
+    ids = [t for e in events[:-2] for t in e["choices"][0].get("token_ids") or []]
+    assert len(ids) == 2  # what was sampled before the failure went out
+    whole = await client.post(path, json=body | {"stream": False}, headers=AUTH)
+    assert whole.status == 500
+    assert (await whole.json())["error"]["message"] == "Internal server error"

@@ -72,6 +72,7 @@ class Tally:
     break_reasons: Counter[str] = field(default_factory=Counter)
     failed_calls: int = 0
     duplicate_calls: int = 0
+    superseded_calls: int = 0
     calls_without_tokens: int = 0
     missing_token_reasons: Counter[str] = field(default_factory=Counter)
     invariant_relaxed: bool = False
@@ -93,6 +94,7 @@ class Tally:
             break_reasons=dict(sorted(self.break_reasons.items())),
             failed_calls=self.failed_calls,
             duplicate_calls=self.duplicate_calls,
+            superseded_calls=self.superseded_calls,
             calls_without_tokens=self.calls_without_tokens,
             missing_token_reasons=dict(sorted(self.missing_token_reasons.items())),
             invariant_relaxed=self.invariant_relaxed,
@@ -105,11 +107,14 @@ def usable_calls(
 ) -> tuple[list[ResolvedCall], Tally]:
     """The calls a strategy may place, in order, and the tally counting the others.
 
-    Every call lands in exactly one bucket, so ``calls == failed_calls + calls_without_tokens +
-    duplicate_calls + calls_used`` (before a strategy changes ``calls_used``):
+    Every call lands in exactly one bucket, so ``calls == failed_calls + superseded_calls +
+    calls_without_tokens + duplicate_calls + calls_used`` (before a strategy changes
+    ``calls_used``):
 
     - failed: status other than ``ok`` (errors, cancellations, unknown endings), tokens or not;
       its answer did not (fully) reach the harness, so the rollout did not go on from it;
+    - superseded: an ``ok`` call the harness sent again after it had ended (a retry,
+      ``ResolvedCall.superseded_by``): the rollout went on from the retry's answer;
     - without tokens: an ``ok`` call whose ids are missing or unresolvable, by reason;
     - duplicate: same prompt and same completion ids as an earlier usable call (a retried
       request answered identically); the first is kept, training on it twice would double it;
@@ -124,6 +129,9 @@ def usable_calls(
     for call in calls:
         if call.status is not CallStatus.OK:
             tally.failed_calls += 1
+            continue
+        if call.superseded_by is not None:
+            tally.superseded_calls += 1
             continue
         if call.prompt_len is None or call.completion is None:
             tally.calls_without_tokens += 1

@@ -12,6 +12,14 @@ class PolicyError(RollstreamError):
     """The request cannot be served by this policy (answered as a 400 in OpenAI's format)."""
 
 
+class GenerationFailed(RollstreamError):
+    """The engine failed while generating (vLLM's GenerationError): mid-stream, an error event.
+
+    A stream already under way ends as vLLM ends it: ``data: {"error": {..., "code": 500}}``,
+    then ``data: [DONE]``; an answer not streamed is a 500.
+    """
+
+
 @dataclass(frozen=True)
 class Sample:
     """One sampled token, its logprob, and the most likely alternatives (id, logprob)."""
