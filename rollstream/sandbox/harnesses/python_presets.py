@@ -38,27 +38,39 @@ class MiniSweAgent:
         return HarnessLaunch([*argv, "-t", ctx.instruction], env)
 
 
-class OpenHands:
-    """The OpenHands agent (``openhands-sdk``): Chat Completions through litellm, not streamed.
+class _Driven:
+    """A harness that is a library: its venv's Python runs rollstream's driver script for it.
 
-    A library, not a program: its venv's Python runs rollstream's driver
-    (``openhands_run.py``, beside this module), which builds the default agent on litellm's
-    ``openai/MODEL`` at the interceptor. Its terminal runs commands in tmux.
+    The driver (beside this module) reads the interceptor's URL, the session and the model from
+    the preset's variables and calls litellm's ``openai/MODEL`` route.
     """
 
-    name = "openhands"
     api = ApiKind.CHAT_COMPLETIONS
-    DRIVER = Path(__file__).with_name("openhands_run.py")
+    DRIVER: Path
+    #: The harness's own switches (telemetry, banners).
+    ENV: tuple[tuple[str, str], ...] = ()
 
     def launch(self, ctx: HarnessContext, executable: Path) -> HarnessLaunch:
-        """``python openhands_run.py INSTRUCTION`` with the venv's Python."""
+        """``python DRIVER INSTRUCTION`` with the venv's Python."""
         env = preset_env(
             ctx,
             **{MODEL_ENV: ctx.model},
             LITELLM_LOCAL_MODEL_COST_MAP="True",  # the bundled price table, not a download
-            OPENHANDS_SUPPRESS_BANNER="1",
+            **dict(self.ENV),
         )
         return HarnessLaunch([str(executable), str(self.DRIVER), ctx.instruction], env)
+
+
+class OpenHands(_Driven):
+    """The OpenHands agent (``openhands-sdk``): Chat Completions through litellm, not streamed.
+
+    Its driver (``openhands_run.py``) builds the default agent; its terminal runs commands in
+    tmux.
+    """
+
+    name = "openhands"
+    DRIVER = Path(__file__).with_name("openhands_run.py")
+    ENV = (("OPENHANDS_SUPPRESS_BANNER", "1"),)
 
 
 class Aider:
@@ -123,25 +135,15 @@ class Aider:
         )
 
 
-class Terminus2:
+class Terminus2(_Driven):
     """Harbor's Terminus-2 agent (``harbor``): Chat Completions through litellm, not streamed.
 
     It offers the model no tools: each answer is a JSON object (analysis, plan, the keystrokes
     to type into its tmux terminal, task_complete), and a run ends when two answers in a row
-    mark the task complete. Harbor runs agents in containers of its own; its venv's Python runs
-    rollstream's driver (``terminus2_run.py``), which gives it the session's sandbox instead.
+    mark the task complete. Harbor runs agents in containers of its own; the driver
+    (``terminus2_run.py``) gives it the session's sandbox instead.
     """
 
     name = "terminus-2"
-    api = ApiKind.CHAT_COMPLETIONS
     DRIVER = Path(__file__).with_name("terminus2_run.py")
-
-    def launch(self, ctx: HarnessContext, executable: Path) -> HarnessLaunch:
-        """``python terminus2_run.py INSTRUCTION`` with the venv's Python."""
-        env = preset_env(
-            ctx,
-            **{MODEL_ENV: ctx.model},
-            LITELLM_LOCAL_MODEL_COST_MAP="True",  # the bundled price table, not a download
-            HARBOR_TELEMETRY="0",
-        )
-        return HarnessLaunch([str(executable), str(self.DRIVER), ctx.instruction], env)
+    ENV = (("HARBOR_TELEMETRY", "0"),)
