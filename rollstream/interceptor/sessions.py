@@ -134,7 +134,7 @@ class LedgerUpdate:
     seq: int
     context: TokenIds | None = None  # prompt + completion, when the record keeps its tokens
     requests: dict[str, RequestDigest] = field(default_factory=dict)  # by kind, kept ones
-    #: A recent call whose harness request this one's equals exactly (see CallRecord.repeats).
+    #: A recent call whose harness request asks what this one's does (CallRecord.repeats).
     repeats: str | None = None
 
     def leave_out(self, *parts: str) -> None:

@@ -121,11 +121,11 @@ def resolve_calls(records: Iterable[CallRecord]) -> list[ResolvedCall]:
 def retried_calls(records: Iterable[CallRecord]) -> dict[str, str]:
     """The calls the harness sent again once they had ended: attempt id -> the retry's id.
 
-    The interceptor names the earlier call whose request a call repeats exactly
-    (``CallRecord.repeats``); sent after that one ended, it is a retry (an SDK's, or the
-    harness's own after an error, a timeout or a disconnect), and the rollout goes on from the
-    retry's answer. The same request sent while the other still ran is a second sample: both
-    stand. A retry of a retry supersedes it in turn.
+    The interceptor names the earlier call whose request a call repeats (``CallRecord.repeats``:
+    the same conversation and fields, streamed or not). Sent after that one ended, the call is
+    a retry (an SDK's, or the harness's own after an error, a timeout or a disconnect), and
+    the rollout goes on from the retry's answer. The same request sent while the other still
+    ran is a second sample: both stand. A retry of a retry supersedes it in turn.
     """
     by_id: dict[str, CallRecord] = {}
     for record in records:

@@ -122,9 +122,11 @@ async def test_a_text_scenario_answers_requests_without_tools_turn_by_turn(
             {"role": "user", "content": "The test failed."},
         ]
     assert said == ["first edit", "second edit", "Over."]
-    # A side call of a tool-calling session still gets the side answer.
-    side, _ = await _run(tokenizer, policy, _request(tokenizer, tools=None, session="s@solve"))
-    assert side.text == "Side answer."
+    # A side call of a tool-calling session still gets the side answer, and so does one whose
+    # key names no scenario (a tool call of that session is refused, as before).
+    for key in ("s@solve", "someone@example.com"):
+        side, _ = await _run(tokenizer, policy, _request(tokenizer, tools=None, session=key))
+        assert side.text == "Side answer."
 
 
 async def test_scripted_ids_sometimes_differ_from_retokenizing(

@@ -134,8 +134,12 @@ class ScriptedPolicy:
         """The turn of a text scenario answering a request without tools; None: a side call."""
         if request.messages is None:
             return None
-        named = scenario_named(request.messages)
-        scenario = self.scenarios.choose(request.session, self.seed, named)
+        try:
+            scenario = self.scenarios.choose(
+                request.session, self.seed, scenario_named(request.messages)
+            )
+        except PolicyError:  # a key naming no scenario: its side calls still get their answer
+            return None
         if scenario.protocol != "text":
             return None
         index = count_text_turns(request.messages, scenario)
