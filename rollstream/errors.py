@@ -72,3 +72,7 @@ class BrokerError(RollstreamError):
     """The local Kafka broker could not be started, reached or stopped."""
 
     retriable = True
+
+
+class PortTakenError(BrokerError):
+    """The broker could not bind a port that was free when it was picked: taken meanwhile."""

@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from rollstream.errors import BrokerError
 from rollstream.host import HOST, free_port, pick_port, port_is_free
 
+if TYPE_CHECKING:
+    from rollstream.dev.broker.settings import BrokerSettings
+
 __all__ = ["HOST", "free_port", "pick_port", "port_is_free"]
+
+log = logging.getLogger(__name__)
+
+#: A single node's record in its data directory: cluster id, controller port, security.
+IDENTITY_FILE = "rollstream-broker.json"
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 READY_LINE = "Kafka Server started"
 
@@ -191,3 +203,53 @@ def log_tail(path: Path, lines: int = 30) -> str:
             text = fh.read().decode("utf-8", "replace")
         return "\n".join(text.splitlines()[-lines:])
     return f"(no log at {path})"
+
+
+#: Kafka's lines when a listener cannot bind its port (Acceptor.openServerSocket): the first
+#: names the endpoint, the second is the cause.
+BIND_FAILURES = ("failed to bind to", "java.net.BindException")
+
+
+def bind_failure(server_log: Path) -> str | None:
+    """Kafka's own line saying that (and where) it could not bind a port, if the log has one."""
+    lines = log_tail(server_log, lines=1000).splitlines()
+    for needle in BIND_FAILURES:
+        for line in lines:
+            if needle in line:
+                return line.strip()
+    return None
+
+
+def single_node_layout(data_dir: Path, settings: BrokerSettings) -> tuple[BrokerLayout, str]:
+    """A single node's ports and cluster id, recorded in ``data_dir`` for its next start.
+
+    The controller port and cluster id are the ones it was formatted with (its KRaft voter set
+    names that endpoint); the broker port is ``settings.port`` if free, else another.
+    """
+    identity_file = data_dir / IDENTITY_FILE
+    identity: dict[str, Any] = {}
+    if identity_file.exists():
+        identity = json.loads(identity_file.read_text())
+    if identity and bool(identity.get("secure", False)) != settings.secure:
+        was = "secure" if identity.get("secure") else "PLAINTEXT"
+        raise BrokerError(
+            f"the broker in {data_dir} was formatted {was}: start it with "
+            f"ROLLSTREAM_KAFKA_SECURE={str(bool(identity.get('secure'))).lower()}, or use "
+            "another ROLLSTREAM_KAFKA_DATA_DIR"
+        )
+    controller_port = int(identity.get("controller_port", 0))
+    if controller_port:
+        if not port_is_free(controller_port):
+            raise BrokerError(
+                f"controller port {controller_port} of the broker in {data_dir} is in "
+                "use by another process; stop it or remove that data directory"
+            )
+    else:
+        controller_port = pick_port(settings.controller_port)
+    port = pick_port(settings.port, avoid=frozenset({controller_port}))
+    if settings.port and port != settings.port:
+        log.warning("port %d is in use; the broker listens on %d", settings.port, port)
+    cluster_id = str(identity.get("cluster_id") or new_cluster_id())
+    record = {"cluster_id": cluster_id, "controller_port": controller_port}
+    identity_file.write_text(json.dumps(record | {"secure": settings.secure}))
+    return BrokerLayout(data_dir, port, controller_port), cluster_id

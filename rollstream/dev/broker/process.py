@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -18,12 +17,11 @@ from rollstream.dev.broker.config import (
     READY_LINE,
     BrokerLayout,
     NodeIdentity,
+    bind_failure,
     log_tail,
-    new_cluster_id,
-    pick_port,
-    port_is_free,
     render_log4j2_properties,
     render_server_properties,
+    single_node_layout,
 )
 from rollstream.dev.broker.jars import ensure_jars
 from rollstream.dev.broker.probe import _run_sync, _scan_for, probe_metadata
@@ -38,16 +36,19 @@ from rollstream.dev.broker.secure import (
 )
 from rollstream.dev.broker.settings import BrokerSettings
 from rollstream.dev.broker.storage import format_storage
-from rollstream.errors import BrokerError
+from rollstream.errors import BrokerError, PortTakenError
 from rollstream.host import require_tool
 from rollstream.lifecycle import die_with_parent
 from rollstream.settings import StatePaths
 
 log = logging.getLogger(__name__)
 
-_IDENTITY_FILE = "rollstream-broker.json"
 # How long a killed JVM of ours may take to die: its ports are taken until all its threads exit.
 REAP_TIMEOUT_S = 10.0
+# Starts of a broker whose port was taken between the check that it was free and its bind (a
+# restart on recorded ports races every other program picking one): the check runs again each
+# time, and a port still taken is named then.
+BIND_ATTEMPTS = 3
 
 
 class LocalBroker:
@@ -95,8 +96,16 @@ class LocalBroker:
             if self.secure is not None:
                 self._ensure_acls(existing.bootstrap_servers)  # maybe for another topic prefix
             return existing
-        layout, cluster_id, began = self.launch()
-        return self.wait_ready(layout, cluster_id, began)
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            layout, cluster_id, began = self.launch()
+            try:
+                return self.wait_ready(layout, cluster_id, began)
+            except PortTakenError as exc:
+                if attempt == BIND_ATTEMPTS:
+                    raise
+                log.warning("%s Starting it again.", str(exc).splitlines()[0])
+                time.sleep(1.0)
+        raise AssertionError("unreachable")
 
     def launch(self) -> tuple[BrokerLayout, str, float]:
         """Format the data directory once and start the JVM, without waiting for it.
@@ -305,7 +314,7 @@ class LocalBroker:
             )
             cluster_id = self.identity.cluster_id
         else:
-            layout, cluster_id = self._single_layout()
+            layout, cluster_id = single_node_layout(self.data_dir, self.settings)
         overrides = self.overrides
         if self.secure is not None:
             provided = self.settings.secure_dir is not None
@@ -317,43 +326,6 @@ class LocalBroker:
         )
         layout.log4j2_properties.write_text(render_log4j2_properties(layout))
         return layout, cluster_id
-
-    def _single_layout(self) -> tuple[BrokerLayout, str]:
-        identity_file = self.data_dir / _IDENTITY_FILE
-        identity: dict[str, Any] = {}
-        if identity_file.exists():
-            identity = json.loads(identity_file.read_text())
-        if identity and bool(identity.get("secure", False)) != self.settings.secure:
-            was = "secure" if identity.get("secure") else "PLAINTEXT"
-            raise BrokerError(
-                f"the broker in {self.data_dir} was formatted {was}: start it with "
-                f"ROLLSTREAM_KAFKA_SECURE={str(bool(identity.get('secure'))).lower()}, or use "
-                "another ROLLSTREAM_KAFKA_DATA_DIR"
-            )
-        controller_port = int(identity.get("controller_port", 0))
-        if controller_port:
-            # The KRaft voter set recorded at format time names this endpoint.
-            if not port_is_free(controller_port):
-                raise BrokerError(
-                    f"controller port {controller_port} of the broker in {self.data_dir} is in "
-                    "use by another process; stop it or remove that data directory"
-                )
-        else:
-            controller_port = pick_port(self.settings.controller_port)
-        port = pick_port(self.settings.port, avoid=frozenset({controller_port}))
-        if self.settings.port and port != self.settings.port:
-            log.warning("port %d is in use; the broker listens on %d", self.settings.port, port)
-        cluster_id = str(identity.get("cluster_id") or new_cluster_id())
-        identity_file.write_text(
-            json.dumps(
-                {
-                    "cluster_id": cluster_id,
-                    "controller_port": controller_port,
-                    "secure": self.settings.secure,
-                }
-            )
-        )
-        return BrokerLayout(self.data_dir, port, controller_port), cluster_id
 
     def _format(self, java: str, classpath: str, layout: BrokerLayout, cluster_id: str) -> None:
         # A single node bootstraps its own dynamic quorum; a cluster names its voters.
@@ -367,8 +339,10 @@ class LocalBroker:
         scanned = 0
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                raise BrokerError(
-                    f"the Kafka broker exited with code {self._proc.returncode} during start-up."
+                bind = bind_failure(layout.server_log)
+                raise (BrokerError if bind is None else PortTakenError)(
+                    f"the Kafka broker exited with code {self._proc.returncode} during start-up"
+                    f"{f': {bind}' if bind else '.'}"
                     f"\n--- {layout.server_log} ---\n{log_tail(layout.server_log)}"
                     f"\n--- {layout.stdout_log} ---\n{log_tail(layout.stdout_log)}"
                 )

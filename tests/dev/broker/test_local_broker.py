@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 from pathlib import Path
 
 import pytest
 
-from rollstream.dev.broker import BrokerInfo, BrokerSettings, LocalBroker
+from rollstream.dev.broker import BrokerInfo, BrokerSettings, LocalBroker, config
 from rollstream.dev.broker.probe import probe_metadata
 from rollstream.errors import BrokerError
 from rollstream.settings import KafkaSettings, StatePaths, discover_bootstrap
@@ -86,6 +87,44 @@ def test_taken_port_is_replaced_and_restart_keeps_data(
     try:
         assert again.cluster_id == info.cluster_id  # same data directory, not re-formatted
         assert again.controller_port == info.controller_port
+    finally:
+        restarted.stop()
+
+
+def test_a_port_taken_between_its_check_and_the_bind_is_started_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A restart binds the ports it recorded: another program may take one after the check that
+    it was free. The JVM's bind fails; the broker starts again, and checks again first."""
+    first = _broker(tmp_path, port=0)
+    info = first.start()
+    first.stop()
+    real_check = config.port_is_free
+    checks: list[int] = []
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", info.controller_port))
+        holder.listen()
+
+        def racing_check(port: int, host: str = "127.0.0.1") -> bool:
+            """Free when checked the first time, taken when Kafka binds it; then released."""
+            checks.append(port)
+            if len(checks) == 1:
+                return True
+            holder.close()
+            return real_check(port, host)
+
+        monkeypatch.setattr(config, "port_is_free", racing_check)
+        restarted = _broker(tmp_path, port=0)
+        with caplog.at_level(logging.WARNING, logger="rollstream.dev.broker.process"):
+            again = restarted.start()
+    try:
+        assert checks == [info.controller_port, info.controller_port]
+        assert again.controller_port == info.controller_port
+        assert again.cluster_id == info.cluster_id
+        assert asyncio.run(probe_metadata(again.bootstrap_servers))
+        (warning,) = [r.getMessage() for r in caplog.records if "Starting it again" in r.message]
+        assert f"failed to bind to 127.0.0.1:{info.controller_port}" in warning
     finally:
         restarted.stop()
 
