@@ -147,15 +147,17 @@ async def solve_session(
     tmp: Path,
     runtime: Runtime | None = None,
     task: str = TASK,
+    options: dict[str, str] | None = None,
 ) -> list[CallRecord]:
     """Run harness ``name`` on the hello.txt task through ``interceptor``; its records, by seq.
 
     The harness must exit 0 having written the file and said "Done.". It runs as a process of
-    its own, or in a session of ``runtime`` (a container of the docker runtime).
+    its own, or in a session of ``runtime`` (a container of the docker runtime). ``options``
+    are the task's ``harness.*`` options.
     """
     session = f"{name}-{uuid.uuid4().hex[:8]}"
     register(interceptor, session)  # as the node does before it launches a harness
-    ctx = HarnessContext(interceptor.url, session, MODEL, task)
+    ctx = HarnessContext(interceptor.url, session, MODEL, task, dict(options or {}))
     launch = PRESETS[name].launch(ctx, harness_bin / PACKAGES[name][1])
     if runtime is None:
         workdir = tmp / "work"

@@ -34,6 +34,7 @@ from rollstream.schemas.topics import (
     topic_specs,
 )
 from rollstream.schemas.trajectories import (
+    Compaction,
     Scored,
     Segment,
     Trajectory,
@@ -54,6 +55,7 @@ __all__ = [
     "CallStatus",
     "CallTimings",
     "Caller",
+    "Compaction",
     "ContextInfo",
     "ContextMode",
     "DeadLetter",

@@ -49,6 +49,13 @@ class Segment(Model):
         return sum(self.loss_mask.data)
 
 
+class Compaction(Model):
+    """A compaction boundary: the call that wrote the summary, the call that went on from it."""
+
+    summary_call_id: str
+    resumed_call_id: str
+
+
 class TrajectoryStats(Model):
     """What the strategy did with the session's calls."""
 
@@ -66,6 +73,8 @@ class TrajectoryStats(Model):
     missing_token_reasons: dict[str, int] = Field(default_factory=dict)
     invariant_relaxed: bool = False
     notes: list[str] = Field(default_factory=list)
+    #: The compaction boundaries: each a thread going on from a summary the policy wrote.
+    compactions: list[Compaction] = Field(default_factory=list)
 
 
 class Thread(Model):

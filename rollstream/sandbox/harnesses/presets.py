@@ -185,8 +185,13 @@ class OpenCode:
     }
 
     def launch(self, ctx: HarnessContext, executable: Path) -> HarnessLaunch:
-        """``NAME run --auto -m rollstream/MODEL < instruction`` through ``sh``."""
-        limits = {"context": 131072, "output": 4096}
+        """``NAME run --auto -m rollstream/MODEL < instruction`` through ``sh``.
+
+        The task option ``context_window`` is the model's context in tokens as the harness is
+        told it (default 131072): it compacts its history once a call's prompt and answer
+        reach that less the answer's limit (4096).
+        """
+        limits = {"context": _int_option(ctx, self.name, "context_window", 131072), "output": 4096}
         provider = {
             "npm": "@ai-sdk/openai-compatible",  # bundled in the binary: nothing is fetched
             "name": "rollstream",
@@ -242,6 +247,17 @@ class KiloCode(OpenCode):
     def seeds(self) -> dict[str, str]:
         """None needed."""
         return {}
+
+
+def _int_option(ctx: HarnessContext, preset_name: str, key: str, default: int) -> int:
+    value = ctx.options.get(key, "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigurationError(
+            f"the {preset_name} harness's option {key} must be a positive integer, not {value!r}"
+        )
+    return int(value)
 
 
 def _option(ctx: HarnessContext, preset_name: str, key: str) -> str:

@@ -80,6 +80,8 @@ class Planted:
     without_tokens: int = 0
     duplicates: int = 0
     redelivered: int = 0
+    #: The calls that wrote a summary the history was then replaced with.
+    summaries: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -198,9 +200,10 @@ class SessionWriter:
         conv.append((TOOL, self.text(2, 5)))  # the sub-agent's report
 
     def compaction(self, conv: list[Message]) -> None:
-        summarize = [*conv, (USER, (42, 43, 44))]
-        summary = self.text(3, 8)
-        self.call(summarize, summary, "stop")
+        # Asked for a summary (an instruction of its own), which then stands for the history.
+        summarize = [*conv, (USER, (42, 43, 44, *self.text(8, 12)))]
+        summary = self.text(14, 24)
+        self.planted.summaries.append(self.call(summarize, summary, "stop").call_id)
         conv[:] = [(SYSTEM, self.system), (USER, summary)]
 
     def truncated_closed(self, conv: list[Message]) -> None:

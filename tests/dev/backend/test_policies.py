@@ -129,6 +129,51 @@ async def test_a_text_scenario_answers_requests_without_tools_turn_by_turn(
         assert side.text == "Side answer."
 
 
+async def test_a_summary_asked_for_names_the_thread_and_the_thread_goes_on_from_it(
+    tokenizer: ChatTokenizer, tmp_path: Path
+) -> None:
+    """A harness compacting its context asks for a summary without tools, then replaces the
+    history with it: the thread goes on at its next turn, not from its first again."""
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "scenarios:\n"
+        "  - {name: long, final_text: Finished., turns: [\n"
+        "      {tool_call: {tool: shell, arguments: {command: seq 1 3000}}},\n"
+        "      {tool_call: {tool: shell, arguments: {command: echo polar > hello.txt}}}]}\n"
+        "side_call_text: Side answer.\n"
+    )
+    policy = ScriptedPolicy(tokenizer, load_scenarios(path))
+    task = {"role": "user", "content": "[scenario: long] Write polar."}
+    seq = {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": "{}"}}
+    history = [task, {"role": "assistant", "content": "", "tool_calls": [seq]}]
+    history.append({"role": "tool", "tool_call_id": "c1", "content": "1\n2\n3"})
+    instruction = {"role": "user", "content": "Summarize the conversation so far."}
+    # Claude Code's layout: the history as messages, then the request.
+    summary, _ = await _run(
+        tokenizer, policy, _request(tokenizer, messages=[*history, instruction], tools=None)
+    )
+    assert summary.text.startswith("[summary: scenario long, 1 turns done]")
+    # opencode's: a summarization agent reading the history written out as text.
+    flattened = [
+        {"role": "system", "content": "You are a context summarization agent."},
+        {"role": "user", "content": "[User]: [scenario: long] ...\n[tool call]: seq 1 3000"},
+    ]
+    written, _ = await _run(tokenizer, policy, _request(tokenizer, messages=flattened, tools=None))
+    assert written.text == summary.text
+    # The history replaced by the summary: the next turn is the second, then the answer.
+    resumed = [
+        {"role": "user", "content": "What did we do so far?"},
+        {"role": "assistant", "content": summary.text},
+        {"role": "user", "content": "Continue."},
+    ]
+    second, _ = await _run(tokenizer, policy, _request(tokenizer, messages=resumed))
+    assert "echo polar > hello.txt" in second.text
+    # A side call mentioning summaries only past its opening is still a side call.
+    title = {"role": "system", "content": "You are a title generator." + " " * 300 + "summary"}
+    side, _ = await _run(tokenizer, policy, _request(tokenizer, messages=[title, task], tools=None))
+    assert side.text == "Side answer."
+
+
 async def test_scripted_ids_sometimes_differ_from_retokenizing(
     tokenizer: ChatTokenizer, scenario_file: Path
 ) -> None:

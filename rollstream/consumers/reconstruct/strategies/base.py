@@ -8,12 +8,13 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from rollstream.consumers.reconstruct.calls import ResolvedCall
+from rollstream.consumers.reconstruct.compaction import LOOKBACK, resumed_from
 from rollstream.models.family import Family
 from rollstream.models.template_family import TemplateFamily
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas.calls import CallStatus
 from rollstream.schemas.packed import Logprobs, LossMask, TokenIds, common_prefix
-from rollstream.schemas.trajectories import Segment, TrajectoryStats
+from rollstream.schemas.trajectories import Compaction, Segment, TrajectoryStats
 
 _ID_SIZE = TokenIds.itemsize
 _LOGPROB_SIZE = Logprobs.itemsize
@@ -27,6 +28,8 @@ RETRY = "retry"
 EDITED_HISTORY = "edited_history"
 BRANCH = "branch"
 UNSPLICEABLE = "unspliceable"
+#: The call went on from a summary the policy wrote (reconstruct/compaction.py).
+COMPACTION = "compaction"
 
 
 @dataclass(frozen=True)
@@ -77,9 +80,27 @@ class Tally:
     missing_token_reasons: Counter[str] = field(default_factory=Counter)
     invariant_relaxed: bool = False
     notes: list[str] = field(default_factory=list)
+    compactions: list[Compaction] = field(default_factory=list)
+    #: The usable calls in order and each one's place: where a break looks for a summary.
+    usable: list[ResolvedCall] = field(default_factory=list)
+    _place: dict[str, int] = field(default_factory=dict)
 
-    def add_break(self, reason: str) -> None:
-        """Count one segment started because the call could not extend an existing one."""
+    def add_break(self, reason: str, call: ResolvedCall | None = None) -> None:
+        """Count one segment started because ``call`` could not extend an existing one.
+
+        A break that left the history (``edited_history``, ``branch``) is a ``compaction``
+        when the call went on from a summary an earlier call wrote; the pair is recorded.
+        """
+        if call is not None and reason in (EDITED_HISTORY, BRANCH):
+            if not self._place:
+                self._place = {c.call_id: i for i, c in enumerate(self.usable)}
+            at = self._place.get(call.call_id, 0)
+            summary = resumed_from(call, self.usable[max(0, at - LOOKBACK) : at])
+            if summary is not None:
+                reason = COMPACTION
+                self.compactions.append(
+                    Compaction(summary_call_id=summary, resumed_call_id=call.call_id)
+                )
         self.breaks += 1
         self.break_reasons[reason] += 1
 
@@ -99,6 +120,7 @@ class Tally:
             missing_token_reasons=dict(sorted(self.missing_token_reasons.items())),
             invariant_relaxed=self.invariant_relaxed,
             notes=list(self.notes),
+            compactions=list(self.compactions),
         )
 
 
@@ -146,6 +168,7 @@ def usable_calls(
             without_logprobs += 1
         usable.append(call)
     tally.calls_used = len(usable)
+    tally.usable = usable
     if without_logprobs:
         # The invariant asks for the call's logprobs and there are none: the tokens are still
         # sampled (mask 1), with logprob NaN (missing; 0.0 would claim probability 1), and the

@@ -43,7 +43,7 @@ def prefix_merge(calls: Sequence[ResolvedCall], context: StrategyContext) -> Str
         target = next((i for i in reversed(recency) if builders[i].is_prefix_of(prompt)), None)
         if target is None:
             if builders:
-                tally.add_break(_break_reason(builders, recency, segment_of, call, prompt))
+                tally.add_break(_break_reason(builders, recency, segment_of, call, prompt), call)
             target = len(builders)
             builders.append(SegmentBuilder())
         else:

@@ -69,7 +69,7 @@ def prompt_prefix_merge(calls: Sequence[ResolvedCall], context: StrategyContext)
             target, failure = _splice(chains, recency, call, stop_ids)
             if target is None:
                 if chains:
-                    tally.add_break(failure or EDITED_HISTORY)
+                    tally.add_break(failure or EDITED_HISTORY, call)
                 chains.append(SegmentBuilder())
                 chains[-1].place(call)
                 touch(recency, len(chains) - 1)

@@ -61,7 +61,7 @@ def tree(calls: Sequence[ResolvedCall], context: StrategyContext) -> StrategyRes
                 reason = BRANCH if reason == EDITED_HISTORY else reason
             else:
                 reason = EDITED_HISTORY
-            tally.add_break(reason)
+            tally.add_break(reason, call)
         builder = SegmentBuilder(parent=parent)
         builder.place(call)
         builders.append(builder)

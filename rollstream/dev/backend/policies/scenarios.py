@@ -202,21 +202,17 @@ _NAMED = re.compile(r"\[scenario: ([\w.-]+)\]")
 def scenario_named(messages: list[dict[str, Any]] | None, prompt_text: str = "") -> str | None:
     """The scenario a conversation's task names, or None.
 
-    The first user message naming one decides (for a raw prompt, the rendered text's first).
+    The first user message naming one decides (for a raw prompt, the rendered text's first);
+    after a compaction, which drops the task, the summary the policy wrote names it.
     """
     if messages is None:
         found = _NAMED.search(prompt_text)
         return found.group(1) if found else None
     for message in messages:
-        if message.get("role") != "user":
-            continue
-        content = message.get("content")
-        parts = content if isinstance(content, list) else [content]
-        for part in parts:
-            text = part.get("text") if isinstance(part, dict) else part
-            if isinstance(text, str) and (found := _NAMED.search(text)):
-                return found.group(1)
-    return None
+        if message.get("role") == "user" and (found := _NAMED.search(_text_of(message))):
+            return found.group(1)
+    summary = summarised(messages)
+    return None if summary is None else summary[0]
 
 
 def count_assistant_turns(messages: list[dict[str, Any]]) -> int:
@@ -224,13 +220,70 @@ def count_assistant_turns(messages: list[dict[str, Any]]) -> int:
 
     An assistant message without tool calls ends an episode (a final answer, or a canned
     acknowledgement such as Qwen Code's "Got it. Thanks for the context!"), so the next user
-    request starts the scenario from its first turn.
+    request starts the scenario from its first turn. A summary the policy wrote (a compacted
+    history) counts the turns it says were done, whoever's message the harness put it in.
     """
     turns = 0
     for message in messages:
-        if message.get("role") == "assistant":
+        if found := _SUMMARY.search(_text_of(message)):
+            turns = int(found.group(2))
+        elif message.get("role") == "assistant":
             turns = turns + 1 if message.get("tool_calls") else 0
     return turns
+
+
+#: The scripted policy's summary of a thread (a harness compacting its context asked for it):
+#: its scenario and the turns done, which the thread reads back once the history is replaced,
+#: as a model goes on from the summary it wrote.
+_SUMMARY = re.compile(r"\[summary: scenario ([\w.-]+), (\d+) turns done\]")
+
+
+def summary_of(name: str, turns: int) -> str:
+    """The summary the scripted policy writes of a thread at turn ``turns`` of ``name``."""
+    return (
+        f"[summary: scenario {name}, {turns} turns done] The steps asked for so far have run "
+        "as planned; the work goes on from the next step of the plan."
+    )
+
+
+def summarised(messages: list[dict[str, Any]]) -> tuple[str, int] | None:
+    """The scenario and turns done of the last summary the policy wrote in ``messages``."""
+    for message in reversed(messages):
+        if found := _SUMMARY.search(_text_of(message)):
+            return found.group(1), int(found.group(2))
+    return None
+
+
+def turns_mentioned(scenario: Scenario, messages: list[dict[str, Any]]) -> int:
+    """How many of ``scenario``'s turns, from its first, the messages' text shows were run.
+
+    A turn counts when each of its commands appears: a harness asking for a summary may write
+    the history as text in one message (opencode does), with no tool calls to count.
+    """
+    text = "\n".join(_text_of(message) for message in messages)
+    done = 0
+    for turn in scenario.turns:
+        commands = [str(call.arguments.get("command", "")) for call in turn.calls]
+        if not commands or not all(command and command in text for command in commands):
+            break
+        done += 1
+    return done
+
+
+def asks_for_summary(messages: list[dict[str, Any]]) -> bool:
+    """Whether a request asks for a summary of the conversation (a harness compacting it).
+
+    Its system message or its last user message opens by saying so: opencode's "You are a
+    context summarization agent", Claude Code's "Your task is to create a detailed summary of
+    the conversation so far" (a title generator's rules further on may mention summaries).
+    """
+    system = [m for m in messages if m.get("role") == "system"][:1]
+    user = [m for m in messages if m.get("role") == "user"][-1:]
+    return any("summar" in _text_of(m)[:_OPENING].lower() for m in system + user)
+
+
+#: How much of a message is its opening, where it says what it asks for.
+_OPENING = 200
 
 
 def count_text_turns(messages: list[dict[str, Any]], scenario: Scenario) -> int:

@@ -33,15 +33,18 @@ from rollstream.dev.backend.policies.base import GenerationRequest, PolicyError,
 from rollstream.dev.backend.policies.scenarios import (
     ScenarioFile,
     Turn,
+    asks_for_summary,
     count_assistant_turns,
     count_prompt_turns,
     count_text_turns,
     offered_tools,
     scenario_named,
     scripted_tools,
+    summary_of,
     tools_in_prompt,
     turn_calls,
     turn_text,
+    turns_mentioned,
 )
 from rollstream.dev.backend.policies.tiny import TinyGeneration, TinyPolicy
 from rollstream.dev.backend.prompt_reader import PromptReader
@@ -122,7 +125,7 @@ class ScriptedPolicy:
             turn_index = count_prompt_turns(prompt, "<|im_start|>assistant", "<tool_call>")
         if not offered:
             untooled = self._text_turn(request)
-            return self.scenarios.side_call_text if untooled is None else untooled.text or ""
+            return self._side_text(request) if untooled is None else untooled.text or ""
         scenario = self.scenarios.choose(
             request.session, self.seed, scenario_named(request.messages, prompt)
         )
@@ -147,6 +150,17 @@ class ScriptedPolicy:
             scenario.turns[index] if index < len(scenario.turns) else Turn(text=scenario.final_text)
         )
 
+    def _side_text(self, request: GenerationRequest) -> str:
+        """The answer to a side call: a summary where one is asked for in a scenario's thread."""
+        messages = request.messages
+        if messages is not None and asks_for_summary(messages):
+            named = scenario_named(messages)
+            if named is not None:
+                scenario = self.scenarios.by_name(named)
+                done = count_assistant_turns(messages) or turns_mentioned(scenario, messages)
+                return summary_of(named, done)
+        return self.scenarios.side_call_text
+
     def _position(self, request: GenerationRequest) -> tuple[list[str], int]:
         """The tools the request offers and the index of the scenario turn it asks for."""
         if request.messages is not None:
@@ -164,7 +178,7 @@ class ScriptedPolicy:
         turn: Turn | None = None
         if not offered:
             turn = self._text_turn(request)
-            text = self.scenarios.side_call_text if turn is None else turn.text or ""
+            text = self._side_text(request) if turn is None else turn.text or ""
         else:
             prompt = (
                 self.tokenizer.decode(request.prompt_ids, skip_special_tokens=False)

@@ -1,0 +1,78 @@
+"""Compaction: the harness replaced its context with a summary the policy wrote.
+
+Claude Code, Codex, opencode and others compact a long conversation: one call asks the model for
+a summary, and the thread goes on from a new, shorter prompt holding that summary. Both are one
+rollout in several physical traces (NeMo RL#3910): the trajectory keeps every trace and marks
+where the thread went on from a summary, so that a trainer can tell a compaction from a harness
+that edited its history.
+
+Told by tokens, as every break is, whatever the harness or its API: call M *resumes from* an
+earlier call S when
+
+- M's prompt does not continue S (S's prompt and answer are not a prefix of it),
+- M's prompt holds S's answer: a quarter at least of its runs of tokens (the summary as the
+  harness placed it, re-tokenized from its text, with its ends re-formatted), and
+- M's prompt does not hold the end of S's prompt (what asked for the summary).
+
+The last rule tells a compaction from a harness that pruned its history (old tool output
+cleared): there the previous answer stands in the new prompt too, but after the message it
+answered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rollstream.consumers.reconstruct.calls import ResolvedCall
+from rollstream.schemas.packed import TokenIds
+
+#: A summary shorter than this is not told apart from a short acknowledgement ("OK.").
+MIN_SUMMARY_TOKENS = 12
+#: Tokens compared: a run this long found by chance in an unrelated prompt is implausible.
+WINDOW = 8
+#: Tokens left off the end of a prompt before its last window: the generation prompt (the
+#: assistant header, a thinking prefix) and the end of the message before it.
+PROMPT_END = 8
+#: At least 1 / HELD of the answer's runs must be in the prompt.
+HELD = 4
+#: Earlier calls tried, most recent first: a summary is written just before the thread resumes.
+LOOKBACK = 8
+
+
+def resumed_from(call: ResolvedCall, earlier: Sequence[ResolvedCall]) -> str | None:
+    """The id of the call whose summary ``call`` went on from, or None (see the module)."""
+    prompt = call.prompt
+    if prompt is None:
+        return None
+    for candidate in reversed(earlier[-LOOKBACK:]):
+        if _resumes(prompt, candidate):
+            return candidate.call_id
+    return None
+
+
+def _resumes(prompt: TokenIds, summary: ResolvedCall) -> bool:
+    answer, asked = summary.completion, summary.prompt
+    if answer is None or asked is None or len(answer) < MIN_SUMMARY_TOKENS:
+        return False
+    context = summary.context()
+    if context is not None and prompt.startswith(context):
+        return False  # it continues the call: an ordinary turn
+    # Not every run: the harness sends text back, and where the model sampled a token split
+    # unlike the tokenizer's, the prompt has other ids; a thinking block or tags the harness
+    # strips are not there at all.
+    runs = [answer[i : i + WINDOW] for i in range(0, len(answer) - WINDOW + 1, WINDOW)]
+    if sum(holds(prompt, run) for run in runs) * HELD < len(runs):
+        return False
+    end = len(asked) - PROMPT_END
+    return end < WINDOW or not holds(prompt, asked[end - WINDOW : end])
+
+
+def holds(haystack: TokenIds, needle: TokenIds) -> bool:
+    """Whether ``needle`` occurs in ``haystack`` as a run of whole tokens."""
+    data, part, size = haystack.data, needle.data, TokenIds.itemsize
+    found = data.find(part)
+    while found >= 0:
+        if found % size == 0:
+            return True
+        found = data.find(part, found + 1)
+    return False

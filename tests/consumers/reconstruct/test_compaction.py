@@ -1,0 +1,85 @@
+"""Compaction as one rollout: where a thread goes on from a summary the policy wrote is marked."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+
+from rollstream.consumers.reconstruct.checker import check_segments
+from rollstream.consumers.reconstruct.strategies import StrategyContext, get_strategy
+from rollstream.schemas import Compaction
+from tests.consumers.reconstruct.sessions import (
+    SYSTEM,
+    TOOL,
+    USER,
+    GeneratedSession,
+    Message,
+    Planted,
+    SessionWriter,
+    build_session,
+    sessions,
+    to_records,
+)
+from tests.consumers.reconstruct.test_strategies import PROPERTY, placed
+
+#: The token strategies that start segments at breaks (per_call and retokenize have none).
+BREAKING = ["prefix_merge", "tree", "prompt_prefix_merge"]
+
+
+@pytest.mark.parametrize("strategy", BREAKING)
+def test_the_call_going_on_from_a_summary_marks_a_compaction_boundary(strategy: str) -> None:
+    session = build_session(["turn", "turn", "compaction", "turn", "turn"], seed=7)
+    (summary,) = session.planted.summaries
+    ids = [call.call_id for call in session.planned]
+    resumed = ids[ids.index(summary) + 1]
+    calls = session.resolved()
+    result = get_strategy(strategy)(calls, StrategyContext())
+    assert result.stats.break_reasons == {"compaction": 1}
+    assert result.stats.compactions == [
+        Compaction(summary_call_id=summary, resumed_call_id=resumed)
+    ]
+    # Every physical trace is kept, the summary's among them, and each stays faithful.
+    assert sorted(placed(result.segments)) == sorted(session.used_ids)
+    assert check_segments(result.segments, {c.call_id: c for c in calls}) == []
+
+
+def test_a_summary_of_a_summary_is_a_second_boundary() -> None:
+    session = build_session(["turn", "compaction", "compaction", "turn"], seed=11)
+    first, second = session.planted.summaries
+    stats = get_strategy("prefix_merge")(session.resolved(), StrategyContext()).stats
+    assert [c.summary_call_id for c in stats.compactions] == [first, second]
+    assert stats.compactions[0].resumed_call_id == second  # asked for with the first summary
+
+
+def test_a_history_the_harness_pruned_is_not_a_compaction() -> None:
+    # Old tool output cleared (opencode's pruning, Claude Code's micro-compaction): the long
+    # answer sent back still stands in the new prompt, but after the message it answered.
+    writer = SessionWriter(random.Random(3))
+    conv: list[Message] = [(SYSTEM, writer.system), (USER, writer.text(4, 8))]
+    writer.tool_turn(conv)
+    old_output = len(conv) - 1
+    writer.tool_turn(conv)
+    answer = writer.call(conv, writer.text(16, 20), "stop")
+    conv.append((USER, writer.text(3, 5)))
+    conv[old_output] = (TOOL, (77,))  # cleared
+    writer.tool_turn(conv)
+    writer.call(conv, writer.text(2, 4), "stop")
+    assert answer.completion is not None and len(answer.completion) > 12
+    session = GeneratedSession(writer.planned, to_records(writer.planned), Planted())
+    stats = get_strategy("prefix_merge")(session.resolved(), StrategyContext()).stats
+    assert stats.break_reasons == {"edited_history": 1}
+    assert stats.compactions == []
+
+
+@PROPERTY
+@given(sessions())
+def test_only_summaries_are_taken_for_compactions(session: GeneratedSession) -> None:
+    # Side calls, sub-agents, drift, truncation, retries: none is a compaction; a boundary
+    # always names a call that wrote a summary.
+    for strategy in BREAKING:
+        result = get_strategy(strategy)(session.resolved(), StrategyContext())
+        found = {c.summary_call_id for c in result.stats.compactions}
+        assert found <= set(session.planted.summaries), strategy
+        assert result.stats.break_reasons.get("compaction", 0) == len(result.stats.compactions)

@@ -1,0 +1,111 @@
+"""Compaction as one rollout, with a real harness: opencode told a small context window.
+
+Its first command prints a long output; the next call's prompt and answer pass opencode's
+threshold (the window less the answer's limit), so it asks the model, without tools, for a
+summary and goes on from a new prompt holding it. The trajectory keeps every trace, marks the
+boundary (the summary's call and the call that went on from it), and the trainer's batch gives
+every trace of the session its reward and advantage.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rollstream.consumers.reconstruct.calls import resolve_calls
+from rollstream.consumers.reconstruct.checker import check_segments
+from rollstream.consumers.reconstruct.strategies import StrategyContext, get_strategy
+from rollstream.consumers.trainer.batch import to_batch
+from rollstream.dev.backend.policies import default_scenarios_path
+from rollstream.schemas import CallRecord, CallStatus, TopicNames
+from rollstream.schemas.calls import SessionRequests
+from rollstream.settings import KafkaSettings
+from tests.harness_stack import harnesses_installed, scripted_interceptor, solve_session
+from tests.schemas.samples import SCORED
+
+pytestmark = pytest.mark.integration
+
+#: The window opencode is told (tokens): it compacts past 21,600 - 4,096 (its answers' limit).
+#: Its base prompt (system and tools) is about 15,400 of this family's tokens, the long output
+#: about 5,000 more: the call after it passes the threshold, the call after the summary not.
+CONTEXT_WINDOW = "21600"
+
+
+def _request(records: list[CallRecord], record: CallRecord) -> dict[str, object]:
+    request = SessionRequests(records).harness(record.call_id)
+    assert isinstance(request, dict)
+    return request
+
+
+async def test_opencode_compacting_its_context_stays_one_rollout(
+    kafka_settings: KafkaSettings, rollstream_topics: TopicNames, tmp_path: Path
+) -> None:
+    async with scripted_interceptor(
+        kafka_settings, tmp_path / "state", scenarios=Path(default_scenarios_path())
+    ) as proxy:
+        records = await solve_session(
+            "opencode",
+            proxy,
+            kafka_settings,
+            harnesses_installed(),
+            tmp_path,
+            task="[scenario: compact] Create hello.txt with polar.",
+            options={"context_window": CONTEXT_WINDOW},
+        )
+    shapes = [
+        (
+            r.seq,
+            r.status.value,
+            bool(_request(records, r).get("tools")),
+            len(r.completion_token_ids or []),
+        )
+        for r in records
+    ]
+    calls = resolve_calls(records)
+    by_id = {c.call_id: c for c in calls}
+    trajectories = {}
+    for strategy in ("prefix_merge", "tree"):
+        rebuilt = get_strategy(strategy)(calls, StrategyContext())
+        assert check_segments(rebuilt.segments, by_id) == []
+        assert rebuilt.stats.break_reasons.get("compaction") == 1, (rebuilt.stats, shapes)
+        [boundary] = rebuilt.stats.compactions
+        summary = next(r for r in records if r.call_id == boundary.summary_call_id)
+        resumed = next(r for r in records if r.call_id == boundary.resumed_call_id)
+        # The summary was asked for without tools; the thread went on with them.
+        assert not _request(records, summary).get("tools")
+        assert _request(records, resumed).get("tools")
+        assert resumed.seq > summary.seq
+        # Every trace is kept: each answered call is in a segment, the summary's too.
+        placed = {i for s in rebuilt.segments for i in s.call_ids}
+        assert placed == {r.call_id for r in records if r.status is CallStatus.OK}
+        trajectories[strategy] = rebuilt
+
+    # One rollout: the trainer gives every trace of the session its reward and advantage.
+    rebuilt = trajectories["prefix_merge"]
+    assert len(rebuilt.segments) >= 2
+    compacted = SCORED.model_copy(
+        update={
+            "reward": 1.0,
+            "trajectory": SCORED.trajectory.model_copy(
+                update={"segments": rebuilt.segments, "stats": rebuilt.stats}
+            ),
+        }
+    )
+    other = SCORED.model_copy(
+        update={
+            "reward": 0.0,
+            "trajectory": SCORED.trajectory.model_copy(update={"trajectory_id": "other"}),
+        }
+    )
+    batch = to_batch([compacted, other])
+    rows = np.flatnonzero(batch.row_trajectory == 0)
+    assert len(rows) == len(rebuilt.segments)  # the summary's trace and both sides of it
+    advantage = batch.trajectory_advantages[0]
+    assert advantage > 0 > batch.trajectory_advantages[1]
+    for row in rows:
+        trained = batch.loss_mask[row] == 1
+        assert trained.any()
+        assert np.all(batch.advantages[row][trained] == advantage)
+    assert np.all(batch.rewards == [1.0, 0.0])
