@@ -36,10 +36,23 @@ class ClaudeCode:
     name = "claude-code"
     api = ApiKind.ANTHROPIC_MESSAGES
 
+    #: The smallest auto-compact window it takes (CLAUDE_CODE_AUTO_COMPACT_WINDOW, tokens).
+    MIN_COMPACT_WINDOW = 100_000
+
     def launch(self, ctx: HarnessContext, executable: Path) -> HarnessLaunch:
-        """``claude -p``; the session id is the Anthropic API key."""
+        """``claude -p``; the session id is the Anthropic API key.
+
+        The task option ``compact_at`` (tokens) is where it compacts its history: its
+        auto-compact window, and below that window's floor a percentage of it.
+        """
         argv = [str(executable), "-p", ctx.instruction, "--model", ctx.model]
         argv.append("--dangerously-skip-permissions")
+        compacting: dict[str, str] = {}
+        if ctx.options.get("compact_at"):
+            at = _int_option(ctx, self.name, "compact_at", 0)
+            window = max(at, self.MIN_COMPACT_WINDOW)
+            compacting["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = str(window)
+            compacting["CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"] = f"{100 * at / window:g}"
         env = preset_env(
             ctx,
             ANTHROPIC_BASE_URL=ctx.base_url,
@@ -48,6 +61,7 @@ class ClaudeCode:
             # No update checks or telemetry: runs are offline and must be reproducible.
             DISABLE_AUTOUPDATER="1",
             CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+            **compacting,
         )
         return HarnessLaunch(argv, env)
 
@@ -74,6 +88,10 @@ class Codex:
         overrides += [
             f"model_providers.rollstream.{k}={json.dumps(v)}" for k, v in provider.items()
         ]
+        if ctx.options.get("compact_at"):  # where it compacts its history (tokens)
+            overrides.append(
+                f"model_auto_compact_token_limit={_int_option(ctx, self.name, 'compact_at', 0)}"
+            )
         argv = [str(executable), "exec", "--skip-git-repo-check"]
         argv += ["--dangerously-bypass-approvals-and-sandbox", "-m", ctx.model]
         for override in overrides:
@@ -178,6 +196,8 @@ class OpenCode:
     INSTRUCTION_FILE = ".rollstream/instruction.txt"
     CONFIG_DIR = ".config/opencode"
     CONFIG_NAME = "opencode.json"
+    #: The answers' limit (tokens) it is told.
+    OUTPUT_LIMIT = 4096
     #: Offline: no models.dev catalogue, no update check.
     OFFLINE_ENV: ClassVar[dict[str, str]] = {
         "OPENCODE_DISABLE_MODELS_FETCH": "1",
@@ -187,11 +207,12 @@ class OpenCode:
     def launch(self, ctx: HarnessContext, executable: Path) -> HarnessLaunch:
         """``NAME run --auto -m rollstream/MODEL < instruction`` through ``sh``.
 
-        The task option ``context_window`` is the model's context in tokens as the harness is
-        told it (default 131072): it compacts its history once a call's prompt and answer
-        reach that less the answer's limit (4096).
+        It compacts its history once a call's prompt and answer reach the model's context less
+        the answer's limit (4096): the task option ``compact_at`` (tokens) sets the context it
+        is told so that this happens there (default: a context of 131072).
         """
-        limits = {"context": _int_option(ctx, self.name, "context_window", 131072), "output": 4096}
+        compact_at = _int_option(ctx, self.name, "compact_at", 131072 - self.OUTPUT_LIMIT)
+        limits = {"context": compact_at + self.OUTPUT_LIMIT, "output": self.OUTPUT_LIMIT}
         provider = {
             "npm": "@ai-sdk/openai-compatible",  # bundled in the binary: nothing is fetched
             "name": "rollstream",

@@ -147,7 +147,7 @@ async def test_a_summary_asked_for_names_the_thread_and_the_thread_goes_on_from_
     seq = {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": "{}"}}
     history = [task, {"role": "assistant", "content": "", "tool_calls": [seq]}]
     history.append({"role": "tool", "tool_call_id": "c1", "content": "1\n2\n3"})
-    instruction = {"role": "user", "content": "Summarize the conversation so far."}
+    instruction = {"role": "user", "content": "Create a summary of the conversation so far."}
     # Claude Code's layout: the history as messages, then the request.
     summary, _ = await _run(
         tokenizer, policy, _request(tokenizer, messages=[*history, instruction], tools=None)
@@ -168,8 +168,9 @@ async def test_a_summary_asked_for_names_the_thread_and_the_thread_goes_on_from_
     ]
     second, _ = await _run(tokenizer, policy, _request(tokenizer, messages=resumed))
     assert "echo polar > hello.txt" in second.text
-    # A side call mentioning summaries only past its opening is still a side call.
-    title = {"role": "system", "content": "You are a title generator." + " " * 300 + "summary"}
+    # A title generator's rules mention the message it is summarizing: still a side call.
+    rules = "Use the same language as the user message you are summarizing."
+    title = {"role": "system", "content": f"You are a title generator. {rules}"}
     side, _ = await _run(tokenizer, policy, _request(tokenizer, messages=[title, task], tools=None))
     assert side.text == "Side answer."
 

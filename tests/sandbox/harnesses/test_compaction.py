@@ -1,10 +1,10 @@
-"""Compaction as one rollout, with a real harness: opencode told a small context window.
+"""Compaction as one rollout, with real harnesses told to compact early (``compact_at``).
 
-Its first command prints a long output; the next call's prompt and answer pass opencode's
-threshold (the window less the answer's limit), so it asks the model, without tools, for a
-summary and goes on from a new prompt holding it. The trajectory keeps every trace, marks the
-boundary (the summary's call and the call that went on from it), and the trainer's batch gives
-every trace of the session its reward and advantage.
+The scenario's first command prints a long output; the next call passes the harness's
+threshold, so it asks the model for a summary (opencode and Codex without tools, Claude Code
+with them and a warning not to call any) and goes on from a new prompt holding it. The
+trajectory keeps every trace, marks the boundary (the summary's call and the call that went on
+from it), and the trainer's batch gives every trace of the session its reward and advantage.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from tests.schemas.samples import SCORED
 
 pytestmark = pytest.mark.integration
 
-#: The window opencode is told (tokens): it compacts past 21,600 - 4,096 (its answers' limit).
-#: Its base prompt (system and tools) is about 15,400 of this family's tokens, the long output
-#: about 5,000 more: the call after it passes the threshold, the call after the summary not.
-CONTEXT_WINDOW = "21600"
+#: Where each compacts (tokens): past its base prompt (system and tools: opencode's about
+#: 15,400 of this family's tokens, Codex's 19,400, Claude Code's 40,600) and the summary, below
+#: the same with the long output (about 3,500 to 10,000 more, as each truncates it).
+COMPACT_AT = {"opencode": "17500", "claude-code": "45000", "codex": "21500"}
 
 
 def _request(records: list[CallRecord], record: CallRecord) -> dict[str, object]:
@@ -39,20 +39,21 @@ def _request(records: list[CallRecord], record: CallRecord) -> dict[str, object]
     return request
 
 
-async def test_opencode_compacting_its_context_stays_one_rollout(
-    kafka_settings: KafkaSettings, rollstream_topics: TopicNames, tmp_path: Path
+@pytest.mark.parametrize("name", sorted(COMPACT_AT))
+async def test_a_harness_compacting_its_context_stays_one_rollout(
+    name: str, kafka_settings: KafkaSettings, rollstream_topics: TopicNames, tmp_path: Path
 ) -> None:
     async with scripted_interceptor(
         kafka_settings, tmp_path / "state", scenarios=Path(default_scenarios_path())
     ) as proxy:
         records = await solve_session(
-            "opencode",
+            name,
             proxy,
             kafka_settings,
             harnesses_installed(),
             tmp_path,
             task="[scenario: compact] Create hello.txt with polar.",
-            options={"context_window": CONTEXT_WINDOW},
+            options={"compact_at": COMPACT_AT[name]},
         )
     shapes = [
         (
@@ -73,8 +74,8 @@ async def test_opencode_compacting_its_context_stays_one_rollout(
         [boundary] = rebuilt.stats.compactions
         summary = next(r for r in records if r.call_id == boundary.summary_call_id)
         resumed = next(r for r in records if r.call_id == boundary.resumed_call_id)
-        # The summary was asked for without tools; the thread went on with them.
-        assert not _request(records, summary).get("tools")
+        # The summary was asked for (by opencode without tools); the thread went on with them.
+        assert bool(_request(records, summary).get("tools")) is (name == "claude-code")
         assert _request(records, resumed).get("tools")
         assert resumed.seq > summary.seq
         # Every trace is kept: each answered call is in a segment, the summary's too.

@@ -54,6 +54,38 @@ def test_codex_gets_a_responses_provider_reading_the_session_env() -> None:
     assert launch.argv[-1] == "Fix the bug."  # the prompt comes after every option
 
 
+def test_compact_at_is_where_each_harness_is_told_to_compact() -> None:
+    def launched(name: str, at: str) -> tuple[list[str], dict[str, str], dict[str, str]]:
+        ctx = HarnessContext(
+            CTX.base_url, CTX.session, CTX.model, CTX.instruction, {"compact_at": at}
+        )
+        launch = preset(name).launch(ctx, EXE)
+        return launch.argv, launch.env, launch.home_files
+
+    # opencode compacts at its context less its answers' limit: told that much more.
+    _, _, files = launched("opencode", "17500")
+    config = json.loads(files[".config/opencode/opencode.json"])
+    assert config["provider"]["rollstream"]["models"]["served"]["limit"] == {
+        "context": 17500 + 4096,
+        "output": 4096,
+    }
+    # Claude Code takes no window under 100k: a percentage of that floor, or the window.
+    _, env, _ = launched("claude-code", "45000")
+    assert env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] == "100000"
+    assert env["CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"] == "45"
+    _, env, _ = launched("claude-code", "150000")
+    assert env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] == "150000"
+    assert env["CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"] == "100"
+    argv, _, _ = launched("codex", "21500")
+    assert argv[argv.index("model_auto_compact_token_limit=21500") - 1] == "-c"
+    # Unset: each harness's own default.
+    assert "CLAUDE_CODE_AUTO_COMPACT_WINDOW" not in preset("claude-code").launch(CTX, EXE).env
+    assert not any("auto_compact" in arg for arg in preset("codex").launch(CTX, EXE).argv)
+    for name in ("opencode", "claude-code", "codex"):
+        with pytest.raises(ConfigurationError, match="compact_at must be a positive integer"):
+            launched(name, "a lot")
+
+
 def test_opencode_reads_its_provider_from_home_and_the_instruction_verbatim(
     tmp_path: Path,
 ) -> None:

@@ -273,17 +273,24 @@ def turns_mentioned(scenario: Scenario, messages: list[dict[str, Any]]) -> int:
 def asks_for_summary(messages: list[dict[str, Any]]) -> bool:
     """Whether a request asks for a summary of the conversation (a harness compacting it).
 
-    Its system message or its last user message opens by saying so: opencode's "You are a
-    context summarization agent", Claude Code's "Your task is to create a detailed summary of
-    the conversation so far" (a title generator's rules further on may mention summaries).
+    Its system message or its last user message says so near its start: opencode's "You are
+    a context summarization agent", Claude Code's "create a detailed summary of the
+    conversation so far" (after its warning not to call tools), Codex's "CONTEXT CHECKPOINT
+    COMPACTION. Create a handoff summary". A title generator's rules about "the message you are
+    summarizing" do not ask for one.
     """
     system = [m for m in messages if m.get("role") == "system"][:1]
     user = [m for m in messages if m.get("role") == "user"][-1:]
-    return any("summar" in _text_of(m)[:_OPENING].lower() for m in system + user)
+    return any(_ASKS_FOR_SUMMARY.search(_text_of(m)[:_OPENING]) for m in system + user)
 
 
 #: How much of a message is its opening, where it says what it asks for.
-_OPENING = 200
+_OPENING = 1000
+_ASKS_FOR_SUMMARY = re.compile(
+    r"summary of (?:the|this|our) conversation|context summari[sz]ation|summari[sz]e (?:the|this|"
+    r"our) conversation|checkpoint compaction|handoff summary",
+    re.IGNORECASE,
+)
 
 
 def count_text_turns(messages: list[dict[str, Any]], scenario: Scenario) -> int:

@@ -123,9 +123,12 @@ class ScriptedPolicy:
             prompt = self.tokenizer.decode(request.prompt_ids, skip_special_tokens=False)
             offered = tools_in_prompt(prompt)
             turn_index = count_prompt_turns(prompt, "<|im_start|>assistant", "<tool_call>")
+        summary = self._summary(request)
+        if summary is not None:
+            return summary
         if not offered:
             untooled = self._text_turn(request)
-            return self._side_text(request) if untooled is None else untooled.text or ""
+            return self.scenarios.side_call_text if untooled is None else untooled.text or ""
         scenario = self.scenarios.choose(
             request.session, self.seed, scenario_named(request.messages, prompt)
         )
@@ -150,16 +153,21 @@ class ScriptedPolicy:
             scenario.turns[index] if index < len(scenario.turns) else Turn(text=scenario.final_text)
         )
 
-    def _side_text(self, request: GenerationRequest) -> str:
-        """The answer to a side call: a summary where one is asked for in a scenario's thread."""
+    def _summary(self, request: GenerationRequest) -> str | None:
+        """The summary of a scenario's thread where the request asks for one (compaction).
+
+        Tools or not: Claude Code offers its tools to the call that asks for the summary.
+        """
         messages = request.messages
-        if messages is not None and asks_for_summary(messages):
-            named = scenario_named(messages)
-            if named is not None:
-                scenario = self.scenarios.by_name(named)
-                done = count_assistant_turns(messages) or turns_mentioned(scenario, messages)
-                return summary_of(named, done)
-        return self.scenarios.side_call_text
+        if messages is None or not asks_for_summary(messages):
+            return None
+        named = scenario_named(messages)
+        if named is None:
+            return None
+        scenario = self.scenarios.by_name(named)
+        return summary_of(
+            named, count_assistant_turns(messages) or turns_mentioned(scenario, messages)
+        )
 
     def _position(self, request: GenerationRequest) -> tuple[list[str], int]:
         """The tools the request offers and the index of the scenario turn it asks for."""
@@ -176,9 +184,12 @@ class ScriptedPolicy:
         assert self.family is not None
         offered, turn_index = self._position(request)
         turn: Turn | None = None
-        if not offered:
+        summary = self._summary(request)
+        if summary is not None:
+            text = summary
+        elif not offered:
             turn = self._text_turn(request)
-            text = self._side_text(request) if turn is None else turn.text or ""
+            text = self.scenarios.side_call_text if turn is None else turn.text or ""
         else:
             prompt = (
                 self.tokenizer.decode(request.prompt_ids, skip_special_tokens=False)
