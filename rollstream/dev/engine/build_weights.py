@@ -22,7 +22,7 @@ def main(folder: str) -> None:
     spec = json.loads((out / "build.json").read_text())
     torch.manual_seed(spec["seed"])
     config = AutoConfig.for_model(spec["model_type"], **spec["config"])
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)  # type: ignore[no-untyped-call]
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     model.save_pretrained(out)
 
 

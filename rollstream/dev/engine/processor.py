@@ -56,7 +56,7 @@ class PlanProcessor(LogitsProcessor):  # type: ignore[misc]  # vLLM is not in ro
         # transformers' mistral-common backend for a folder with tekken.json, which encodes
         # them as ordinary text, as a model never writes them.
         self.tokenizer = (
-            PreTrainedTokenizerFast(tokenizer_file=str(fast))  # type: ignore[no-untyped-call]
+            PreTrainedTokenizerFast(tokenizer_file=str(fast))
             if fast.is_file()
             else AutoTokenizer.from_pretrained(model.tokenizer)
         )

@@ -48,7 +48,7 @@ SYSTEM = {"role": "system", "content": "You are a coding agent in /tmp/work-1."}
 @cache
 def _tokenizer(family: str) -> PreTrainedTokenizerFast:
     folder = vocabulary_dir(vocabulary_of(family))
-    return PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))  # type: ignore[no-untyped-call]
+    return PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
 
 
 def _render(family: str, messages: list[dict[str, Any]], tools: list[Any] | None) -> str:
