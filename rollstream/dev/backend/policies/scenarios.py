@@ -314,10 +314,11 @@ def count_text_turns(messages: list[dict[str, Any]], scenario: Scenario) -> int:
 
 
 def _text_of(message: dict[str, Any]) -> str:
-    """A message's text, whether its content is a string or a list of parts."""
+    """A message's text, whether its content is a string or a list of parts (or of strings)."""
     content = message.get("content")
     if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        parts = (p.get("text") if isinstance(p, dict) else p for p in content)
+        return "".join(part for part in parts if isinstance(part, str))
     return content if isinstance(content, str) else ""
 
 
