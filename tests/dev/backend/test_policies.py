@@ -173,6 +173,12 @@ async def test_a_summary_asked_for_names_the_thread_and_the_thread_goes_on_from_
     title = {"role": "system", "content": f"You are a title generator. {rules}"}
     side, _ = await _run(tokenizer, policy, _request(tokenizer, messages=[title, task], tools=None))
     assert side.text == "Side answer."
+    # A summary asked for in a thread whose task names no scenario of the file: a side call.
+    stranger = {"role": "user", "content": "[scenario: elsewhere] Write polar."}
+    other, _ = await _run(
+        tokenizer, policy, _request(tokenizer, messages=[stranger, instruction], tools=None)
+    )
+    assert other.text == "Side answer."
 
 
 async def test_scripted_ids_sometimes_differ_from_retokenizing(

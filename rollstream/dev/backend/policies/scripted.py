@@ -164,7 +164,10 @@ class ScriptedPolicy:
         named = scenario_named(messages)
         if named is None:
             return None
-        scenario = self.scenarios.by_name(named)
+        try:
+            scenario = self.scenarios.by_name(named)
+        except PolicyError:  # a task naming no scenario of ours: a side call as any other
+            return None
         return summary_of(
             named, count_assistant_turns(messages) or turns_mentioned(scenario, messages)
         )
