@@ -25,7 +25,8 @@ from typing import Any
 PLAN_ENV = "ROLLSTREAM_ENGINE_PLAN"
 
 #: How each family's raw output is read from a prompt and written: where an assistant turn
-#: starts in the rendered prompt (``assistant``; the prompt before the first one holds the task),
+#: starts in the rendered prompt (``assistant``; the prompt before the first one holds the task)
+#: and where a user message does (``user``),
 #: a past assistant turn (``turn``: a pattern whose group is the turn's text, end token
 #: included), what shows that a turn called tools (``called``) and, where a model writes a turn
 #: as several messages (harmony's analysis, then a call or a final answer), what shows one
@@ -36,6 +37,7 @@ PLAN_ENV = "ROLLSTREAM_ENGINE_PLAN"
 FORMATS: dict[str, dict[str, Any]] = {
     "hermes": {
         "assistant": "<|im_start|>assistant",
+        "user": "<|im_start|>user",
         "turn": r"<\|im_start\|>assistant(.*?<\|im_end\|>)",
         "called": "<tool_call>",
         "think": False,
@@ -43,6 +45,7 @@ FORMATS: dict[str, dict[str, Any]] = {
     },
     "hermes-thinking": {
         "assistant": "<|im_start|>assistant",
+        "user": "<|im_start|>user",
         "turn": r"<\|im_start\|>assistant(.*?<\|im_end\|>)",
         "called": "<tool_call>",
         "think": True,
@@ -50,6 +53,7 @@ FORMATS: dict[str, dict[str, Any]] = {
     },
     "qwen3-coder": {
         "assistant": "<|im_start|>assistant",
+        "user": "<|im_start|>user",
         "turn": r"<\|im_start\|>assistant(.*?<\|im_end\|>)",
         "called": "<tool_call>",
         "think": False,
@@ -57,12 +61,14 @@ FORMATS: dict[str, dict[str, Any]] = {
     },
     "llama3-json": {
         "assistant": "<|start_header_id|>assistant<|end_header_id|>",
+        "user": "<|start_header_id|>user<|end_header_id|>",
         "turn": r"<\|start_header_id\|>assistant<\|end_header_id\|>(.*?<\|eot_id\|>)",
         "called": '{"name": ',
         "think": False,
     },
     "harmony": {
         "assistant": "<|start|>assistant",
+        "user": "<|start|>user",
         "turn": r"<\|start\|>assistant(.*?(?:<\|end\|>|<\|call\|>|<\|return\|>))",
         "called": "to=functions.",
         "answered": "<|channel|>final",
@@ -71,6 +77,7 @@ FORMATS: dict[str, dict[str, Any]] = {
     },
     "mistral-v3": {
         "assistant": "[/INST]",
+        "user": "[INST]",
         # After the user's [/INST] or the tool results' [/TOOL_RESULTS], up to its </s>.
         "turn": r"(?:\[/INST\]|\[/TOOL_RESULTS\])((?:(?!\[/INST\]|\[/TOOL_RESULTS\]).)*?</s>)",
         "called": "[TOOL_CALLS]",
@@ -102,9 +109,16 @@ def offered(plan: dict[str, Any], prompt: str) -> list[str]:
     ]
 
 
-def turn_index(prompt: str, fmt: dict[str, Any]) -> int:
-    """Tool-calling assistant turns since the last one that answered without calling."""
+def turn_index(prompt: str, fmt: dict[str, Any], summary: str | None = None) -> int:
+    """Tool-calling assistant turns since the last one that answered without calling.
+
+    After a summary the plan wrote (``summary``: its pattern), the turns it says were done and
+    those since: a compacted history holds no earlier turns.
+    """
     turns = 0
+    marks = list(re.finditer(summary, prompt)) if summary else []
+    if marks:
+        turns, prompt = int(marks[-1].group(2)), prompt[marks[-1].end() :]
     for turn in re.findall(fmt["turn"], prompt, re.DOTALL):  # ended turns only
         if fmt["called"] in turn:
             turns += 1
@@ -114,16 +128,14 @@ def turn_index(prompt: str, fmt: dict[str, Any]) -> int:
 
 
 def choose(plan: dict[str, Any], prompt: str, fmt: dict[str, Any]) -> dict[str, Any]:
-    """The scenario the conversation plays: named in it (``[scenario=NAME]``) or drawn.
+    """The scenario the conversation plays: named in it (:func:`named_scenario`) or drawn.
 
     The draw is seeded by the plan's seed and the prompt before its first assistant turn (the
     system prompt, the tools and the task), so every call of a session plays the same scenario;
     sessions whose prompts differ (another task, another workspace) draw again.
     """
-    by_name = {s["name"]: s for s in plan["scenarios"]}
-    named = re.search(r"\[scenario=([\w.-]+)\]", prompt)
-    if named and named.group(1) in by_name:
-        found: dict[str, Any] = by_name[named.group(1)]
+    found = named_scenario(plan, prompt)
+    if found is not None:
         return found
     head = prompt.split(fmt["assistant"], 1)[0]
     digest = hashlib.sha256(f"{plan['seed']}:{head}".encode()).digest()
@@ -132,14 +144,28 @@ def choose(plan: dict[str, Any], prompt: str, fmt: dict[str, Any]) -> dict[str, 
     return rng.choices(scenarios, weights=[s["weight"] for s in scenarios])[0]
 
 
+def named_scenario(plan: dict[str, Any], prompt: str) -> dict[str, Any] | None:
+    """The scenario the prompt names (``[scenario=NAME]``), or its last summary names."""
+    by_name = {s["name"]: s for s in plan["scenarios"]}
+    named = re.search(r"\[scenario=([\w.-]+)\]", prompt)
+    if named and named.group(1) in by_name:
+        found: dict[str, Any] = by_name[named.group(1)]
+        return found
+    marks = re.findall(plan["summary"]["pattern"], prompt)
+    return by_name.get(marks[-1][0]) if marks else None
+
+
 def answer(plan: dict[str, Any], prompt: str) -> str:
     """The raw text the model writes after ``prompt`` (end-of-turn token not included)."""
     fmt = FORMATS[plan["format"]]
+    summary = _summary(plan, prompt, fmt)
+    if summary is not None:
+        return summary
     tools = offered(plan, prompt)
     if not tools:
         return _untooled(plan, prompt, fmt)
     scenario = choose(plan, prompt, fmt)
-    index = turn_index(prompt, fmt)
+    index = turn_index(prompt, fmt, plan["summary"]["pattern"])
     if index >= len(scenario["turns"]):
         return write_turn(plan["format"], scenario["final_reasoning"], scenario["final_text"], [])
     turn = scenario["turns"][index]
@@ -151,6 +177,36 @@ def answer(plan: dict[str, Any], prompt: str) -> str:
             return write_turn(plan["format"], "", f"[plan: none of {wanted} is offered]", [])
         calls.append((name, call["by_tool"][name]))
     return write_turn(plan["format"], turn["reasoning"], turn["text"], calls)
+
+
+def _summary(plan: dict[str, Any], prompt: str, fmt: dict[str, Any]) -> str | None:
+    """The summary of a scenario's thread, where a harness compacting its context asks for one.
+
+    Asked for near the start of the system prompt or of the last user message (tools offered
+    or not: Claude Code offers them); the turns done are counted, or, where the history is
+    written out as text (opencode), read from the commands it mentions.
+    """
+    spec = plan["summary"]
+    opening = spec["opening"]
+    last_user = prompt.rfind(fmt["user"])
+    asked = [
+        prompt[: 2 * opening],
+        prompt[last_user : last_user + opening] if last_user >= 0 else "",
+    ]
+    if not any(re.search(spec["asks"], part, re.IGNORECASE) for part in asked):
+        return None
+    scenario = named_scenario(plan, prompt)
+    if scenario is None:
+        return None
+    done = turn_index(prompt, fmt, spec["pattern"])
+    if not done:
+        for turn in scenario["turns"]:
+            commands = turn.get("commands") or []
+            if not commands or not all(c and c in prompt for c in commands):
+                break
+            done += 1
+    text = spec["template"].format(name=scenario["name"], turns=done)
+    return write_turn(plan["format"], plan["side_reasoning"], text, [])
 
 
 def _untooled(plan: dict[str, Any], prompt: str, fmt: dict[str, Any]) -> str:

@@ -13,8 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from rollstream.dev.backend.policies.scenarios import (
+    ASKS_FOR_SUMMARY_PATTERN,
+    OPENING,
     SHELL,
     SHELL_TOOLS,
+    SUMMARY_PATTERN,
+    SUMMARY_TEMPLATE,
     ScenarioFile,
     ToolCallSpec,
     Turn,
@@ -35,6 +39,8 @@ def _turn(turn: Turn) -> dict[str, Any]:
         "text": turn.text or "",
         "reasoning": reasoning_for(turn, True),
         "calls": [{"by_tool": _by_tool(call)} for call in turn.calls],
+        # What shows the turn ran in a history written out as text (a summary's request).
+        "commands": [str(call.arguments.get("command", "")) for call in turn.calls],
     }
 
 
@@ -54,6 +60,12 @@ def compile_plan(
         "tools": scripted_tools(scenarios),
         "side_call_text": scenarios.side_call_text,
         "side_reasoning": reasoning_for(None, False),
+        "summary": {
+            "template": SUMMARY_TEMPLATE,
+            "pattern": SUMMARY_PATTERN,
+            "asks": ASKS_FOR_SUMMARY_PATTERN,
+            "opening": OPENING,
+        },
         "scenarios": [
             {
                 "name": scenario.name,

@@ -185,6 +185,44 @@ def test_a_text_scenario_counts_its_turns_after_the_task_that_names_it(family: s
     assert "Done." in plan.answer(compiled, _render(family, conversation, None))
 
 
+@pytest.mark.parametrize("family", list(ENGINE_FAMILIES))
+def test_a_summary_asked_for_names_the_thread_and_the_thread_goes_on_from_it(family: str) -> None:
+    """A harness compacting its context: the summary's request, then the history replaced."""
+    compiled = _plan(family)
+    task = "[scenario=compact] Write polar into hello.txt."
+    # Claude Code's layout: the history, then the request, tools still offered.
+    asking = _conversation(task, [["seq 1 3000"]])
+    if family == "mistral":  # its template has a user message follow an assistant one only
+        asking.append({"role": "assistant", "content": "Noted."})
+    asking.append({"role": "user", "content": "Create a summary of the conversation so far."})
+    summary = plan.answer(compiled, _render(family, asking, [BASH]))
+    assert "[summary: scenario compact, 1 turns done]" in summary
+    assert _calls_written(family, summary) == []
+    # opencode's: a summarization agent reading the history written out as text, no tools.
+    flattened = [
+        {"role": "system", "content": "You are a context summarization agent."},
+        {"role": "user", "content": f"[User]: {task}\n[Assistant tool call]: seq 1 3000"},
+    ]
+    assert "[summary: scenario compact, 1 turns done]" in plan.answer(
+        compiled, _render(family, flattened, None)
+    )
+    # The history replaced by the summary: the thread goes on at its second turn.
+    text = re.search(r"\[summary: [^\]]*\][^<\[]*", summary)
+    assert text is not None
+    resumed = [
+        SYSTEM,
+        {"role": "user", "content": "What did we do so far?"},
+        {"role": "assistant", "content": text.group(0).strip()},
+        {"role": "user", "content": "Continue."},
+    ]
+    second = plan.answer(compiled, _render(family, resumed, [BASH]))
+    assert _calls_written(family, second)[0][1]["command"] == "echo polar > hello.txt"
+    # A title generator's rules about what it is summarizing ask for no summary.
+    title = {"role": "system", "content": "Title the message you are summarizing."}
+    side = plan.answer(compiled, _render(family, [title, {"role": "user", "content": task}], None))
+    assert "[summary:" not in side
+
+
 def test_an_answer_without_calls_ends_the_episode_and_the_next_task_starts_over() -> None:
     messages = _conversation("[scenario=solve] Write polar.", [["echo polar > hello.txt"]])
     messages += [

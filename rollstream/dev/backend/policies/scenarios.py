@@ -234,16 +234,18 @@ def count_assistant_turns(messages: list[dict[str, Any]]) -> int:
 
 #: The scripted policy's summary of a thread (a harness compacting its context asked for it):
 #: its scenario and the turns done, which the thread reads back once the history is replaced,
-#: as a model goes on from the summary it wrote.
-_SUMMARY = re.compile(r"\[summary: scenario ([\w.-]+), (\d+) turns done\]")
+#: as a model goes on from the summary it wrote. The engine's plan writes and reads the same.
+SUMMARY_TEMPLATE = (
+    "[summary: scenario {name}, {turns} turns done] The steps asked for so far have run as "
+    "planned; the work goes on from the next step of the plan."
+)
+SUMMARY_PATTERN = r"\[summary: scenario ([\w.-]+), (\d+) turns done\]"
+_SUMMARY = re.compile(SUMMARY_PATTERN)
 
 
 def summary_of(name: str, turns: int) -> str:
     """The summary the scripted policy writes of a thread at turn ``turns`` of ``name``."""
-    return (
-        f"[summary: scenario {name}, {turns} turns done] The steps asked for so far have run "
-        "as planned; the work goes on from the next step of the plan."
-    )
+    return SUMMARY_TEMPLATE.format(name=name, turns=turns)
 
 
 def summarised(messages: list[dict[str, Any]]) -> tuple[str, int] | None:
@@ -281,16 +283,17 @@ def asks_for_summary(messages: list[dict[str, Any]]) -> bool:
     """
     system = [m for m in messages if m.get("role") == "system"][:1]
     user = [m for m in messages if m.get("role") == "user"][-1:]
-    return any(_ASKS_FOR_SUMMARY.search(_text_of(m)[:_OPENING]) for m in system + user)
+    return any(_ASKS_FOR_SUMMARY.search(_text_of(m)[:OPENING]) for m in system + user)
 
 
 #: How much of a message is its opening, where it says what it asks for.
-_OPENING = 1000
-_ASKS_FOR_SUMMARY = re.compile(
+OPENING = 1000
+#: What asks for a summary (case aside); the engine's plan looks for the same.
+ASKS_FOR_SUMMARY_PATTERN = (
     r"summary of (?:the|this|our) conversation|context summari[sz]ation|summari[sz]e (?:the|this|"
-    r"our) conversation|checkpoint compaction|handoff summary",
-    re.IGNORECASE,
+    r"our) conversation|checkpoint compaction|handoff summary"
 )
+_ASKS_FOR_SUMMARY = re.compile(ASKS_FOR_SUMMARY_PATTERN, re.IGNORECASE)
 
 
 def count_text_turns(messages: list[dict[str, Any]], scenario: Scenario) -> int:
