@@ -9,6 +9,7 @@ that edited its history.
 Told by tokens, as every break is, whatever the harness or its API: call M *resumes from* an
 earlier call S when
 
+- S answered in text, calling no tool (a summary is text),
 - M's prompt does not continue S (S's prompt and answer are not a prefix of it),
 - M's prompt holds S's answer: a quarter at least of its runs of tokens (the summary as the
   harness placed it, re-tokenized from its text, with its ends re-formatted), and
@@ -16,7 +17,8 @@ earlier call S when
 
 The last rule tells a compaction from a harness that pruned its history (old tool output
 cleared): there the previous answer stands in the new prompt too, but after the message it
-answered.
+answered. The first keeps the summary's own request, which writes the history out as text
+(opencode), from being taken for a thread going on from the turns it quotes.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rollstream.consumers.reconstruct.calls import ResolvedCall
+from rollstream.errors import SerializationError
+from rollstream.schemas.blobs import decompress_json
 from rollstream.schemas.packed import TokenIds
 
 #: A summary shorter than this is not told apart from a short acknowledgement ("OK.").
@@ -64,7 +68,20 @@ def _resumes(prompt: TokenIds, summary: ResolvedCall) -> bool:
     if sum(holds(prompt, run) for run in runs) * HELD < len(runs):
         return False
     end = len(asked) - PROMPT_END
-    return end < WINDOW or not holds(prompt, asked[end - WINDOW : end])
+    if end >= WINDOW and holds(prompt, asked[end - WINDOW : end]):
+        return False
+    return not _called_tools(summary)
+
+
+def _called_tools(call: ResolvedCall) -> bool:
+    """Whether the call's answer, as the harness got it, called a tool (read last: it decodes)."""
+    if call.record.response is None:
+        return False
+    try:
+        message = decompress_json(call.record.response)["choices"][0]["message"]
+    except (SerializationError, LookupError, TypeError):
+        return False
+    return isinstance(message, dict) and bool(message.get("tool_calls"))
 
 
 def holds(haystack: TokenIds, needle: TokenIds) -> bool:

@@ -9,7 +9,7 @@ from hypothesis import given
 
 from rollstream.consumers.reconstruct.checker import check_segments
 from rollstream.consumers.reconstruct.strategies import StrategyContext, get_strategy
-from rollstream.schemas import Compaction
+from rollstream.schemas import Compaction, compress_json
 from tests.consumers.reconstruct.sessions import (
     SYSTEM,
     TOOL,
@@ -71,6 +71,28 @@ def test_a_history_the_harness_pruned_is_not_a_compaction() -> None:
     stats = get_strategy("prefix_merge")(session.resolved(), StrategyContext()).stats
     assert stats.break_reasons == {"edited_history": 1}
     assert stats.compactions == []
+
+
+def test_a_summary_request_quoting_a_turn_that_called_tools_resumes_nothing() -> None:
+    # opencode writes the history out as text for its summary's request: the answer of a turn
+    # that called a tool stands in it, the end of that turn's prompt not (another template).
+    writer = SessionWriter(random.Random(5))
+    conv: list[Message] = [(SYSTEM, writer.system), (USER, writer.text(4, 8))]
+    turn = writer.call(conv, (*writer.text(8, 10), *writer.tool_call()), "tool_calls")
+    assert turn.completion is not None
+    quoted = tuple(turn.completion[:-1])  # its answer, as the text of a user message
+    writer.call([(SYSTEM, (7, 7, 7)), (USER, (*writer.text(3, 4), *quoted))], (50, 51), "stop")
+    records = to_records(writer.planned)
+    session = GeneratedSession(writer.planned, records, Planted())
+    stats = get_strategy("prefix_merge")(session.resolved(), StrategyContext()).stats
+    assert stats.compactions != []  # told by tokens alone, it looks like one
+    message = {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function"}]}
+    records[0] = records[0].model_copy(
+        update={"response": compress_json({"choices": [{"message": message}]})}
+    )
+    session = GeneratedSession(writer.planned, records, Planted())
+    stats = get_strategy("prefix_merge")(session.resolved(), StrategyContext()).stats
+    assert stats.break_reasons == {"edited_history": 1} and stats.compactions == []
 
 
 @PROPERTY

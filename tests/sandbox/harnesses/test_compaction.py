@@ -22,7 +22,13 @@ from rollstream.dev.backend.policies import default_scenarios_path
 from rollstream.schemas import CallRecord, CallStatus, TopicNames
 from rollstream.schemas.calls import SessionRequests
 from rollstream.settings import KafkaSettings
-from tests.harness_stack import harnesses_installed, scripted_interceptor, solve_session
+from tests.engine_servers import EngineServers
+from tests.harness_stack import (
+    engine_interceptor,
+    harnesses_installed,
+    scripted_interceptor,
+    solve_session,
+)
 from tests.schemas.samples import SCORED
 
 pytestmark = pytest.mark.integration
@@ -31,6 +37,9 @@ pytestmark = pytest.mark.integration
 #: 15,400 of this family's tokens, Codex's 19,400, Claude Code's 40,600) and the summary, below
 #: the same with the long output (about 3,500 to 10,000 more, as each truncates it).
 COMPACT_AT = {"opencode": "17500", "claude-code": "45000", "codex": "21500"}
+#: opencode on vLLM's Qwen3 vocabulary: its base prompt is about 7,200 tokens there, and
+#: 17,400 with the long output.
+ON_VLLM_AT = "12000"
 
 
 def _request(records: list[CallRecord], record: CallRecord) -> dict[str, object]:
@@ -55,12 +64,40 @@ async def test_a_harness_compacting_its_context_stays_one_rollout(
             task="[scenario: compact] Create hello.txt with polar.",
             options={"compact_at": COMPACT_AT[name]},
         )
+    _assert_one_rollout(records, summary_tools=name == "claude-code")
+
+
+@pytest.mark.parametrize("family", ["qwen3"])
+async def test_opencode_compacting_on_vllm_stays_one_rollout(
+    family: str,
+    engine_servers: EngineServers,
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    tmp_path: Path,
+) -> None:
+    """The same on a real vLLM: its template renders, the engine's plan writes the summary."""
+    server = engine_servers.get(family)
+    async with engine_interceptor(kafka_settings, tmp_path / "state", server, family) as proxy:
+        records = await solve_session(
+            "opencode",
+            proxy,
+            kafka_settings,
+            harnesses_installed(),
+            tmp_path,
+            task="[scenario=compact] Create hello.txt with polar.",
+            options={"compact_at": ON_VLLM_AT},
+        )
+    _assert_one_rollout(records, summary_tools=False)
+
+
+def _assert_one_rollout(records: list[CallRecord], *, summary_tools: bool) -> None:
+    """One compaction boundary, every trace kept, every segment trained with one advantage."""
+    # For a failure's message: each call's seq, whether it offered tools, its prompt's length.
     shapes = [
         (
             r.seq,
-            r.status.value,
             bool(_request(records, r).get("tools")),
-            len(r.completion_token_ids or []),
+            r.prompt and r.prompt.shared_len + len(r.prompt.suffix),
         )
         for r in records
     ]
@@ -74,8 +111,9 @@ async def test_a_harness_compacting_its_context_stays_one_rollout(
         [boundary] = rebuilt.stats.compactions
         summary = next(r for r in records if r.call_id == boundary.summary_call_id)
         resumed = next(r for r in records if r.call_id == boundary.resumed_call_id)
-        # The summary was asked for (by opencode without tools); the thread went on with them.
-        assert bool(_request(records, summary).get("tools")) is (name == "claude-code")
+        # The summary was asked for (with tools by Claude Code only); the thread went on with
+        # them.
+        assert bool(_request(records, summary).get("tools")) is summary_tools
         assert _request(records, resumed).get("tools")
         assert resumed.seq > summary.seq
         # Every trace is kept: each answered call is in a segment, the summary's too.
