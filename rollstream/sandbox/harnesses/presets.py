@@ -48,8 +48,8 @@ class ClaudeCode:
         argv = [str(executable), "-p", ctx.instruction, "--model", ctx.model]
         argv.append("--dangerously-skip-permissions")
         compacting: dict[str, str] = {}
-        if ctx.options.get("compact_at"):
-            at = _int_option(ctx, self.name, "compact_at", 0)
+        at = _int_option(ctx, self.name, "compact_at")
+        if at is not None:
             window = max(at, self.MIN_COMPACT_WINDOW)
             compacting["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = str(window)
             compacting["CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"] = f"{100 * at / window:g}"
@@ -88,10 +88,9 @@ class Codex:
         overrides += [
             f"model_providers.rollstream.{k}={json.dumps(v)}" for k, v in provider.items()
         ]
-        if ctx.options.get("compact_at"):  # where it compacts its history (tokens)
-            overrides.append(
-                f"model_auto_compact_token_limit={_int_option(ctx, self.name, 'compact_at', 0)}"
-            )
+        compact_at = _int_option(ctx, self.name, "compact_at")
+        if compact_at is not None:  # where it compacts its history (tokens)
+            overrides.append(f"model_auto_compact_token_limit={compact_at}")
         argv = [str(executable), "exec", "--skip-git-repo-check"]
         argv += ["--dangerously-bypass-approvals-and-sandbox", "-m", ctx.model]
         for override in overrides:
@@ -211,7 +210,7 @@ class OpenCode:
         the answer's limit (4096): the task option ``compact_at`` (tokens) sets the context it
         is told so that this happens there (default: a context of 131072).
         """
-        compact_at = _int_option(ctx, self.name, "compact_at", 131072 - self.OUTPUT_LIMIT)
+        compact_at = _int_option(ctx, self.name, "compact_at") or 131072 - self.OUTPUT_LIMIT
         limits = {"context": compact_at + self.OUTPUT_LIMIT, "output": self.OUTPUT_LIMIT}
         provider = {
             "npm": "@ai-sdk/openai-compatible",  # bundled in the binary: nothing is fetched
@@ -270,10 +269,11 @@ class KiloCode(OpenCode):
         return {}
 
 
-def _int_option(ctx: HarnessContext, preset_name: str, key: str, default: int) -> int:
+def _int_option(ctx: HarnessContext, preset_name: str, key: str) -> int | None:
+    """The option ``key`` as a positive integer, or None when it is unset (or only spaces)."""
     value = ctx.options.get(key, "").strip()
     if not value:
-        return default
+        return None
     if not value.isdigit() or int(value) < 1:
         raise ConfigurationError(
             f"the {preset_name} harness's option {key} must be a positive integer, not {value!r}"

@@ -81,6 +81,11 @@ def test_compact_at_is_where_each_harness_is_told_to_compact() -> None:
     # Unset: each harness's own default.
     assert "CLAUDE_CODE_AUTO_COMPACT_WINDOW" not in preset("claude-code").launch(CTX, EXE).env
     assert not any("auto_compact" in arg for arg in preset("codex").launch(CTX, EXE).argv)
+    # A value of only spaces is unset too, not a window of 0 %.
+    _, env, _ = launched("claude-code", "  ")
+    assert "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE" not in env
+    argv, _, _ = launched("codex", " ")
+    assert not any("auto_compact" in arg for arg in argv)
     for name in ("opencode", "claude-code", "codex"):
         with pytest.raises(ConfigurationError, match="compact_at must be a positive integer"):
             launched(name, "a lot")
