@@ -33,26 +33,25 @@ from rollstream.interceptor.counting import (
     answer_count_tokens,
     send_count_tokens,
 )
-from rollstream.interceptor.exact.upstream import CONTEXT_HEADER, ExactUpstream
+from rollstream.interceptor.exact.upstream import ExactUpstream
 from rollstream.interceptor.flows import (
     STATE,
     headers_dict,
     json_response,
+    rewrite_credentials,
     sse_response,
     upstream_message,
 )
 from rollstream.interceptor.forward import is_passthrough
 from rollstream.interceptor.gate import Gate
-from rollstream.interceptor.policy import Decision, Route, decide
+from rollstream.interceptor.policy import Decision, Route, decide, is_upgrade
 from rollstream.interceptor.recorder import CallRecorder, Publish
 from rollstream.interceptor.recording import ANONYMOUS, CallState
 from rollstream.interceptor.registry import SessionRegistry
 from rollstream.interceptor.served import ServedContext
 from rollstream.interceptor.sessions import (
-    AFFINITY_HEADER,
     SessionLedger,
     affinity_key,
-    credential_headers,
     keyed_session,
     named_session,
     session_of,
@@ -60,11 +59,11 @@ from rollstream.interceptor.sessions import (
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.interceptor.streaming import stream_function
 from rollstream.interceptor.timeouts import TIMEOUT_HEADER, UpstreamDeadlines, upstream_cut
-from rollstream.schemas import ContextMode, jsonfast
+from rollstream.interceptor.websocket import TRANSPORT_HEADER, WebSocketBridge
+from rollstream.schemas import ApiKind, Caller, ContextMode, jsonfast
+from rollstream.schemas.calls import Transport
 
 log = logging.getLogger(__name__)
-
-_CONTEXT_HEADER_BYTES = CONTEXT_HEADER.encode()
 
 
 class RollstreamAddon:
@@ -99,6 +98,8 @@ class RollstreamAddon:
         self.deadlines = UpstreamDeadlines(settings.upstream_timeout_s)
         self.exact = ExactUpstream(settings, self.sessions.context)
         self.served = ServedContext(settings)
+        #: Where WebSocket upgrades are ended (``websocket``); None: refused (the proxy sets it).
+        self.websockets: WebSocketBridge | None = None
 
     # -- hooks ---------------------------------------------------------------------------
 
@@ -111,14 +112,14 @@ class RollstreamAddon:
         headers = headers_dict(flow.request.headers)
         session, raw = session_of(headers, flow.request.path)
         if is_passthrough(flow):  # forward mode's other traffic: not the upstream's
-            self._rewrite_credentials(flow, None)
+            rewrite_credentials(flow, None, self.settings.upstream_api_key)
             return
-        decision = decide(flow.request.method, raw)
+        decision = decide(flow.request.method, raw, is_upgrade(flow.request.headers))
         if decision.route is Route.REFUSED:
             self._refuse(flow, decision, session)
             return
         path = decision.path  # what the upstream reads, so what goes upstream
-        llm_call = decision.route is Route.LLM_CALL
+        llm_call = decision.route in (Route.LLM_CALL, Route.WEBSOCKET)
         unknown = llm_call and session not in self.sessions
         if unknown and self.settings.strict_sessions:
             self._unknown_session(flow, path, session)
@@ -127,9 +128,14 @@ class RollstreamAddon:
             # Any key is served outside strict mode, but it may be a real credential: its
             # session is named by its keyed hash, so the key itself is recorded nowhere.
             session = keyed_session(self.hash_key, session)
+        if decision.route is Route.WEBSOCKET:  # its calls come back through here, one by one
+            self._websocket(flow, decision, headers, session)
+            return
         if llm_call:
             await self.gate.wait()  # held while the trainer swaps weights
-        asked_context = self._rewrite_credentials(flow, session if llm_call else None)
+        asked_context = rewrite_credentials(
+            flow, session if llm_call else None, self.settings.upstream_api_key
+        )
         flow.request.path = path
         if decision.route is Route.COUNT_TOKENS:
             assert decision.adapter is not None
@@ -156,6 +162,9 @@ class RollstreamAddon:
             adapter.kind, session or ANONYMOUS, body if isinstance(body, dict) else {}
         )
         state.caller = caller_from_headers(flow.request.headers)
+        vouched = flow.request.headers.pop(TRANSPORT_HEADER, None)  # never sent upstream
+        if self.websockets is not None and self.websockets.sent(vouched):
+            state.transport = "websocket"
         flow.metadata[STATE] = state
         self.live[state.call_id] = state
         self.in_flight[state.session] += 1
@@ -315,11 +324,41 @@ class RollstreamAddon:
     ) -> None:
         """Answer a call that cannot go upstream, and record it."""
         flow.response = json_response(status, adapter.error(status, message))
-        state = CallState(adapter.kind, session or ANONYMOUS, {"rejected": message})
-        state.caller = caller_from_headers(flow.request.headers)
+        caller = caller_from_headers(flow.request.headers)
+        self.record_rejected(adapter.kind, session, caller, status, message, kind)
+
+    def record_rejected(
+        self,
+        api: ApiKind,
+        session: str | None,
+        caller: Caller | None,
+        status: int,
+        message: str,
+        kind: str = "invalid_request",
+        transport: Transport = "http",
+    ) -> None:
+        """Record a call that was answered with an error and never went upstream."""
+        state = CallState(api, session or ANONYMOUS, {"rejected": message})
+        state.caller, state.transport = caller, transport
         state.fail(kind, message, status, False)
         self.in_flight[state.session] += 1
         self._record(state)
+
+    def _websocket(
+        self, flow: http.HTTPFlow, decision: Decision, headers: dict[str, str], session: str | None
+    ) -> None:
+        """An admitted WebSocket upgrade: to the bridge, or refused where there is none.
+
+        Forward mode refuses it (Codex then falls back to HTTP): its calls would come back to a
+        proxy that takes only absolute URLs.
+        """
+        if self.websockets is None or self.settings.mode == "forward":
+            reason = "WebSocket is served in reverse mode only: use HTTP"
+            refused = Decision(Route.REFUSED, decision.path, decision.adapter, 501, reason)
+            self._refuse(flow, refused, session)
+            return
+        caller = caller_from_headers(flow.request.headers)
+        self.websockets.hand_over(flow, headers, session or ANONYMOUS, caller)
 
     def _refuse(self, flow: http.HTTPFlow, decision: Decision, session: str | None) -> None:
         """A request the policy refuses: the caller's API error, a record, a log line."""
@@ -345,23 +384,6 @@ class RollstreamAddon:
         who = f" (hash {affinity_key(session)})" if session else ""
         message = f"unknown session{who}: not registered with the interceptor"
         self._reject(flow, adapter, None, 401, message, kind="unknown_session")
-
-    def _rewrite_credentials(self, flow: http.HTTPFlow, session: str | None) -> str | None:
-        """Take the session's credential and our own headers out; the context header's value."""
-        # One pass over the headers: popping an absent one costs a scan and a KeyError.
-        present = {name.lower() for name, _ in flow.request.headers.fields}
-        for header in credential_headers():
-            if header.encode() in present:
-                flow.request.headers.pop(header, None)
-        context = None
-        if _CONTEXT_HEADER_BYTES in present:
-            context = flow.request.headers.pop(CONTEXT_HEADER, None)
-        if session is not None:
-            flow.request.headers[AFFINITY_HEADER] = affinity_key(session)
-        key = self.settings.upstream_api_key
-        if key is not None:
-            flow.request.headers["authorization"] = f"Bearer {key.get_secret_value()}"
-        return context
 
 
 def _exact(state: CallState) -> bool:

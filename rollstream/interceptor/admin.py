@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from aiohttp import web
@@ -100,6 +101,8 @@ def metrics_text(addon: RollstreamAddon, publisher: CapturePublisher) -> str:
     m = publisher.metrics
     recorded = addon.recorder.counts
     exact = addon.exact.context
+    bridge = addon.websockets
+    ws = bridge.counts if bridge is not None else Counter[str]()
     values: list[tuple[str, str, float]] = [
         ("rollstream_calls_total", "counter", recorded.recorded),
         ("rollstream_calls_failed_total", "counter", recorded.failed),
@@ -112,6 +115,11 @@ def metrics_text(addon: RollstreamAddon, publisher: CapturePublisher) -> str:
         ("rollstream_policy_version", "gauge", addon.policy_version),
         ("rollstream_exact_sessions_evicted_total", "counter", exact.evicted if exact else 0),
         ("rollstream_requests_refused_total", "counter", sum(addon.refused.values())),
+        ("rollstream_websockets_opened_total", "counter", ws["opened"]),
+        ("rollstream_websockets_open", "gauge", len(bridge.open) if bridge is not None else 0),
+        ("rollstream_websocket_calls_total", "counter", ws["calls"]),
+        ("rollstream_websocket_warmups_total", "counter", ws["warmups"]),
+        ("rollstream_websocket_messages_refused_total", "counter", ws["refused"] + ws["broken"]),
         ("rollstream_records_published_total", "counter", m.published),
         ("rollstream_publish_batches_total", "counter", m.batches),
         ("rollstream_records_spooled_total", "counter", m.spooled),

@@ -6,11 +6,15 @@ import json
 from typing import Any
 
 from mitmproxy import http
+from pydantic import SecretStr
 
+from rollstream.interceptor.exact.upstream import CONTEXT_HEADER
+from rollstream.interceptor.sessions import AFFINITY_HEADER, affinity_key, credential_headers
 from rollstream.schemas import jsonfast
 
 #: The flow metadata key holding a call's CallState.
 STATE = "rollstream"
+_CONTEXT_HEADER_BYTES = CONTEXT_HEADER.encode()
 
 
 def headers_dict(headers: http.Headers) -> dict[str, str]:
@@ -55,3 +59,26 @@ def sse_response(body: bytes) -> http.Response:
     return http.Response.make(
         200, body, {"content-type": "text/event-stream", "cache-control": "no-cache"}
     )
+
+
+def rewrite_credentials(
+    flow: http.HTTPFlow, session: str | None, upstream_key: SecretStr | None
+) -> str | None:
+    """Take the session's credential and our own headers out; the context header's value.
+
+    With a ``session`` (an LLM call), the upstream is told its hash (session affinity); with an
+    ``upstream_key``, the upstream's own credential is set.
+    """
+    # One pass over the headers: popping an absent one costs a scan and a KeyError.
+    present = {name.lower() for name, _ in flow.request.headers.fields}
+    for header in credential_headers():
+        if header.encode() in present:
+            flow.request.headers.pop(header, None)
+    context = None
+    if _CONTEXT_HEADER_BYTES in present:
+        context = flow.request.headers.pop(CONTEXT_HEADER, None)
+    if session is not None:
+        flow.request.headers[AFFINITY_HEADER] = affinity_key(session)
+    if upstream_key is not None:
+        flow.request.headers["authorization"] = f"Bearer {upstream_key.get_secret_value()}"
+    return context

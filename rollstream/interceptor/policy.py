@@ -8,6 +8,8 @@ it: percent-decoded, dot segments resolved, duplicate slashes merged, a trailing
 - an **LLM call** (an API's generation route, ``POST``): session check, pause gate, recording;
 - **token counting** (Anthropic's ``count_tokens``, Gemini's ``countTokens``): answered from the
   upstream's ``/tokenize``;
+- a **WebSocket** upgrade on the Responses route (Codex's transport): ended by the interceptor
+  itself (``websocket``), each of its calls then taking the LLM call's path;
 - an **auxiliary route** on the allowlist (the model list, ``/tokenize``, ``/detokenize``,
   ``/health``): forwarded, on the normalised path;
 - anything else is **refused** (404, or 405 for a known route asked with another method, 400
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -48,6 +51,7 @@ class Route(enum.Enum):
 
     LLM_CALL = "llm_call"
     COUNT_TOKENS = "count_tokens"
+    WEBSOCKET = "websocket"
     AUXILIARY = "auxiliary"
     REFUSED = "refused"
 
@@ -90,8 +94,11 @@ def normalise(path: str) -> str:
     return "/" + "/".join(segments) + (mark + query if mark else "")
 
 
-def decide(method: str, path: str) -> Decision:
-    """What to do with ``method path`` (the path without any ``/s/{session}`` prefix)."""
+def decide(method: str, path: str, websocket: bool = False) -> Decision:
+    """What to do with ``method path`` (the path without any ``/s/{session}`` prefix).
+
+    ``websocket``: the request asks to upgrade to a WebSocket (``is_upgrade``).
+    """
     try:
         normal = normalise(path)
     except (UnreadablePath, UnicodeDecodeError) as exc:
@@ -99,6 +106,16 @@ def decide(method: str, path: str) -> Decision:
     bare = normal.partition("?")[0]
     counting = count_tokens_adapter(normal)
     adapter = adapter_for(normal)
+    if websocket:
+        if method == "GET" and adapter is not None and adapter.kind is ApiKind.RESPONSES:
+            return Decision(Route.WEBSOCKET, normal, adapter)
+        return Decision(
+            Route.REFUSED,
+            normal,
+            adapter or caller_api(normal),
+            404 if adapter is None else 405,
+            f"{method} {bare}: WebSocket is served on the Responses route only (GET)",
+        )
     if counting is not None or adapter is not None:
         if method != "POST":
             return Decision(
@@ -116,6 +133,14 @@ def decide(method: str, path: str) -> Decision:
         404,
         f"{method} {bare} is not served through the rollstream interceptor",
     )
+
+
+def is_upgrade(headers: Mapping[str, str]) -> bool:
+    """Whether a request asks to upgrade its connection to a WebSocket.
+
+    ``headers`` must look names up case-insensitively (mitmproxy's do).
+    """
+    return "websocket" in headers.get("upgrade", "").lower()
 
 
 def caller_api(path: str) -> Adapter:

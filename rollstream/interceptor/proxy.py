@@ -25,10 +25,11 @@ from rollstream.interceptor.admin import AdminApp, server_url
 from rollstream.interceptor.forward import ForwardAddon
 from rollstream.interceptor.registry import SessionRegistry
 from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.interceptor.websocket import Admitted, WebSocketBridge
 from rollstream.kafka.control import PolicyFollower
 from rollstream.kafka.schema_store import SchemaStore
 from rollstream.producers.publisher.client import CapturePublisher, PublisherSettings
-from rollstream.schemas import AvroSerializer, PolicyVersion, TopicNames
+from rollstream.schemas import ApiKind, AvroSerializer, PolicyVersion, TopicNames
 from rollstream.settings import KafkaSettings, StatePaths
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,12 @@ class Interceptor:
             SessionRegistry(registry),
             session_hash_key(settings, paths.state_dir),
         )
+        self.websockets = WebSocketBridge(
+            server_url(settings.host, self.port),
+            self._websocket_refused,
+            settings.max_body_bytes,
+        )
+        self.addon.websockets = self.websockets
         self.forward = (
             ForwardAddon(settings.upstream, settings.other_traffic)
             if settings.mode == "forward"
@@ -87,6 +94,16 @@ class Interceptor:
         self._task: asyncio.Task[None] | None = None
         self._admin: web.AppRunner | None = None
         self.admin_port = settings.admin_port
+
+    def _websocket_refused(self, admitted: Admitted, status: int, message: str) -> None:
+        self.addon.record_rejected(
+            ApiKind.RESPONSES,
+            admitted.session,
+            admitted.caller,
+            status,
+            message,
+            transport="websocket",
+        )
 
     def _on_policy(self, version: PolicyVersion) -> None:
         log.info("policy version %d (from %s)", version.version, version.publisher or "?")
@@ -102,6 +119,7 @@ class Interceptor:
         await self.addon.exact.check_upstream(self.settings)
         await self.addon.served.start()
         await self.publisher.start()
+        await self.websockets.start()
         if self.policy is not None:
             await self.policy.start()
         forward = self.settings.mode == "forward"
@@ -168,10 +186,13 @@ class Interceptor:
             if proxyserver is not None:
                 await proxyserver.servers.update([])
             await self._drain()
+            # Before mitmproxy goes: the harnesses are told (1001, going away) and reconnect.
+            await self.websockets.stop()
             self._master.shutdown()
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task
+        await self.websockets.stop()  # stopped already, unless the proxy never started
         if self._admin is not None:
             await self._admin.cleanup()
         if self.policy is not None:

@@ -20,7 +20,7 @@ from rollstream.schemas import (
     TokenIds,
     compress_json,
 )
-from rollstream.schemas.calls import Caller, LeftOut
+from rollstream.schemas.calls import Caller, LeftOut, Transport
 
 ANONYMOUS = "anonymous"
 # zstd level 1, not the default 3: the producer compresses each batch again (zstd), and on a
@@ -59,6 +59,7 @@ class CallState:
     adjusted: list[str] = field(default_factory=list)  # request changes for the served model
     policy_version: int | None = None  # in force when the request went upstream; None: unsent
     caller: Caller | None = None  # who is calling, as the harness says (interceptor/callers.py)
+    transport: Transport = "http"  # "websocket": sent by the bridge (interceptor/websocket.py)
 
     def fail(self, kind: str, message: str, http_status: int | None, retriable: bool) -> None:
         """Mark the call failed (the first failure wins)."""
@@ -174,6 +175,7 @@ def _identity(
         "context": state.context,
         "adjusted": list(state.adjusted),
         "caller": state.caller,
+        "transport": state.transport,
     }
 
 

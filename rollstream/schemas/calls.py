@@ -97,6 +97,10 @@ class ContextInfo(Model):
     appended_end_of_turn: bool = False
 
 
+#: How a harness sent a call to the interceptor.
+Transport = Literal["http", "websocket"]
+
+
 class Caller(Model):
     """Who is calling, as the harness says in its request headers (``interceptor/callers.py``).
 
@@ -160,6 +164,9 @@ class CallRecord(AvroRecord):
     #: conversation and fields, streamed or not: a retry, or the same request sent twice at
     #: once, which the timings tell apart); None when it repeats none.
     repeats: str | None = None
+    #: How the harness sent the call: ``http``, or ``websocket`` (the Responses API over a
+    #: WebSocket, which the interceptor ends and sends on as HTTP).
+    transport: Transport = "http"
 
     @model_validator(mode="after")
     def _consistent(self) -> CallRecord:

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import anthropic
 import httpx2
 import openai
@@ -203,3 +204,23 @@ async def test_other_traffic_can_be_blocked(
             assert chat.status_code == 200
     finally:
         await proxy.stop()
+
+
+async def test_a_websocket_is_refused_in_forward_mode_so_codex_speaks_http(
+    forward: Interceptor, kafka_settings: KafkaSettings
+) -> None:
+    """Only reverse mode ends WebSockets; Codex falls back to HTTP on a refused upgrade."""
+    register(forward, "sess-fwd-ws")
+    context = ssl.create_default_context(cafile=str(forward.ca_cert_path))
+    async with aiohttp.ClientSession() as client:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await client.ws_connect(
+                "https://api.openai.com/v1/responses",
+                proxy=forward.url,
+                ssl=context,
+                headers={"Authorization": "Bearer sess-fwd-ws"},
+            )
+    assert refused.value.status == 501
+    [record] = await _records(kafka_settings, 1)
+    assert record.session_id == "sess-fwd-ws" and record.status is CallStatus.ERROR
+    assert record.error is not None and "reverse mode only" in record.error.message

@@ -71,6 +71,7 @@ CALL = CallRecord(
     left_out=[LeftOut(part="response", reason="record_too_large", size=20, sha256="ab" * 32)],
     adjusted=["max_tokens 32000 above the served context of 8192 tokens: sent as 8192"],
     repeats="call-1",
+    transport="websocket",
 )
 
 TASK = Task(

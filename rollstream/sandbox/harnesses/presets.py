@@ -70,20 +70,32 @@ class Codex:
     """Codex: OpenAI Responses, always streamed.
 
     It needs a provider entry (a base URL alone is ignored), given as ``-c`` overrides so
-    nothing in HOME is needed.
+    nothing in HOME is needed. The task option ``transport`` is ``http`` (the default) or
+    ``websocket``: the Responses API over one WebSocket per thread, as Codex speaks to OpenAI
+    (the interceptor ends it, ``interceptor/websocket``).
     """
+
+    TRANSPORTS = ("http", "websocket")
 
     name = "codex"
     api = ApiKind.RESPONSES
 
     def launch(self, ctx: HarnessContext, executable: Path) -> HarnessLaunch:
         """``codex exec`` with a ``rollstream`` provider reading the key from the session env."""
-        provider = {
+        provider: dict[str, object] = {
             "name": "rollstream",
             "base_url": f"{ctx.base_url}/v1",
             "env_key": SESSION_ENV,
             "wire_api": "responses",
         }
+        transport = ctx.options.get("transport", "").strip() or "http"
+        if transport not in self.TRANSPORTS:
+            raise ConfigurationError(
+                f"the codex harness's option transport must be one of {', '.join(self.TRANSPORTS)}"
+                f", not {transport!r}"
+            )
+        if transport == "websocket":
+            provider["supports_websockets"] = True
         overrides = ['model_provider="rollstream"']
         overrides += [
             f"model_providers.rollstream.{k}={json.dumps(v)}" for k, v in provider.items()

@@ -393,3 +393,18 @@ def test_executables_of_command_and_python_need_no_install(tmp_path: Path) -> No
         resolve_executable(next(iter(PACKAGES)), tmp_path)
     with pytest.raises(ConfigurationError, match="unknown harness"):
         resolve_executable("cursor", tmp_path)
+
+
+def test_codex_speaks_websocket_only_when_the_task_says_so() -> None:
+    def argv(options: dict[str, str]) -> list[str]:
+        ctx = HarnessContext(CTX.base_url, CTX.session, CTX.model, CTX.instruction, options)
+        return preset("codex").launch(ctx, EXE).argv
+
+    flag = "model_providers.rollstream.supports_websockets=true"
+    assert flag in argv({"transport": "websocket"})
+    assert (
+        argv({"transport": "websocket"})[argv({"transport": "websocket"}).index(flag) - 1] == "-c"
+    )
+    assert not any("websockets" in arg for arg in argv({}) + argv({"transport": "http"}))
+    with pytest.raises(ConfigurationError, match="transport must be one of http, websocket"):
+        argv({"transport": "grpc"})
