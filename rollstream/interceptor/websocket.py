@@ -97,13 +97,12 @@ class WebSocketBridge:
         self.host = host
         self.port = 0
         # Twice the body limit: a larger call still reaches the HTTP path, which answers 413
-        # and records it; only beyond this does the connection close (1009), logged and counted.
+        # and records it; only beyond does the connection close (1009), logged and counted.
         self.max_message_bytes = 2 * max_message_bytes
         self.tickets: OrderedDict[str, Admitted] = OrderedDict()
         self._secret = secrets.token_urlsafe(24)
-        self.counts: Counter[str] = (
-            Counter()
-        )  # opened, calls, warmups, continued, refused, oversized
+        #: opened, calls, warmups, continued, refused, broken (a protocol error, or too large)
+        self.counts: Counter[str] = Counter()
         self.open: set[web.WebSocketResponse] = set()
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
