@@ -65,7 +65,8 @@ def _stack_node() -> tuple[str, SecretStr] | None:
     "tasks_file",
     type=click.Path(exists=True, path_type=Path),
     default=None,
-    help="Many: JSON Lines of task documents and SWE-bench-format instances.",
+    help="Many: JSON Lines of task documents and SWE-bench-format instances, or a directory "
+    "of Harbor tasks (or one).",
 )
 @click.option(
     "--harness", default=None, help="Override the tasks' harness (required for SWE instances)."

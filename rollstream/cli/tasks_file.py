@@ -1,9 +1,10 @@
-"""``rollstream run --tasks FILE``: a JSON Lines file of task documents and SWE-style instances.
+"""``rollstream run --tasks PATH``: task documents, SWE-style instances, or Harbor tasks.
 
-Each line is a task document (as ``--task`` takes) or an instance in the SWE-bench format, told
-apart by its ``instance_id`` and ``base_commit``; an instance becomes a task through
-``rollstream.schemas.swe.to_task``. A line that is neither says so with its file and line number,
-before anything is submitted.
+A file is JSON Lines: each line a task document (as ``--task`` takes) or an instance in the
+SWE-bench format, told apart by its ``instance_id`` and ``base_commit``; an instance becomes a
+task through ``rollstream.schemas.swe.to_task``. A line that is neither says so with its file and
+line number, before anything is submitted. A directory is a Harbor task (``task.toml``,
+``instruction.md``) or a dataset of them, each made a task by ``rollstream.schemas.harbor.to_task``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rollstream.schemas import harbor
 from rollstream.schemas.swe import GITHUB_REPOS, SweInstance, is_swe_instance, to_task
 
 
@@ -67,8 +69,35 @@ def task_document(path: Path, overrides: Overrides) -> dict[str, Any]:
     return document
 
 
+def harbor_documents(path: Path, overrides: Overrides) -> list[dict[str, Any]]:
+    """The task documents of a Harbor task directory, or of a directory of them."""
+    if overrides.harness is None:
+        raise TasksFileError(f"{path}: a Harbor task names no harness: pass --harness")
+    dirs = harbor.harbor_task_dirs(path)
+    if not dirs:
+        raise TasksFileError(f"{path}: no Harbor task (task.toml and instruction.md) here")
+    documents = []
+    for task_dir in dirs:
+        try:
+            task = harbor.to_task(
+                task_dir,
+                harness=overrides.harness,
+                samples=overrides.samples or 1,
+                image=overrides.image,
+            )
+        except (harbor.HarborTaskError, ValidationError, OSError) as exc:
+            raise TasksFileError(str(exc)) from None
+        documents.append(task.model_dump(mode="json", exclude={"submitted_at"}))
+    return documents
+
+
 def task_documents(path: Path, overrides: Overrides) -> list[dict[str, Any]]:
-    """The task documents of ``path``, one per non-blank line, overrides applied."""
+    """The task documents of ``path``, one per non-blank line, overrides applied.
+
+    A directory holds Harbor tasks (``harbor_documents``).
+    """
+    if path.is_dir():
+        return harbor_documents(path, overrides)
     documents = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():

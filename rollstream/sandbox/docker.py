@@ -36,6 +36,7 @@ from rollstream.sandbox.harnesses.runner import HarnessResult, harness_env, tail
 from rollstream.sandbox.netns import Wall, listener_in_namespace, setns_problem
 from rollstream.sandbox.relay import PortRelay
 from rollstream.sandbox.runtime import LocalRuntime, Sandbox
+from rollstream.schemas.tasks import CONTAINER_MARK
 
 log = logging.getLogger(__name__)
 
@@ -325,7 +326,9 @@ class DockerRuntime(LocalRuntime):
                 network_mode=self.network,
                 user=f"{os.getuid()}:{os.getgid()}",
                 working_dir=str(sandbox.work),
-                environment={"HOME": str(sandbox.home)},
+                # Marks the container as the runtime's own: a task's setup may change what is
+                # outside its workspace here (``schemas/harbor.py``), never on a host.
+                environment={"HOME": str(sandbox.home), CONTAINER_MARK: "1"},
                 labels={LABEL: "docker", "rollstream.sandbox": str(sandbox.root)},
                 **self._limits(),
             )

@@ -8,6 +8,10 @@ from pydantic import AwareDatetime, Field, model_validator
 
 from rollstream.schemas.base import AvroRecord, Model
 
+#: Set by the docker runtime in every container it makes, and nowhere else: a task's command
+#: that may only ever run inside one (it changes what is outside its workspace) checks it.
+CONTAINER_MARK = "ROLLSTREAM_SANDBOX_CONTAINER"
+
 
 class WorkspaceKind(StrEnum):
     """Where a session's workspace comes from."""

@@ -19,6 +19,7 @@ from rollstream.consumers.score.evaluators.base import (
 )
 from rollstream.consumers.score.evaluators.command import command
 from rollstream.consumers.score.evaluators.exact_match import exact_match
+from rollstream.consumers.score.evaluators.harbor import harbor
 from rollstream.consumers.score.evaluators.python import python
 from rollstream.consumers.score.evaluators.regex import regex
 from rollstream.consumers.score.evaluators.session_completed import session_completed
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 EVALUATORS: dict[str, Evaluator] = {
     "command": command,
     "exact_match": exact_match,
+    "harbor": harbor,
     "regex": regex,
     "python": python,
     "session_completed": session_completed,
