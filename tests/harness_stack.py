@@ -58,9 +58,10 @@ async def scripted_interceptor(
     admin_token: str | None = None,
     strict: bool = False,
     scenarios: Path | None = None,
+    tpot_ms: float = 0.0,
 ) -> AsyncIterator[Interceptor]:
     """An interceptor (free ports) in front of the scripted backend serving SOLVE_SCENARIOS
-    (or the file ``scenarios``).
+    (or the file ``scenarios``), sampling a token each ``tpot_ms``.
 
     It has the backend's own tokenizer (and ``family``: the toy model's generic one unless
     named), so sessions may choose exact context; ``context="exact"`` makes it the default.
@@ -73,7 +74,11 @@ async def scripted_interceptor(
     # The harnesses' system prompts and tool lists are long in this small vocabulary
     # (Claude Code: 64k tokens), so the context is made large enough.
     settings = BackendSettings(
-        policy="scripted", scenarios=scenarios, model=MODEL, max_model_len=262144
+        policy="scripted",
+        scenarios=scenarios,
+        model=MODEL,
+        max_model_len=262144,
+        tpot_ms=tpot_ms,
     )
     chosen = policy(tokenizer, load_scenarios(scenarios)) if policy else None
     backend = Backend(settings, None if served else tokenizer, chosen, family=served)

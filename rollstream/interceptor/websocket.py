@@ -17,6 +17,7 @@ answered with an ``error`` event and recorded as a refused call.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import secrets
@@ -176,25 +177,37 @@ class WebSocketBridge:
         await ws.prepare(request)
         self.counts["opened"] += 1
         self.open.add(ws)
-        last: Conversation | None = None
+        # Read while answering: a harness that goes away mid-answer cuts its call (the proxy
+        # records it cancelled) instead of the model sampling on for nobody.
+        received: asyncio.Queue[aiohttp.WSMessage] = asyncio.Queue()
+        serving = asyncio.create_task(self._serve(ws, admitted, received))
         try:
             async for message in ws:
-                if message.type is aiohttp.WSMsgType.TEXT:
-                    last = await self._message(ws, admitted, message.data, last)
-                elif message.type is aiohttp.WSMsgType.BINARY:
-                    await self._refused(ws, admitted, "a WebSocket message must be text (JSON)")
-                elif message.type is aiohttp.WSMsgType.ERROR:  # too large, or not WebSocket
-                    self.counts["broken"] += 1
-                    log.warning(
-                        "WebSocket of session %s closed: %s", admitted.session, ws.exception()
-                    )
-        except ConnectionError as exc:
-            # The harness went away mid-answer: leaving the call's request cut it, and the
-            # proxy recorded it as cancelled.
-            log.info("WebSocket of session %s went away: %s", admitted.session, exc)
+                received.put_nowait(message)
         finally:
+            serving.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                await serving
             self.open.discard(ws)
         return ws
+
+    async def _serve(
+        self,
+        ws: web.WebSocketResponse,
+        admitted: Admitted,
+        received: asyncio.Queue[aiohttp.WSMessage],
+    ) -> None:
+        """Answer the connection's messages in the order they came."""
+        last: Conversation | None = None
+        while True:
+            message = await received.get()
+            if message.type is aiohttp.WSMsgType.TEXT:
+                last = await self._message(ws, admitted, message.data, last)
+            elif message.type is aiohttp.WSMsgType.BINARY:
+                await self._refused(ws, admitted, "a WebSocket message must be text (JSON)")
+            elif message.type is aiohttp.WSMsgType.ERROR:  # too large, or not WebSocket
+                self.counts["broken"] += 1
+                log.warning("WebSocket of session %s closed: %s", admitted.session, ws.exception())
 
     async def _message(
         self, ws: web.WebSocketResponse, admitted: Admitted, text: str, last: Conversation | None

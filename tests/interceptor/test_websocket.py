@@ -24,6 +24,7 @@ from rollstream.schemas.calls import SessionRequests
 from rollstream.settings import KafkaSettings
 from tests.harness_stack import MODEL, register, scripted_interceptor
 from tests.kafka_reading import read_records
+from tests.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -217,3 +218,23 @@ async def test_a_stopping_proxy_closes_its_websockets_as_going_away(
         await ws.close()
     [record] = await session_records(kafka_settings, "ws-stop", 1)
     assert record.status is CallStatus.OK and record.transport == "websocket"
+
+
+async def test_a_harness_gone_mid_answer_leaves_its_call_recorded_cancelled(
+    kafka_settings: KafkaSettings, rollstream_topics: TopicNames, tmp_path: Path
+) -> None:
+    async with (
+        scripted_interceptor(kafka_settings, tmp_path / "state", tpot_ms=100) as proxy,
+        aiohttp.ClientSession() as client,
+    ):
+        register(proxy, "ws-gone")
+        ws = await client.ws_connect(
+            f"{proxy.url}/v1/responses", headers={"authorization": "Bearer ws-gone"}
+        )
+        await ws.send_json(create(input=[USER]))
+        first = json.loads((await ws.receive(timeout=30)).data)
+        assert first["type"] == "response.created"
+        await ws.close()  # mid-answer: the model is still sampling
+        [record] = await session_records(kafka_settings, "ws-gone", 1)
+        assert (record.status, record.transport) == (CallStatus.CANCELLED, "websocket")
+        await until(lambda: not proxy.websockets.open, 10, "the bridge let the connection go")
