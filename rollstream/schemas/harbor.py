@@ -58,12 +58,15 @@ def harbor_task_dirs(path: Path) -> list[Path]:
 def workdir_of(dockerfile: str) -> str | None:
     """The working directory a Dockerfile leaves its image in (its last ``WORKDIR``), or None.
 
-    A relative ``WORKDIR`` is taken from the one before it, as Docker does.
+    A relative ``WORKDIR`` is taken from the one before it, as Docker does; each ``FROM`` starts
+    a stage from its base's (unknown here, so none).
     """
     workdir: str | None = None
     for line in dockerfile.splitlines():
         words = line.strip().split(maxsplit=1)
-        if len(words) == 2 and words[0].upper() == "WORKDIR":
+        if words and words[0].upper() == "FROM":
+            workdir = None
+        elif len(words) == 2 and words[0].upper() == "WORKDIR":
             value = words[1].strip().strip("\"'")
             workdir = value if value.startswith("/") else f"{workdir or ''}/{value}"
     return workdir

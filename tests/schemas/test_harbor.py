@@ -75,6 +75,10 @@ def test_the_workdir_is_the_dockerfiles_last() -> None:
     assert workdir_of("FROM x\nWORKDIR /a\nRUN true\nworkdir b\n") == "/a/b"
     assert workdir_of('FROM x\nWORKDIR "/srv/app"\n') == "/srv/app"
     assert workdir_of("FROM x\nRUN true\n") is None
+    # A multi-stage build: the last stage's own, not the builder's.
+    assert (
+        workdir_of("FROM x AS build\nWORKDIR /src\nFROM y\nCOPY --from=build /src /opt\n") is None
+    )
 
 
 def test_a_dataset_is_its_task_directories_and_needs_a_harness(tmp_path: Path) -> None:
