@@ -146,7 +146,10 @@ class WebSocketBridge:
         self.port = self._runner.addresses[0][1]
         # No overall timeout: an answer streams as long as the model writes.
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
-        self._client = aiohttp.ClientSession(timeout=timeout, auto_decompress=True)
+        # No connection limit: each open WebSocket has at most one call in flight, and a limit
+        # would hold one harness's call behind others' (aiohttp's default is 100).
+        connector = aiohttp.TCPConnector(limit=0)
+        self._client = aiohttp.ClientSession(timeout=timeout, connector=connector)
 
     async def stop(self) -> None:
         """Close every connection (going away: the harness reconnects), then the server."""
