@@ -174,13 +174,20 @@ class TopicReader:
     _consumer: AIOKafkaConsumer | None = None
     _serializer: AvroSerializer = field(default_factory=AvroSerializer)
 
-    async def start(self) -> None:
-        """Assign every partition, from the beginning."""
+    async def start(self, within_s: float = 30.0) -> None:
+        """Assign every partition, from the beginning.
+
+        A topic created a moment ago reaches each broker's metadata a little later (a cluster's
+        run failed once on it): it is waited for, within ``within_s``.
+        """
         consumer = make_consumer(self.kafka)
         await consumer.start()
         self._consumer = consumer
-        tps = await topic_partitions(consumer, self.topic)
-        assert tps, f"no topic {self.topic}"
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within_s
+        while not (tps := await topic_partitions(consumer, self.topic)):
+            assert loop.time() < deadline, f"no topic {self.topic} within {within_s:g} s"
+            await asyncio.sleep(0.2)
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
 
