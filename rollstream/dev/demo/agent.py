@@ -28,13 +28,17 @@ SHELL_TOOL = {
 }
 
 
-async def _shell(command: str, workdir: Path) -> str:
-    proc = await asyncio.create_subprocess_shell(
-        command,
-        cwd=workdir,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
+async def shell(command: object, workdir: Path) -> str:
+    """Run the model's command; its output and exit code.
+
+    A shell line, or an argument list (as Codex's shell tool takes it, and as the reference
+    backend's scripted policy writes it).
+    """
+    pipes: dict[str, Any] = {"stdout": asyncio.subprocess.PIPE, "stderr": asyncio.subprocess.STDOUT}
+    if isinstance(command, list) and command:
+        proc = await asyncio.create_subprocess_exec(*map(str, command), cwd=workdir, **pipes)
+    else:
+        proc = await asyncio.create_subprocess_shell(str(command or ""), cwd=workdir, **pipes)
     out, _ = await proc.communicate()
     return out.decode(errors="replace")[-4000:] + f"\n(exit {proc.returncode})"
 
@@ -59,6 +63,6 @@ async def run(base_url: str, session: str, instruction: str, workdir: Path) -> i
                 return 0
             for call in calls:
                 arguments = json.loads(call["function"]["arguments"] or "{}")
-                output = await _shell(str(arguments.get("command", "")), workdir)
+                output = await shell(arguments.get("command", ""), workdir)
                 messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
     return 1
