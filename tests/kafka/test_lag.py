@@ -1,4 +1,4 @@
-"""``rollstream status`` lags: data records not yet consumed, transaction markers not counted."""
+"""Consumer group lags: data records not yet consumed, transaction markers not counted."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import uuid
 
 from aiokafka.structs import TopicPartition
 
-from rollstream.dev.stack.status import group_lags
+from rollstream.kafka.lag import group_lags
 from rollstream.settings import KafkaSettings
 from tests.conftest import ConsumerFactory, ProducerFactory, TopicFactory
 
