@@ -11,7 +11,7 @@ export PIP_CACHE_DIR := $(CACHE)/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 
-.PHONY: help venv jars vocabularies templates harnesses debs prebuilt setup lint typecheck check test chaos demo clean
+.PHONY: help venv jars vocabularies templates harnesses console debs prebuilt setup lint typecheck check test chaos demo clean
 
 help:
 	@echo "make demo   set up, run the local stack, a few tasks on a real harness, train, report"
@@ -44,6 +44,12 @@ templates: venv
 harnesses: venv
 	@if command -v npm >/dev/null; then $(BIN)/rollstream harness install --only npm; \
 	  else echo "npm not found: the real-harness tests will be skipped (install Node.js 20+)"; fi
+
+# The console's front end (Preact, htm, uPlot; bundled by esbuild), pinned by its lock file and
+# built into the package's console/web/dist. Without npm the console and its tests say so.
+console: venv
+	@if command -v npm >/dev/null; then $(BIN)/rollstream console build; \
+	  else echo "npm not found: the console's front end is not built (install Node.js 20+)"; fi
 
 # Debian's packages some tests need, installed only when missing and apt-get is usable (as root),
 # in one apt run: a private Docker daemon, debootstrap and a static busybox for the container
@@ -104,7 +110,7 @@ endef
 setup: venv
 	@$(MAKE) --no-print-directory debs
 	@$(MAKE) --no-print-directory prebuilt
-	@$(MAKE) --no-print-directory --jobs=4 --output-sync=target jars vocabularies templates harnesses lint
+	@$(MAKE) --no-print-directory --jobs=4 --output-sync=target jars vocabularies templates harnesses console lint
 
 test: venv
 	$(call beside_mypy,-m "not long" -n $(TEST_WORKERS) --dist loadgroup,setup)
@@ -121,7 +127,7 @@ check: venv
 chaos: venv jars harnesses
 	$(BIN)/pytest -m chaos tests
 
-demo: venv jars harnesses
+demo: venv jars harnesses console
 	$(BIN)/rollstream demo --report rollstream-demo.html
 
 clean:

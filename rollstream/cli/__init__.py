@@ -65,6 +65,7 @@ SECTIONS: list[tuple[str, list[tuple[str, str, str]]]] = [
             ("topics", "topics", "topics"),
             ("tail", "tail_command", "tail"),
             ("export", "export", "export"),
+            ("console", "console", "console"),
             ("models", "models", "models"),
         ],
     ),

@@ -14,21 +14,19 @@ from rollstream.host import reachable
 from rollstream.http_auth import bearer_middleware, warn_if_open
 from rollstream.interceptor.registry import RegistryError
 from rollstream.schemas.calls import ContextMode
-from rollstream.schemas.control import SESSION_PATH
+from rollstream.schemas.control import (
+    HEALTH_PATH,
+    METRICS_PATH,
+    PAUSE_PATH,
+    POLICY_VERSION_PATH,
+    RESUME_PATH,
+    SESSION_PATH,
+)
 
 if TYPE_CHECKING:
     from rollstream.interceptor.addon import RollstreamAddon
     from rollstream.interceptor.settings import InterceptorSettings
     from rollstream.producers.publisher.client import CapturePublisher
-
-
-#: Paths of the admin port's routes (``admin_routes``), for whoever calls them: a pool asks its
-#: workers, the node registers sessions.
-HEALTH_PATH = "/health"
-METRICS_PATH = "/metrics"
-PAUSE_PATH = "/admin/pause"
-RESUME_PATH = "/admin/resume"
-POLICY_VERSION_PATH = "/admin/policy-version"
 
 
 def server_url(host: str, port: int) -> str:

@@ -35,7 +35,7 @@ from mitmproxy.options import CONF_BASENAME, KEY_SIZE
 from rollstream.errors import ConfigurationError
 from rollstream.host import free_port, port_is_free, reachable
 from rollstream.http_auth import auth_headers
-from rollstream.interceptor.admin import PAUSE_PATH, server_url
+from rollstream.interceptor.admin import server_url
 from rollstream.interceptor.pool_admin import PoolAdminApp
 from rollstream.interceptor.pool_affinity import Affinity
 from rollstream.interceptor.pool_router import ConnectionRouter
@@ -47,6 +47,7 @@ from rollstream.interceptor.pool_worker import (
 )
 from rollstream.interceptor.settings import InterceptorSettings
 from rollstream.producers.publisher.client import PublisherSettings
+from rollstream.schemas.control import PAUSE_PATH
 from rollstream.settings import KafkaSettings, StatePaths
 
 log = logging.getLogger(__name__)

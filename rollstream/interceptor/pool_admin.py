@@ -26,7 +26,7 @@ from aiohttp import web
 from yarl import URL
 
 from rollstream.host import reachable
-from rollstream.interceptor.admin import METRICS_PATH, admin_app
+from rollstream.interceptor.admin import admin_app
 from rollstream.interceptor.pool_affinity import Affinity
 from rollstream.interceptor.pool_metrics import (
     ScrapeCache,
@@ -38,6 +38,7 @@ from rollstream.interceptor.pool_metrics import (
 from rollstream.interceptor.pool_router import ConnectionRouter
 from rollstream.interceptor.pool_worker import WorkerProcess
 from rollstream.interceptor.settings import InterceptorSettings
+from rollstream.schemas.control import METRICS_PATH
 
 
 class Pool(Protocol):

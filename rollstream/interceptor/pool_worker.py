@@ -23,8 +23,9 @@ from pydantic import SecretStr
 from pydantic_settings import BaseSettings
 
 from rollstream.errors import ConfigurationError
-from rollstream.interceptor.admin import HEALTH_PATH, server_url
+from rollstream.interceptor.admin import server_url
 from rollstream.lifecycle import die_with_parent
+from rollstream.schemas.control import HEALTH_PATH
 from rollstream.subprocesses import spawn
 
 log = logging.getLogger(__name__)

@@ -10,6 +10,14 @@ from rollstream.schemas.base import AvroRecord
 #: forgetting it (DELETE): what the node calls, over HTTP only.
 SESSION_PATH = "/sessions/{session}"
 
+#: The interceptor's admin routes for whoever calls them: a pool asks its workers, the node
+#: registers sessions, the console pauses and resumes capture.
+HEALTH_PATH = "/health"
+METRICS_PATH = "/metrics"
+PAUSE_PATH = "/admin/pause"
+RESUME_PATH = "/admin/resume"
+POLICY_VERSION_PATH = "/admin/policy-version"
+
 #: The key PolicyVersion records are written under; the control topic is compacted on it.
 POLICY_VERSION_KEY = b"policy_version"
 

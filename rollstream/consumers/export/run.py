@@ -40,6 +40,8 @@ class ExportOptions:
     min_reward: float | None = None
     since: datetime | None = None
     follow: bool = False
+    #: Only these sessions' trajectories (None: every session's).
+    sessions: frozenset[str] | None = None
     group_rows: int = 1000
     flush_interval_s: float = 5.0
     progress_interval_s: float = 5.0
@@ -57,6 +59,7 @@ class ExportReport:
     other: int = 0  # records of another type (a SessionStarted on the wrong topic, ...)
     undecodable: int = 0
     below_min_reward: int = 0  # including those without a reward
+    not_selected: int = 0  # of sessions outside ``ExportOptions.sessions``
     without_segments: int = 0
     rows: int = 0
 
@@ -65,7 +68,8 @@ class ExportReport:
         return (
             f"{self.rows} rows into {self.out} from {self.records} records of {self.topic} "
             f"({self.scored} scored, {self.trajectories} trajectories); skipped: "
-            f"{self.below_min_reward} below --min-reward, {self.without_segments} without "
+            f"{self.below_min_reward} below --min-reward, {self.not_selected} not selected, "
+            f"{self.without_segments} without "
             f"segments, {self.other} of other types, {self.undecodable} undecodable"
         )
 
@@ -119,7 +123,7 @@ async def _copy(
         async for message in messages:
             if message is not None:
                 record = await decoder.decode(message.value or b"")
-                writer.write(record_rows(record, options.min_reward, report))
+                writer.write(record_rows(record, options.min_reward, report, options.sessions))
             elif not caught_up:
                 caught_up = True
                 progress(
@@ -138,7 +142,10 @@ async def _copy(
 
 
 def record_rows(
-    record: AvroRecord | None, min_reward: float | None, report: ExportReport
+    record: AvroRecord | None,
+    min_reward: float | None,
+    report: ExportReport,
+    sessions: frozenset[str] | None = None,
 ) -> list[Row]:
     """The rows of one decoded record (None: undecodable) to write, counting it in ``report``."""
     report.records += 1
@@ -150,6 +157,9 @@ def record_rows(
         report.other += 1
         return []
     trajectory, scored = found
+    if sessions is not None and trajectory.session_id not in sessions:
+        report.not_selected += 1
+        return []
     if scored is None:
         report.trajectories += 1
     else:

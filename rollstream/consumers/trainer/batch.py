@@ -118,12 +118,22 @@ def group_advantages(records: Sequence[Scored], eps: float = 1e-6) -> FloatArray
             key = (record.trajectory.task_id, record.trajectory.group_id)
             by_group.setdefault(key, []).append(i)
     for members in by_group.values():
-        rewards = np.array([records[i].reward for i in members], dtype=np.float64)
-        if rewards.min() == rewards.max():
-            continue  # no signal; exactly 0 rather than rounding noise divided by eps
-        normalised = (rewards - rewards.mean()) / (rewards.std() + eps)
-        out[members] = normalised.astype(np.float32)
+        rewards = [records[i].reward for i in members]
+        out[members] = advantages([r for r in rewards if r is not None], eps)
     return out
+
+
+def advantages(rewards: Sequence[float], eps: float = 1e-6) -> FloatArray:
+    """GRPO's advantages of one group's rewards: (reward - mean) / (std + eps).
+
+    All 0 when every reward is the same: no signal, and exactly 0 rather than rounding noise
+    divided by ``eps``.
+    """
+    values = np.array(rewards, dtype=np.float64)
+    if not len(values) or values.min() == values.max():
+        return np.zeros(len(values), dtype=np.float32)
+    normalised: FloatArray = ((values - values.mean()) / (values.std() + eps)).astype(np.float32)
+    return normalised
 
 
 def to_batch(

@@ -1,0 +1,252 @@
+"""The console's reading of Kafka: every record of the run's topics into its aggregates.
+
+One consumer without a group (the console commits nothing and holds up no one) reads the
+events, scored, trajectories (and each replay's ``trajectories.NAME``), dead-letter and control
+topics from the beginning (or ``since``), and follows them. Topics made later, such as a replay's
+output, are picked up when the topic list is looked at again. Each trajectory's place in its
+topic is remembered (:class:`TrajectoryIndex`, bounded), so the viewer reads that one record
+back when it is opened (:class:`RecordFetcher`) rather than the console holding every record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import datetime
+
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from rollstream.consumers.console.fleet import Fleet
+from rollstream.consumers.console.rewards import Rewards
+from rollstream.consumers.export.run import RecordDecoder
+from rollstream.errors import ConfigurationError
+from rollstream.kafka.clients import make_consumer
+from rollstream.kafka.parts import after
+from rollstream.kafka.reading import seek
+from rollstream.schemas import (
+    AvroRecord,
+    CallRecord,
+    DeadLetter,
+    PolicyVersion,
+    Scored,
+    SessionEnded,
+    SessionStarted,
+    TopicNames,
+    Trajectory,
+)
+from rollstream.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+#: How often the topic list is looked at again for new replay topics.
+TOPICS_EVERY_S = 5.0
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a record is: topic, partition, offset (its first part's)."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+class TrajectoryIndex:
+    """Trajectory id -> its places by topic; session id -> its trajectories by topic. Bounded."""
+
+    def __init__(self, max_indexed: int = 1_000_000) -> None:
+        self.max_indexed = max_indexed
+        self.places: OrderedDict[str, dict[str, Place]] = OrderedDict()
+        self.by_session: dict[str, dict[str, str]] = {}
+        self.forgotten = 0
+
+    def add(self, trajectory: Trajectory, place: Place) -> None:
+        """Remember where ``trajectory`` is (a later record of it replaces the earlier)."""
+        self.places.setdefault(trajectory.trajectory_id, {})[place.topic] = place
+        self.places.move_to_end(trajectory.trajectory_id)
+        self.by_session.setdefault(trajectory.session_id, {})[place.topic] = (
+            trajectory.trajectory_id
+        )
+        while len(self.places) > self.max_indexed:
+            _, forgotten = self.places.popitem(last=False)
+            self.forgotten += 1
+            del forgotten
+
+    def find(self, trajectory_id: str, topic: str | None) -> Place | None:
+        """Where the trajectory is in ``topic`` (None: scored if it was, else any topic)."""
+        places = self.places.get(trajectory_id, {})
+        if topic is not None:
+            return places.get(topic)
+        scored = [p for t, p in places.items() if t.endswith(".scored")]
+        found = scored or list(places.values())
+        return found[0] if found else None
+
+    def topics_of(self, session_id: str) -> dict[str, str]:
+        """The session's trajectories by topic."""
+        return dict(self.by_session.get(session_id, {}))
+
+
+def followed(names: TopicNames, topics: set[str]) -> set[str]:
+    """Which of ``topics`` the console reads."""
+    fixed = {names.events, names.scored, names.trajectories, names.deadletters, names.control}
+    return {t for t in topics if t in fixed or t.startswith(f"{names.trajectories}.")}
+
+
+class Feed:
+    """Reads the run's topics into a :class:`Fleet`, :class:`Rewards` and an index."""
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        fleet: Fleet,
+        rewards: Rewards,
+        index: TrajectoryIndex,
+        since: datetime | None = None,
+    ) -> None:
+        self.kafka = kafka
+        self.names = TopicNames(kafka.topic_prefix)
+        self.fleet, self.rewards, self.index = fleet, rewards, index
+        self.since = since
+        self.undecodable = 0
+        self.caught_up = False
+        self._decoder = RecordDecoder(kafka)
+        self._consumer = make_consumer(kafka)
+        self._task: asyncio.Task[None] | None = None
+        self._next: dict[TopicPartition, int] = {}
+
+    async def start(self) -> None:
+        """Connect and start reading in the background."""
+        await self._consumer.start()
+        self._task = asyncio.create_task(self._run(), name="console-feed")
+
+    async def stop(self) -> None:
+        """Stop reading and disconnect."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._consumer.stop()
+        await self._decoder.close()
+
+    async def __aenter__(self) -> Feed:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def assigned(self) -> set[TopicPartition]:
+        """The partitions being read."""
+        return set(self._next)
+
+    async def _assign(self) -> None:
+        """Add the partitions of topics made since the last look, keeping every position."""
+        # Fresh metadata: the consumer's own only knows topics it already tracks.
+        cluster = await self._consumer._client.fetch_all_metadata()
+        topics = followed(self.names, set(cluster.topics()))
+        tps = [
+            TopicPartition(t, p)
+            for t in sorted(topics)
+            for p in sorted(cluster.partitions_for_topic(t) or ())
+        ]
+        new = [tp for tp in tps if tp not in self._next]
+        if not new:
+            return
+        self._consumer.assign(tps)
+        for tp, offset in self._next.items():
+            self._consumer.seek(tp, offset)
+        await seek(self._consumer, new, self.since)
+        for tp in new:
+            self._next[tp] = await self._consumer.position(tp)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        looked = float("-inf")
+        while True:
+            if loop.time() - looked >= TOPICS_EVERY_S:
+                looked = loop.time()
+                try:
+                    await self._assign()
+                except ConfigurationError as exc:
+                    log.warning("console: %s", exc)
+            if not self._next:
+                await asyncio.sleep(0.5)
+                continue
+            batch = await self._consumer.getmany(timeout_ms=200, max_records=2000)
+            for tp, messages in batch.items():
+                for message in messages:
+                    await self._handle(tp, message)
+                    self._next[tp] = after(message)
+            if not batch:
+                self.caught_up = True
+
+    async def _handle(self, tp: TopicPartition, message: ConsumerRecord) -> None:
+        if message.value is None:
+            return  # a compacted topic's tombstone
+        record = await self._decoder.decode(message.value)
+        if record is None:
+            self.undecodable += 1
+            return
+        self.dispatch(record, Place(tp.topic, tp.partition, message.offset))
+
+    def dispatch(self, record: AvroRecord, place: Place) -> None:
+        """Hand one decoded record to the aggregates that count it."""
+        if isinstance(record, CallRecord):
+            self.fleet.call(record)
+            self.rewards.policy_version(record.policy_version)
+        elif isinstance(record, SessionStarted):
+            self.fleet.started(record)
+        elif isinstance(record, SessionEnded):
+            self.fleet.ended(record)
+        elif isinstance(record, Scored):
+            self.rewards.scored(record)
+            self.fleet.scored(
+                record.trajectory.session_id, record.trajectory.trajectory_id, record.reward
+            )
+            self.index.add(record.trajectory, place)
+        elif isinstance(record, Trajectory):
+            self.fleet.reconstructed(record.session_id, record.trajectory_id)
+            self.index.add(record, place)
+        elif isinstance(record, DeadLetter):
+            self.fleet.deadletter()
+        elif isinstance(record, PolicyVersion):
+            self.rewards.policy_version(record.version)
+
+
+class RecordFetcher:
+    """Reads single records back by their place (one at a time, on its own consumer)."""
+
+    def __init__(self, kafka: KafkaSettings, timeout_s: float = 10.0) -> None:
+        self.timeout_s = timeout_s
+        self._decoder = RecordDecoder(kafka)
+        self._consumer = make_consumer(kafka)
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        """Connect."""
+        await self._consumer.start()
+
+    async def stop(self) -> None:
+        """Disconnect."""
+        await self._consumer.stop()
+        await self._decoder.close()
+
+    async def fetch(self, place: Place) -> AvroRecord | None:
+        """The record at ``place``; None when it is gone (retention) or not read in time."""
+        tp = TopicPartition(place.topic, place.partition)
+        async with self._lock:
+            self._consumer.assign([tp])
+            self._consumer.seek(tp, place.offset)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.timeout_s
+            while loop.time() < deadline:
+                batch = await self._consumer.getmany(tp, timeout_ms=500, max_records=50)
+                for message in batch.get(tp, []):
+                    if message.offset == place.offset and message.value is not None:
+                        return await self._decoder.decode(message.value)
+                    if message.offset > place.offset:
+                        return None  # deleted by retention or compaction
+            return None

@@ -1,0 +1,283 @@
+"""The fleet as the console shows it: sessions, call rates, errors, policy versions. Pure.
+
+The feed hands every session record and call record to :class:`Fleet`; the server asks it for a
+snapshot once a second and for pages of sessions. Memory is bounded: a session keeps its facts
+(never its records), and the oldest ended sessions are forgotten past ``max_sessions``. Rates
+are bucketed by the second the call ended, so catching up on an old log draws no spike.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollstream.schemas import CallRecord, CallStatus, SessionEnded, SessionStarted
+
+RUNNING = "running"
+#: The filters a page of sessions takes, each an exact match on the field of the same name.
+SESSION_FILTERS = ("task_id", "group_id", "harness", "status", "policy_version")
+
+
+@dataclass
+class CallFacts:
+    """One call of a session, for the timeline: no tokens, no bodies."""
+
+    call_id: str
+    seq: int
+    model: str
+    agent: str | None
+    parent: str | None
+    status: str
+    started_at: float
+    first_token_at: float | None
+    ended_at: float | None
+    prompt_tokens: int
+    completion_tokens: int
+    error: str | None
+
+    @classmethod
+    def of(cls, call: CallRecord) -> CallFacts:
+        """The facts of a call record."""
+        timings = call.timings
+        prompt = call.prompt
+        prompt_tokens = 0 if prompt is None else prompt.shared_len + len(prompt.suffix)
+        return cls(
+            call_id=call.call_id,
+            seq=call.seq,
+            model=call.model,
+            agent=call.caller.agent if call.caller else None,
+            parent=call.caller.parent if call.caller else None,
+            status=call.status.value,
+            started_at=timings.started_at.timestamp(),
+            first_token_at=_ts(timings.first_token_at),
+            ended_at=_ts(timings.ended_at),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=len(call.completion_token_ids or ()),
+            error=call.error.type if call.error else None,
+        )
+
+
+def _ts(moment: Any) -> float | None:
+    return None if moment is None else float(moment.timestamp())
+
+
+@dataclass
+class SessionRow:
+    """What the session list shows of one session."""
+
+    session_id: str
+    task_id: str = ""
+    group_id: str = ""
+    sample_index: int = 0
+    harness: str = ""
+    node_id: str = ""
+    status: str = RUNNING
+    policy_version: int = 0
+    started_at: float | None = None
+    ended_at: float | None = None
+    trajectory_id: str | None = None
+    reward: float | None = None
+    calls: list[CallFacts] = field(default_factory=list)
+
+    def public(self) -> dict[str, Any]:
+        """The row as the API sends it."""
+        return {
+            "session_id": self.session_id,
+            "task_id": self.task_id,
+            "group_id": self.group_id,
+            "sample_index": self.sample_index,
+            "harness": self.harness,
+            "node_id": self.node_id,
+            "status": self.status,
+            "policy_version": self.policy_version,
+            "calls": len(self.calls),
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "trajectory_id": self.trajectory_id,
+            "reward": self.reward,
+        }
+
+
+def matches(row: Mapping[str, Any], filters: Mapping[str, str]) -> bool:
+    """Whether ``row`` equals every non-empty filter (compared as text)."""
+    return all(str(row.get(k)) == v for k, v in filters.items() if v != "")
+
+
+def page_of(
+    rows: Iterable[Mapping[str, Any]], filters: Mapping[str, str], offset: int, limit: int
+) -> tuple[int, list[Mapping[str, Any]]]:
+    """The total matching ``filters`` and the ``[offset, offset + limit)`` slice of them."""
+    total = 0
+    items: list[Mapping[str, Any]] = []
+    for row in rows:
+        if matches(row, filters):
+            if offset <= total < offset + limit:
+                items.append(row)
+            total += 1
+    return total, items
+
+
+class Fleet:
+    """Sessions and calls as they arrive; snapshots and pages on demand."""
+
+    def __init__(
+        self, *, max_sessions: int = 200_000, rate_window_s: float = 10.0, history_s: int = 300
+    ) -> None:
+        self.max_sessions = max_sessions
+        self.rate_window_s = rate_window_s
+        self.history_s = history_s
+        self.sessions: OrderedDict[str, SessionRow] = OrderedDict()
+        self.calls = 0
+        self.tokens = 0
+        self.records = 0
+        self.errors: Counter[str] = Counter()
+        self.deadletters = 0
+        self.forgotten = 0
+        # second -> (harness, model) -> [calls, tokens]
+        self._buckets: dict[int, dict[tuple[str, str], list[int]]] = defaultdict(dict)
+        self._newest_second = 0
+
+    def _row(self, session_id: str) -> SessionRow:
+        row = self.sessions.get(session_id)
+        if row is None:
+            row = self.sessions[session_id] = SessionRow(session_id)
+            self._forget_beyond_bound()
+        return row
+
+    def _forget_beyond_bound(self) -> None:
+        while len(self.sessions) > self.max_sessions:
+            victim = next(
+                (sid for sid, row in self.sessions.items() if row.status != RUNNING),
+                next(iter(self.sessions)),
+            )
+            del self.sessions[victim]
+            self.forgotten += 1
+
+    def started(self, record: SessionStarted) -> None:
+        """A session began."""
+        self.records += 1
+        row = self._row(record.session_id)
+        row.task_id, row.group_id = record.task_id, record.group_id
+        row.sample_index, row.harness = record.sample_index, record.harness
+        row.node_id, row.policy_version = record.node_id, record.policy_version
+        row.started_at = record.started_at.timestamp()
+
+    def ended(self, record: SessionEnded) -> None:
+        """A session ended (possibly one this console never saw start)."""
+        self.records += 1
+        row = self._row(record.session_id)
+        row.task_id, row.group_id = record.task_id, record.group_id
+        row.sample_index, row.harness = record.sample_index, record.harness
+        row.status = record.status.value
+        row.ended_at = record.ended_at.timestamp()
+
+    def call(self, record: CallRecord) -> None:
+        """A call ended: counted in the totals, its second's bucket and its session."""
+        self.records += 1
+        facts = CallFacts.of(record)
+        row = self._row(record.session_id)
+        row.calls.append(facts)
+        self.calls += 1
+        self.tokens += facts.completion_tokens
+        if record.status is not CallStatus.OK:
+            kind = record.error.type if record.error else record.status.value
+            self.errors[kind] += 1
+        second = int(facts.ended_at or facts.started_at)
+        self._newest_second = max(self._newest_second, second)
+        if second > self._newest_second - self.history_s:
+            cell = self._buckets[second].setdefault((row.harness, record.model), [0, 0])
+            cell[0] += 1
+            cell[1] += facts.completion_tokens
+
+    def deadletter(self) -> None:
+        """A consumer gave up on a record."""
+        self.records += 1
+        self.deadletters += 1
+
+    def scored(self, session_id: str, trajectory_id: str, reward: float | None) -> None:
+        """A trajectory of the session was scored."""
+        row = self.sessions.get(session_id)
+        if row is not None:
+            row.trajectory_id, row.reward = trajectory_id, reward
+
+    def reconstructed(self, session_id: str, trajectory_id: str) -> None:
+        """A trajectory of the session was built (scored or not yet)."""
+        row = self.sessions.get(session_id)
+        if row is not None and row.trajectory_id is None:
+            row.trajectory_id = trajectory_id
+
+    def _prune(self, now: float) -> None:
+        oldest = int(now) - self.history_s
+        for second in [s for s in self._buckets if s <= oldest]:
+            del self._buckets[second]
+
+    def rates(self, now: float) -> list[dict[str, Any]]:
+        """Calls/s and sampled tokens/s by harness and model over the last window."""
+        since = now - self.rate_window_s
+        sums: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+        for second, cells in self._buckets.items():
+            if since <= second < now:
+                for key, (calls, tokens) in cells.items():
+                    sums[key][0] += calls
+                    sums[key][1] += tokens
+        return [
+            {
+                "harness": harness,
+                "model": model,
+                "calls_per_s": calls / self.rate_window_s,
+                "tokens_per_s": tokens / self.rate_window_s,
+            }
+            for (harness, model), (calls, tokens) in sorted(sums.items())
+        ]
+
+    def history(self, now: float) -> dict[str, list[float]]:
+        """Calls and tokens per second, every second of the last ``history_s``."""
+        end = int(now)
+        seconds = list(range(end - self.history_s + 1, end + 1))
+        calls = [float(sum(c[0] for c in self._buckets.get(s, {}).values())) for s in seconds]
+        tokens = [float(sum(c[1] for c in self._buckets.get(s, {}).values())) for s in seconds]
+        return {"t": [float(s) for s in seconds], "calls_per_s": calls, "tokens_per_s": tokens}
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """The fleet's figures the console shows (the services' own figures added by the caller)."""
+        self._prune(now)
+        running = [r for r in self.sessions.values() if r.status == RUNNING]
+        ended = Counter(r.status for r in self.sessions.values() if r.status != RUNNING)
+        nodes: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for row in self.sessions.values():
+            nodes[row.node_id or "?"][0 if row.status == RUNNING else 1] += 1
+        versions = Counter(r.policy_version for r in running)
+        return {
+            "now": now,
+            "sessions": {"running": len(running), "ended": dict(sorted(ended.items()))},
+            "nodes": [
+                {"node_id": node, "running": n[0], "ended": n[1]}
+                for node, n in sorted(nodes.items())
+            ],
+            "rates": self.rates(now),
+            "totals": {"calls": self.calls, "tokens": self.tokens, "records": self.records},
+            "errors": [{"kind": k, "count": n} for k, n in self.errors.most_common()],
+            "deadletters": self.deadletters,
+            "policy_versions": [{"version": v, "running": n} for v, n in sorted(versions.items())],
+            "forgotten_sessions": self.forgotten,
+            "history": self.history(now),
+        }
+
+    def page(self, filters: Mapping[str, str], offset: int, limit: int) -> dict[str, Any]:
+        """A page of sessions, newest first, with the values each filter can take."""
+        rows = (row.public() for row in reversed(self.sessions.values()))
+        total, items = page_of(rows, filters, offset, limit)
+        values = self.sessions.values()
+        return {
+            "total": total,
+            "offset": offset,
+            "limit": limit,
+            "items": items,
+            "facets": {
+                "harness": sorted({r.harness for r in values}),
+                "status": sorted({r.status for r in values}),
+                "policy_version": sorted({r.policy_version for r in values}),
+            },
+        }

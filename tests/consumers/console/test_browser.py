@@ -1,0 +1,202 @@
+"""The console in a real browser, against a live stack: headless Chromium driven by Playwright.
+
+The local stack (reference backend, interceptor, reconstructor, scorer, node) runs the demo's
+tasks on the ``python`` harness while the browser watches. The test checks what a user sees:
+the page refuses a wrong token, the fleet's numbers move as sessions run, the session list and
+the groups fill, a trajectory opens with its tokens coloured by loss mask and its system prompt
+collapsed, and the control token pauses and resumes capture. Each page's screenshot is kept in
+``ROLLSTREAM_TEST_ARTIFACTS`` (default ``test-artifacts/``) under ``console/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from pydantic import SecretStr
+
+from rollstream.consumers.console import Assets, Console, ConsoleSettings
+from rollstream.dev.backend.tokenizer import default_tokenizer_dir
+from rollstream.dev.demo.run import TASKS, run_tasks, task_document
+from rollstream.dev.stack.local import LocalStack
+from rollstream.dev.stack.processes import StackState
+from rollstream.dev.stack.settings import StackSettings
+from rollstream.dev.stack.tokens import StackTokens
+from rollstream.models.tokenizer import ChatTokenizer
+from rollstream.settings import KafkaSettings, StatePaths
+from tests.waiting import until
+
+pytestmark = [pytest.mark.integration]
+
+CHROMIUM = shutil.which("chromium")
+ARTIFACTS = Path(os.environ.get("ROLLSTREAM_TEST_ARTIFACTS", "test-artifacts")) / "console"
+CONTROL = SecretStr("browser-control-token-0123")
+#: Flags for Chromium on a machine without a network beyond loopback (it would try Google's).
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+if CHROMIUM is None:
+    pytestmark.append(
+        pytest.mark.skip(reason="chromium not installed (`make test` installs Debian's package)")
+    )
+
+
+@pytest.fixture
+async def stack(
+    kafka_settings: KafkaSettings, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[StackState, StackTokens]]:
+    """The local stack on the session's broker, with this test's topics."""
+    # The session's broker: the stack starts one of its own only when none is configured.
+    monkeypatch.setenv("ROLLSTREAM_BOOTSTRAP_SERVERS", kafka_settings.bootstrap_servers)
+    paths = StatePaths()
+    local = LocalStack(
+        StackSettings(backend_port=0, interceptor_port=0, admin_port=0, node_port=0), paths
+    )
+    state = await local.up(kafka_settings)
+    try:
+        yield state, StackTokens.kept(paths.state_dir)
+    finally:
+        local.down()
+
+
+@pytest.fixture
+async def console(
+    stack: tuple[StackState, StackTokens], kafka_settings: KafkaSettings
+) -> AsyncIterator[Console]:
+    """The console of that stack, with the control token, on the built front end."""
+    assets = Assets()
+    if assets.missing():
+        pytest.fail(f"the console's front end is not built: {assets.missing()} (make console)")
+    state, tokens = stack
+    admin = state.admin_url()
+    assert admin is not None
+    settings = ConsoleSettings(
+        port=0, control_token=CONTROL, interceptors=(admin,), admin_token=tokens.interceptor
+    )
+    async with Console(
+        settings, kafka_settings, ChatTokenizer(default_tokenizer_dir()), assets=assets
+    ) as running:
+        yield running
+
+
+async def _number(page: object, testid: str) -> int:
+    text = await page.get_by_test_id(testid).inner_text()  # type: ignore[attr-defined]
+    digits = "".join(c for c in text if c.isdigit())
+    return int(digits or 0)
+
+
+async def _paused(state: StackState, wanted: bool) -> bool:
+    """Whether the stack's interceptor says it is paused (``wanted``) or not."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{state.admin_url()}/health") as reply,
+    ):
+        return bool((await reply.json())["paused"]) is wanted
+
+
+async def test_the_console_in_a_browser_follows_a_live_run(
+    console: Console, stack: tuple[StackState, StackTokens]
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    state, tokens = stack
+    node = state.url("node")
+    assert node is not None and CHROMIUM is not None
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    docs = [
+        task_document("b", name, instruction, evaluator, 2, "python")
+        for name, instruction, evaluator in TASKS[:2]
+    ]
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context = await browser.new_context(viewport={"width": 1280, "height": 900})
+            page = await context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+
+            # A wrong token: the page says it was refused, and shows no data.
+            await page.goto(f"{console.base_url}#token=not-the-token")
+            await expect(page.get_by_test_id("auth-error")).to_be_visible()
+            await page.screenshot(path=ARTIFACTS / "refused.png")
+
+            # The control token: the fleet, live, with the controls.
+            await page.goto(console.base_url + f"#token={CONTROL.get_secret_value()}")
+            await expect(page.get_by_test_id("live-status")).to_have_text("live", timeout=15_000)
+            await expect(page.get_by_test_id("control-pause")).to_be_visible()
+            calls_before = await _number(page, "fleet-calls")
+            run = asyncio.create_task(run_tasks(node, docs, lambda _: None, 240, tokens.node))
+            try:
+
+                async def moved() -> bool:
+                    return await _number(page, "fleet-calls") > calls_before
+
+                await until(moved, timeout=120, what="the fleet's calls to move")
+                await expect(page.get_by_test_id("rate-row").first).to_be_visible()
+                await page.screenshot(path=ARTIFACTS / "fleet.png", full_page=True)
+                await asyncio.wait_for(run, 300)
+            finally:
+                run.cancel()
+            await until(
+                lambda: console.rewards.groups and len(console.index.places) == 4,
+                timeout=120,
+                what="four scored trajectories",
+            )
+            await expect(page.get_by_test_id("fleet-ended")).to_have_text("4", timeout=10_000)
+
+            # Sessions: four, filterable; one opens its trajectory.
+            await page.get_by_test_id("nav-sessions").click()
+            await expect(page.get_by_test_id("session-row")).to_have_count(4, timeout=10_000)
+            await page.get_by_test_id("filter-task").fill(docs[0]["task_id"])
+            await expect(page.get_by_test_id("session-row")).to_have_count(2, timeout=10_000)
+            await page.screenshot(path=ARTIFACTS / "sessions.png", full_page=True)
+
+            # Groups: two, with rewards and advantages, and the reward charts drawn.
+            await page.get_by_test_id("nav-groups").click()
+            await expect(page.get_by_test_id("group-row")).to_have_count(2, timeout=10_000)
+            await expect(page.get_by_test_id("chart-reward-time").locator("canvas")).to_be_visible()
+            await page.screenshot(path=ARTIFACTS / "groups.png", full_page=True)
+
+            # A trajectory: tokens by loss mask, the system prompt collapsed until asked for.
+            await page.get_by_test_id("nav-sessions").click()
+            await page.get_by_test_id("open-trajectory").first.click()
+            await expect(page.get_by_test_id("trajectory")).to_be_visible(timeout=15_000)
+            sampled = page.locator(".t.m1")
+            await expect(sampled.first).to_be_visible()
+            title = await sampled.first.get_attribute("title")
+            assert title is not None and "logprob" in title
+            await expect(page.get_by_test_id("timeline-call").first).to_be_visible()
+            await expect(page.get_by_test_id("logprob-strip").locator("canvas")).to_be_visible()
+            await page.screenshot(path=ARTIFACTS / "trajectory.png", full_page=True)
+            shown = await page.locator(".t").count()
+            collapsed = page.get_by_test_id("expand-prefix")
+            if await collapsed.count():
+                await collapsed.first.click()
+                await expect(page.locator(".t")).not_to_have_count(shown)
+
+            # A control: pause and resume capture on the stack's interceptor.
+            await page.get_by_test_id("control-pause").click()
+            await until(lambda: _paused(state, True), timeout=30, what="paused")
+            await expect(page.get_by_test_id("control-result")).to_contain_text("pause: ok")
+            await page.get_by_test_id("control-resume").click()
+            await until(lambda: _paused(state, False), timeout=30, what="resumed")
+
+            # Back on the fleet: every consumer group of the stack with its lag.
+            await page.get_by_test_id("nav-fleet").click()
+            await expect(page.get_by_test_id("lag-row").first).to_be_visible(timeout=20_000)
+            await page.screenshot(path=ARTIFACTS / "fleet-after.png", full_page=True)
+            assert errors == [], errors
+        finally:
+            await browser.close()

@@ -1,0 +1,128 @@
+"""The fleet's figures from session and call records: counts, rates, errors, pages, bounds."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from rollstream.consumers.console.fleet import Fleet, page_of
+from rollstream.dev.synthetic import SyntheticShape, synthetic_session
+from rollstream.schemas import CallError, CallRecord, CallStatus, SessionEnded, SessionStarted
+
+SHAPE = SyntheticShape(turns=3, system_tokens=16, tool_result_tokens=4, completion_tokens=5)
+
+
+def _feed(
+    fleet: Fleet, session_id: str, *, end: bool = True, task_id: str = "smoke-task"
+) -> list[CallRecord]:
+    session = synthetic_session(session_id, SHAPE, task_id=task_id)
+    for record in session.records:
+        if isinstance(record, SessionStarted):
+            fleet.started(record)
+        elif isinstance(record, CallRecord):
+            fleet.call(record)
+        elif isinstance(record, SessionEnded) and end:
+            fleet.ended(record)
+    return session.calls
+
+
+def test_sessions_are_running_until_they_end_and_are_counted_by_how_they_ended() -> None:
+    fleet = Fleet()
+    _feed(fleet, "a")
+    _feed(fleet, "b", end=False)
+    snap = fleet.snapshot(datetime.now(UTC).timestamp())
+    assert snap["sessions"] == {"running": 1, "ended": {"completed": 1}}
+    assert snap["totals"]["calls"] == 6
+    assert snap["totals"]["tokens"] == 6 * SHAPE.completion_tokens
+    assert snap["nodes"] == [{"node_id": "?", "running": 1, "ended": 1}]
+    assert snap["policy_versions"] == [{"version": 0, "running": 1}]
+
+
+def test_rates_count_the_calls_of_the_window_by_harness_and_model() -> None:
+    fleet = Fleet(rate_window_s=10)
+    calls = _feed(fleet, "a")
+    newest = max(c.timings.ended_at or c.timings.started_at for c in calls).timestamp()
+    [rate] = fleet.snapshot(newest + 1)["rates"]
+    assert rate["harness"] == "synthetic"
+    assert rate["calls_per_s"] == 3 / 10
+    assert rate["tokens_per_s"] == 3 * SHAPE.completion_tokens / 10
+    # A minute later nothing is in the window, and the history still holds them.
+    later = fleet.snapshot(newest + 60)
+    assert later["rates"] == []
+    assert sum(later["history"]["calls_per_s"]) == 3
+
+
+def test_calls_of_an_old_log_draw_no_rate() -> None:
+    fleet = Fleet(history_s=300)
+    calls = _feed(fleet, "new")
+    newest = max(c.timings.ended_at or c.timings.started_at for c in calls).timestamp()
+    old = synthetic_session("old", SHAPE).calls[0]
+    hour_ago = old.timings.started_at - timedelta(hours=1)
+    fleet.call(
+        old.model_copy(
+            update={
+                "timings": old.timings.model_copy(
+                    update={"started_at": hour_ago, "first_token_at": None, "ended_at": hour_ago}
+                )
+            }
+        )
+    )
+    snap = fleet.snapshot(newest + 1)
+    assert snap["totals"]["calls"] == 4  # counted, but in no second of the chart
+    assert sum(snap["history"]["calls_per_s"]) == 3
+
+
+def test_failed_calls_are_counted_by_error_kind() -> None:
+    fleet = Fleet()
+    [call, *_] = _feed(fleet, "a")
+    failed = call.model_copy(
+        update={
+            "call_id": "x",
+            "status": CallStatus.ERROR,
+            "error": CallError(type="upstream_timeout", message="slow"),
+        }
+    )
+    fleet.call(failed)
+    fleet.call(failed.model_copy(update={"call_id": "y"}))
+    fleet.call(call.model_copy(update={"call_id": "z", "status": CallStatus.CANCELLED}))
+    assert fleet.snapshot(0)["errors"] == [
+        {"kind": "upstream_timeout", "count": 2},
+        {"kind": "cancelled", "count": 1},
+    ]
+
+
+def test_pages_filter_and_come_newest_first() -> None:
+    fleet = Fleet()
+    for i in range(5):
+        _feed(fleet, f"s{i}", end=i % 2 == 0, task_id=f"t{i % 2}")
+    page = fleet.page({"task_id": "t0", "status": ""}, 0, 2)
+    assert page["total"] == 3
+    assert [r["session_id"] for r in page["items"]] == ["s4", "s2"]
+    assert fleet.page({"task_id": "t0"}, 2, 2)["items"][0]["session_id"] == "s0"
+    assert fleet.page({"status": "running"}, 0, 10)["total"] == 2
+    assert fleet.page({"policy_version": "0"}, 0, 10)["total"] == 5
+    assert page["facets"]["status"] == ["completed", "running"]
+
+
+def test_page_of_counts_every_match_but_keeps_only_the_slice() -> None:
+    rows = [{"k": str(i % 3), "i": i} for i in range(10)]
+    total, items = page_of(rows, {"k": "1"}, 1, 2)
+    assert total == 3 and [r["i"] for r in items] == [4, 7]
+    assert page_of(rows, {"k": ""}, 8, 5)[0] == 10
+
+
+def test_the_oldest_ended_sessions_are_forgotten_first() -> None:
+    fleet = Fleet(max_sessions=3)
+    _feed(fleet, "running-1", end=False)
+    for i in range(4):
+        _feed(fleet, f"ended-{i}")
+    assert list(fleet.sessions) == ["running-1", "ended-2", "ended-3"]
+    assert fleet.snapshot(0)["forgotten_sessions"] == 2
+
+
+def test_a_session_first_seen_ending_has_its_facts() -> None:
+    fleet = Fleet()
+    ended = synthetic_session("late", SHAPE, task_id="tt").records[-1]
+    assert isinstance(ended, SessionEnded)
+    fleet.ended(ended)
+    [row] = fleet.page({}, 0, 10)["items"]
+    assert (row["task_id"], row["status"], row["started_at"]) == ("tt", "completed", None)
