@@ -161,7 +161,8 @@ def _visible(group: click.Group) -> list[tuple[str, click.Command]]:
 
 def _leaf_commands(root: click.Command, path: list[str]) -> list[str]:
     if isinstance(root, click.Group):
-        out: list[str] = []
+        # A group that runs by itself (``console``) is a command too, beside its subcommands.
+        out: list[str] = [" ".join(path)] if root.invoke_without_command else []
         for name, sub in _visible(root):
             out += _leaf_commands(sub, [*path, name])
         return out

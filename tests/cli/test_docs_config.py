@@ -133,6 +133,15 @@ def test_describe_commands_collapses_a_whole_group() -> None:
     assert describe_commands({""}, root) == "every command"
 
 
+def test_a_group_that_runs_by_itself_is_named_as_a_command() -> None:
+    root = click.Group("root")
+    group = click.Group("console", invoke_without_command=True)
+    group.add_command(click.Command("build"))
+    root.add_command(group)
+    assert describe_commands({"console"}, root) == "`console`"
+    assert describe_commands({"console", "console build"}, root) == "`console …`"
+
+
 def test_write_then_check_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\n{START}\n| stale |\n{END}\n\nafter\n", encoding="utf-8")
