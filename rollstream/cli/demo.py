@@ -36,6 +36,11 @@ from rollstream.settings import StatePaths
     show_default=True,
     help="Where to write the HTML report.",
 )
+@click.option(
+    "--hold/--no-hold",
+    default=False,
+    help="Keep the stack and the console up after the run, until Ctrl+C.",
+)
 @settings_options(StatePaths, "paths")
 def demo_command(
     harness: str | None,
@@ -43,20 +48,23 @@ def demo_command(
     timeout: float,
     context: Literal["ordinary", "exact"],
     report_path: Path,
+    hold: bool,
     paths: StatePaths,
 ) -> None:
     """Bring the local stack up, run a few coding tasks on a real harness, train, report, down.
 
     Three tasks of several samples run through the interceptor against the reference backend;
     their trajectories are reconstructed and scored, the example trainer takes one GRPO step
-    per group, and a last session shows the trained policy version on new calls.
+    per group, and a last session shows the trained policy version on new calls. The console
+    (`rollstream console`) watches it all; its URL is printed once the stack is up.
     """
     from rollstream.dev.demo.run import DemoOptions, demo
 
     async def main(stop: StopSignal) -> str:
+        options = DemoOptions(harness, samples, timeout, context, stop.event if hold else None)
         work = asyncio.create_task(
             demo(
-                DemoOptions(harness, samples, timeout, context),
+                options,
                 paths,
                 report_path,
                 lambda line: click.echo(line, err=True),
@@ -65,6 +73,8 @@ def demo_command(
         halt = asyncio.create_task(stop.event.wait())
         await asyncio.wait({work, halt}, return_when=asyncio.FIRST_COMPLETED)
         halt.cancel()
+        if hold and options.holding:  # Ctrl+C ends the hold: the demo goes down by itself
+            await work
         if not work.done():  # Ctrl+C: the demo's own clean-up brings the stack down
             work.cancel()
             with contextlib.suppress(asyncio.CancelledError):

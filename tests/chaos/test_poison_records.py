@@ -24,13 +24,13 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
+from rollstream.consumers.console.report import read_report_input
 from rollstream.consumers.export.run import ExportOptions, export
 from rollstream.consumers.reconstruct.service import Reconstructor
 from rollstream.consumers.reconstruct.settings import ReconstructSettings
 from rollstream.consumers.score.service import Scorer
 from rollstream.consumers.score.settings import ScoreSettings
 from rollstream.consumers.trainer import Group, TrainerSettings, TrajectoryStream
-from rollstream.dev.report.read import read_report_input
 from rollstream.dev.synthetic import SyntheticShape, synthetic_session
 from rollstream.host import free_port
 from rollstream.producers.node.service import Node

@@ -1,4 +1,4 @@
-"""The numbers a report shows: per trajectory, per group, for the whole run. Pure."""
+"""The numbers the demo's closing table shows: per trajectory, per group, for the run. Pure."""
 
 from __future__ import annotations
 

@@ -11,12 +11,14 @@ version each time; one more session then shows new calls stamped with the traine
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
 from pydantic import SecretStr
@@ -32,6 +34,9 @@ from rollstream.kafka.reading import iter_values
 from rollstream.sandbox.harnesses.install import installed
 from rollstream.schemas import AvroSerializer, CallRecord, Scored, TopicNames
 from rollstream.settings import KafkaSettings, StatePaths
+
+if TYPE_CHECKING:
+    from rollstream.consumers.console import Console
 
 Progress = Callable[[str], None]
 
@@ -190,6 +195,9 @@ class DemoOptions:
     samples: int = 4
     timeout_s: float = 240.0
     context: Literal["ordinary", "exact"] = "ordinary"  # the interceptor's context mode
+    #: Keep the stack and the console up after the run until this is set (None: go down).
+    hold: asyncio.Event | None = None
+    holding: bool = False  # set once the run is done and the hold begins
 
 
 @dataclass
@@ -208,12 +216,9 @@ async def demo(
     progress: Progress,
 ) -> DemoResult:
     """Up, tasks, training, one more session, summary and report; down whatever happens."""
-    from rollstream.dev.backend.tokenizer import default_tokenizer_dir
     from rollstream.dev.demo.summary import summary_table
-    from rollstream.dev.report import render_report
     from rollstream.dev.stack.local import LocalStack
     from rollstream.dev.stack.settings import StackSettings
-    from rollstream.models.tokenizer import ChatTokenizer
 
     run_id = new_run_id()
     # Topics of their own: earlier runs' groups are not this trainer's business.
@@ -227,10 +232,12 @@ async def demo(
     )
     state = await stack.up(kafka, progress)
     tokens = StackTokens.kept(paths.state_dir)
+    console: Console | None = None
     try:
         kafka = KafkaSettings(
             bootstrap_servers=state.bootstrap_servers, topic_prefix=state.topic_prefix
         )
+        console = await open_console(state, tokens, kafka, progress)
         node = state.url("node")
         assert node is not None
         docs = [
@@ -247,16 +254,92 @@ async def demo(
         final = task_document(run_id, "after", TASKS[0][1], TASKS[0][2], 1, harness)
         await run_tasks(node, [final], progress, view.timeout_s, tokens.node)
         found = await read_demo_records(kafka, run_id)
+        trained = [s for s in found.scored if "-after-" not in s.trajectory.task_id]
+        after = [c for c in found.calls if f"demo-after-{run_id}" in c.session_id]
+        before = [c for c in found.calls if c not in after]
+        table = summary_table(trained, before, steps, after)
+        note = f"rollstream demo {run_id}: {len(TASKS)} tasks on {harness}"
+        report = await write_report(
+            report_path, trained, found.calls, TopicNames(kafka.topic_prefix), note
+        )
+        if console is not None and view.hold is not None:
+            progress(f"report: {report}")
+            progress(f"console: {console.url} (open until Ctrl+C)")
+            view.holding = True
+            await view.hold.wait()
     finally:
+        if console is not None:
+            await console.stop()
         for name, outcome in stack.down():
             progress(f"{name:<14} {outcome}")
-    trained = [s for s in found.scored if "-after-" not in s.trajectory.task_id]
-    after = [c for c in found.calls if f"demo-after-{run_id}" in c.session_id]
-    before = [c for c in found.calls if c not in after]
-    table = summary_table(trained, before, steps, after)
-    tokenizer = ChatTokenizer(default_tokenizer_dir())
-    page = render_report(
-        trained, tokenizer, notes=[f"rollstream demo {run_id}: {len(TASKS)} tasks on {harness}"]
+    return DemoResult(table, report, steps)
+
+
+async def open_console(
+    state: StackState, tokens: StackTokens, kafka: KafkaSettings, progress: Progress
+) -> Console | None:
+    """The console of the demo's stack, with a control token of its own; None without npm.
+
+    It listens where ``ROLLSTREAM_CONSOLE_*`` says (port 8470 by default), or on any free
+    port when that one is taken.
+    """
+    from rollstream.consumers.console import Assets, Console, ConsoleSettings
+    from rollstream.dev.backend.tokenizer import default_tokenizer_dir
+    from rollstream.models.tokenizer import ChatTokenizer
+
+    assets = Assets()
+    if assets.missing():
+        progress("console: not started, its front end is not built (make console; needs npm)")
+        return None
+    admin = state.admin_url()
+    settings = ConsoleSettings()
+    settings = settings.model_copy(
+        update={
+            "control_token": settings.control_token or SecretStr(secrets.token_urlsafe(24)),
+            "interceptors": (admin,) if admin else (),
+            "admin_token": tokens.interceptor,
+        }
     )
-    await asyncio.to_thread(report_path.write_text, page, encoding="utf-8")
-    return DemoResult(table, str(report_path), steps)
+    tokenizer = ChatTokenizer(default_tokenizer_dir())
+    for port in (settings.port, 0):
+        console = Console(settings.model_copy(update={"port": port}), kafka, tokenizer)
+        try:
+            await console.start()
+        except OSError as exc:
+            await console.stop()
+            progress(f"console: port {port} is taken ({exc.strerror}); any free one instead")
+            continue
+        # The control token in the URL: the demo's user may pause, replay and export.
+        assert console.settings.control_token is not None
+        token = console.settings.control_token.get_secret_value()
+        progress(f"console: {console.base_url}#token={token} (open while the demo runs)")
+        return console
+    return None
+
+
+async def write_report(
+    path: Path, scored: list[Scored], calls: list[CallRecord], names: TopicNames, note: str
+) -> str:
+    """The report of the demo's trained groups (the console's views in one file): where."""
+    from rollstream.consumers.console import Assets
+    from rollstream.consumers.console.fleet import CallFacts
+    from rollstream.consumers.console.report import ReportInput, report_data
+    from rollstream.consumers.console.trajectory_view import TokenTexts
+    from rollstream.dev.backend.tokenizer import default_tokenizer_dir
+    from rollstream.models.tokenizer import ChatTokenizer
+
+    found = ReportInput(names.scored)
+    for record in scored:
+        found.add(record)
+    by_session: dict[str, list[CallFacts]] = {}
+    for call in calls:
+        by_session.setdefault(call.session_id, []).append(CallFacts.of(call))
+    texts = TokenTexts(ChatTokenizer(default_tokenizer_dir()))
+    generated = datetime.now(UTC).isoformat(timespec="seconds")
+    data = report_data(found, texts, by_session, notes=[note, *found.notes()], generated=generated)
+    assets = Assets()
+    if assets.missing():
+        return "not written: the console's front end is not built (make console; needs npm)"
+    page = assets.static_page(data, title=f"rollstream demo report ({len(scored)} trajectories)")
+    await asyncio.to_thread(path.write_text, page, encoding="utf-8")
+    return str(path)

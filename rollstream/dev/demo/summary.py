@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from rollstream.dev.demo.facts import facts_of, groups_of, summarize
 from rollstream.dev.examples.grpo_trainer import StepReport
-from rollstream.dev.report import groups_of, summarize
-from rollstream.dev.report.facts import facts_of
 from rollstream.schemas import CallRecord, Scored
 
 

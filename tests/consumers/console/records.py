@@ -1,9 +1,6 @@
-"""Records for report tests: the sample records with segments of real tokenizer ids."""
+"""Records for the console's tests: the sample records with segments of real tokenizer ids."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
-from html.parser import HTMLParser
 
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import Logprobs, LossMask, Scored, Segment, TokenIds, Trajectory
@@ -84,66 +81,3 @@ def scored(
             "error": error,
         }
     )
-
-
-@dataclass
-class Element:
-    """An element of the parsed page: tag, attributes, text inside (children's included)."""
-
-    tag: str
-    attrs: dict[str, str]
-    text: str = ""
-    children: list[Element] = field(default_factory=list)
-
-    @property
-    def classes(self) -> set[str]:
-        return set(self.attrs.get("class", "").split())
-
-    def find_all(self, tag: str | None = None, cls: str | None = None) -> list[Element]:
-        """Descendants (depth first, in document order) with this tag and class."""
-        out = []
-        for child in self.children:
-            if (tag is None or child.tag == tag) and (cls is None or cls in child.classes):
-                out.append(child)
-            out.extend(child.find_all(tag, cls))
-        return out
-
-
-_VOID = {"meta", "br", "img", "link", "input", "hr"}
-
-
-class _Parser(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.root = Element("root", {})
-        self.stack = [self.root]
-        self.tags: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append(tag)
-        element = Element(tag, {k: v or "" for k, v in attrs})
-        self.stack[-1].children.append(element)
-        if tag not in _VOID:
-            self.stack.append(element)
-
-    def handle_endtag(self, tag: str) -> None:
-        assert self.stack[-1].tag == tag, f"</{tag}> closes <{self.stack[-1].tag}>"
-        self.stack.pop()
-
-    def handle_data(self, data: str) -> None:
-        for element in self.stack:
-            element.text += data
-
-
-def parse(page: str) -> tuple[Element, list[str]]:
-    """The page's element tree and every start tag in order; asserts tags are balanced."""
-    parser = _Parser()
-    parser.feed(page)
-    parser.close()
-    assert parser.stack == [parser.root], "unclosed elements"
-    return parser.root, parser.tags
-
-
-def unglyph(text: str) -> str:
-    """Token text as the tokenizer decodes it (the page shows a newline as a glyph first)."""
-    return text.replace("\u21b5\n", "\n")

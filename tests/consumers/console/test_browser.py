@@ -200,3 +200,62 @@ async def test_the_console_in_a_browser_follows_a_live_run(
             assert errors == [], errors
         finally:
             await browser.close()
+
+
+#: The token colours of the front end's stylesheet: nothing else on the page uses them.
+MASK1_RGB = (0x8F, 0xDC, 0x9A)
+MASK0_RGB = (0xDD, 0xE3, 0xEC)
+
+
+def _pixels_of(png: Path, rgb: tuple[int, int, int]) -> int:
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(png).convert("RGB"))
+    return int(np.all(pixels == np.array(rgb, np.uint8), axis=2).sum())
+
+
+async def test_a_report_is_the_same_views_in_one_file(tmp_path: Path) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    from rollstream.consumers.console.report import ReportInput, report_data
+    from rollstream.consumers.console.trajectory_view import TokenTexts
+    from tests.consumers.console.records import conversation, scored
+
+    tokenizer = ChatTokenizer(default_tokenizer_dir())
+    segment = conversation(
+        tokenizer,
+        "Fix the test </script><b>",
+        [("I will read the file first.", "ok"), ("Done.", "")],
+    )
+    found = ReportInput("p.scored")
+    for record in (scored("t-0", "g", 0, [segment], 1.0), scored("t-1", "g", 1, [segment], 0.0)):
+        found.add(record)
+    data = report_data(found, TokenTexts(tokenizer), {}, notes=["two samples"], generated="now")
+    page_file = tmp_path / "report.html"
+    page_file.write_text(Assets().static_page(data), encoding="utf-8")
+    assert CHROMIUM is not None
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = await browser.new_page(viewport={"width": 1280, "height": 900})
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            await page.goto(page_file.as_uri() + "#/sessions")
+            await expect(page.get_by_test_id("live-status")).to_have_text("report")
+            await expect(page.get_by_test_id("session-row")).to_have_count(2)
+            await page.get_by_test_id("nav-groups").click()
+            await expect(page.get_by_test_id("group-row")).to_have_count(1)
+            await page.goto(page_file.as_uri() + "#/trajectory/t-0")
+            await expect(page.get_by_test_id("trajectory")).to_be_visible()
+            # The task's own text is shown as text, not taken for markup.
+            await expect(page.get_by_test_id("segment").first).to_contain_text("</script><b>")
+            shot = ARTIFACTS / "report-trajectory.png"
+            await page.screenshot(path=shot, full_page=True)
+            sampled = await page.locator(".t.m1").count()
+            assert sampled == sum(segment.loss_mask)
+            assert _pixels_of(shot, MASK1_RGB) > 1000 and _pixels_of(shot, MASK0_RGB) > 1000
+            assert errors == [], errors
+        finally:
+            await browser.close()

@@ -14,7 +14,7 @@ from rollstream.consumers.console.trajectory_view import (
 from rollstream.dev.backend.tokenizer import default_tokenizer_dir
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import Logprobs, LossMask, Segment, Task, TokenIds, utcnow
-from tests.dev.report.records import scored
+from tests.consumers.console.records import scored
 
 INSTRUCTION = "Create hello.txt containing the word polar, then run the tests."
 SYSTEM = "You are a coding agent. Use the tools below. " * 40

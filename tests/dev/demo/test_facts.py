@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rollstream.dev.report import facts_of, groups_of, summarize
+from rollstream.dev.demo.facts import facts_of, groups_of, summarize
 from tests.schemas.samples import SCORED, TRAJECTORY
 
 
