@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
@@ -52,6 +52,7 @@ class Place:
     topic: str
     partition: int
     offset: int
+    session_id: str = ""
 
 
 class TrajectoryIndex:
@@ -65,21 +66,35 @@ class TrajectoryIndex:
 
     def add(self, trajectory: Trajectory, place: Place) -> None:
         """Remember where ``trajectory`` is (a later record of it replaces the earlier)."""
+        place = replace(place, session_id=trajectory.session_id)
         self.places.setdefault(trajectory.trajectory_id, {})[place.topic] = place
         self.places.move_to_end(trajectory.trajectory_id)
         self.by_session.setdefault(trajectory.session_id, {})[place.topic] = (
             trajectory.trajectory_id
         )
         while len(self.places) > self.max_indexed:
-            _, forgotten = self.places.popitem(last=False)
+            gone, places = self.places.popitem(last=False)
             self.forgotten += 1
-            del forgotten
+            for place in places.values():
+                topics = self.by_session.get(place.session_id, {})
+                if topics.get(place.topic) == gone:
+                    del topics[place.topic]
+                if not topics:
+                    self.by_session.pop(place.session_id, None)
 
     def find(self, trajectory_id: str, topic: str | None) -> Place | None:
-        """Where the trajectory is in ``topic`` (None: scored if it was, else any topic)."""
+        """Where the trajectory is in ``topic`` (None: scored if it was, else any topic).
+
+        A replay writes the same session under another id (``session/strategy``): asked for
+        a topic the trajectory is not in, this finds its session's trajectory there.
+        """
         places = self.places.get(trajectory_id, {})
         if topic is not None:
-            return places.get(topic)
+            if topic in places or not places:
+                return places.get(topic)
+            session = next(iter(places.values())).session_id
+            other = self.by_session.get(session, {}).get(topic)
+            return self.places.get(other, {}).get(topic) if other else None
         scored = [p for t, p in places.items() if t.endswith(".scored")]
         found = scored or list(places.values())
         return found[0] if found else None
@@ -95,6 +110,38 @@ def followed(names: TopicNames, topics: set[str]) -> set[str]:
     return {t for t in topics if t in fixed or t.startswith(f"{names.trajectories}.")}
 
 
+@dataclass
+class Aggregates:
+    """What the console keeps of the records it reads: the fleet, the rewards, the index."""
+
+    fleet: Fleet
+    rewards: Rewards
+    index: TrajectoryIndex
+
+    def dispatch(self, record: AvroRecord, place: Place) -> None:
+        """Hand one decoded record to the aggregates that count it."""
+        if isinstance(record, CallRecord):
+            self.fleet.call(record)
+            self.rewards.policy_version(record.policy_version)
+        elif isinstance(record, SessionStarted):
+            self.fleet.started(record)
+        elif isinstance(record, SessionEnded):
+            self.fleet.ended(record)
+        elif isinstance(record, Scored):
+            self.rewards.scored(record)
+            self.fleet.scored(
+                record.trajectory.session_id, record.trajectory.trajectory_id, record.reward
+            )
+            self.index.add(record.trajectory, place)
+        elif isinstance(record, Trajectory):
+            self.fleet.reconstructed(record.session_id, record.trajectory_id)
+            self.index.add(record, place)
+        elif isinstance(record, DeadLetter):
+            self.fleet.deadletter()
+        elif isinstance(record, PolicyVersion):
+            self.rewards.policy_version(record.version)
+
+
 class Feed:
     """Reads the run's topics into a :class:`Fleet`, :class:`Rewards` and an index."""
 
@@ -108,7 +155,7 @@ class Feed:
     ) -> None:
         self.kafka = kafka
         self.names = TopicNames(kafka.topic_prefix)
-        self.fleet, self.rewards, self.index = fleet, rewards, index
+        self.aggregates = Aggregates(fleet, rewards, index)
         self.since = since
         self.undecodable = 0
         self.caught_up = False
@@ -194,26 +241,7 @@ class Feed:
 
     def dispatch(self, record: AvroRecord, place: Place) -> None:
         """Hand one decoded record to the aggregates that count it."""
-        if isinstance(record, CallRecord):
-            self.fleet.call(record)
-            self.rewards.policy_version(record.policy_version)
-        elif isinstance(record, SessionStarted):
-            self.fleet.started(record)
-        elif isinstance(record, SessionEnded):
-            self.fleet.ended(record)
-        elif isinstance(record, Scored):
-            self.rewards.scored(record)
-            self.fleet.scored(
-                record.trajectory.session_id, record.trajectory.trajectory_id, record.reward
-            )
-            self.index.add(record.trajectory, place)
-        elif isinstance(record, Trajectory):
-            self.fleet.reconstructed(record.session_id, record.trajectory_id)
-            self.index.add(record, place)
-        elif isinstance(record, DeadLetter):
-            self.fleet.deadletter()
-        elif isinstance(record, PolicyVersion):
-            self.rewards.policy_version(record.version)
+        self.aggregates.dispatch(record, place)
 
 
 class RecordFetcher:

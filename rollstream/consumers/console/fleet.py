@@ -20,7 +20,7 @@ RUNNING = "running"
 SESSION_FILTERS = ("task_id", "group_id", "harness", "status", "policy_version")
 
 
-@dataclass
+@dataclass(slots=True)  # a million of them at scale: slots save a third of their memory
 class CallFacts:
     """One call of a session, for the timeline: no tokens, no bodies."""
 
@@ -63,7 +63,7 @@ def _ts(moment: Any) -> float | None:
     return None if moment is None else float(moment.timestamp())
 
 
-@dataclass
+@dataclass(slots=True)
 class SessionRow:
     """What the session list shows of one session."""
 
@@ -100,19 +100,25 @@ class SessionRow:
         }
 
 
-def matches(row: Mapping[str, Any], filters: Mapping[str, str]) -> bool:
+def field_of(row: Any, name: str) -> Any:
+    """A field of a row, whether a mapping or an object."""
+    return row.get(name) if isinstance(row, Mapping) else getattr(row, name, None)
+
+
+def matches(row: Any, filters: Mapping[str, str]) -> bool:
     """Whether ``row`` equals every non-empty filter (compared as text)."""
-    return all(str(row.get(k)) == v for k, v in filters.items() if v != "")
+    return all(str(field_of(row, k)) == v for k, v in filters.items() if v != "")
 
 
-def page_of(
-    rows: Iterable[Mapping[str, Any]], filters: Mapping[str, str], offset: int, limit: int
-) -> tuple[int, list[Mapping[str, Any]]]:
+def page_of[R](
+    rows: Iterable[R], filters: Mapping[str, str], offset: int, limit: int
+) -> tuple[int, list[R]]:
     """The total matching ``filters`` and the ``[offset, offset + limit)`` slice of them."""
+    active = {k: v for k, v in filters.items() if v != ""}
     total = 0
-    items: list[Mapping[str, Any]] = []
+    items: list[R] = []
     for row in rows:
-        if matches(row, filters):
+        if not active or matches(row, active):
             if offset <= total < offset + limit:
                 items.append(row)
             total += 1
@@ -267,14 +273,14 @@ class Fleet:
 
     def page(self, filters: Mapping[str, str], offset: int, limit: int) -> dict[str, Any]:
         """A page of sessions, newest first, with the values each filter can take."""
-        rows = (row.public() for row in reversed(self.sessions.values()))
-        total, items = page_of(rows, filters, offset, limit)
+        # Rows are filtered as they are; only the page's own are turned into JSON.
+        total, rows = page_of(reversed(self.sessions.values()), filters, offset, limit)
         values = self.sessions.values()
         return {
             "total": total,
             "offset": offset,
             "limit": limit,
-            "items": items,
+            "items": [row.public() for row in rows],
             "facets": {
                 "harness": sorted({r.harness for r in values}),
                 "status": sorted({r.status for r in values}),

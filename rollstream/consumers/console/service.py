@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 LAG_EVERY_S = 5.0
 HEALTH_EVERY_S = 1.0
 STOP_WAIT_S = 15.0
+SNAPSHOT_EVERY_S = 0.5
 
 
 class Console:
@@ -87,6 +88,7 @@ class Console:
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
+        self._snapshot: tuple[float, dict[str, Any]] | None = None
         self.port = 0
 
     @property
@@ -146,11 +148,19 @@ class Console:
         await self.stop()
 
     def snapshot(self) -> dict[str, Any]:
-        """The fleet's figures with the services' own."""
+        """The fleet's figures with the services' own.
+
+        Made at most once per ``SNAPSHOT_EVERY_S`` and shared: every open browser streams it
+        each second, and making one walks every session the console holds.
+        """
+        now = time.monotonic()
+        if self._snapshot is not None and now - self._snapshot[0] < SNAPSHOT_EVERY_S:
+            return self._snapshot[1]
         snap = self.fleet.snapshot(time.time())
         snap["lag"] = self.lags
         snap["interceptors"] = self.interceptors
         snap["feed"] = {"caught_up": self.feed.caught_up, "undecodable": self.feed.undecodable}
+        self._snapshot = (now, snap)
         return snap
 
     async def trajectory(self, trajectory_id: str, topic: str | None) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -159,7 +160,7 @@ def trajectory_view(
         "segments": [
             segment_view(s, i, texts, instruction, cap) for i, s in enumerate(trajectory.segments)
         ],
-        "calls": [vars(c) for c in sorted(calls, key=lambda c: (c.started_at, c.seq))],
+        "calls": [asdict(c) for c in sorted(calls, key=lambda c: (c.started_at, c.seq))],
         "threads": [t.model_dump() for t in trajectory.threads],
         "notes": list(trajectory.stats.notes),
         "diff": diff.content.decode("utf-8", "replace") if diff else None,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rollstream.dev.bench.cluster import ClusterBenchConfig, local_setups, run_cluster_bench
+from rollstream.dev.bench.console import ConsoleBenchConfig, run_console_bench
 from rollstream.dev.bench.instances import InstancesBenchConfig, run_instances_bench
 from rollstream.dev.bench.outage import OutageBenchConfig, run_outage_bench
 from rollstream.dev.bench.pipeline import PipelineBenchConfig, run_pipeline_bench
@@ -167,5 +168,22 @@ KAFKA: tuple[Bench, ...] = (
             partitions_option(),
         ),
         broker=True,
+    ),
+    Bench(
+        "console",
+        ConsoleBenchConfig,
+        lambda config, env: run_console_bench(config, env.say),
+        "The console at scale: records/s into its aggregates, memory held, what a browser "
+        "loads.\n\n"
+        "A million records by default (20,000 sessions of 50 calls, each scored) through the "
+        "console's fleet, rewards and index in one process; then each API answer's server time "
+        "and size against the whole session list, side by side. No broker needed.",
+        lambda c: f"console: {c.sessions:,} sessions of {c.calls} calls through its aggregates",
+        (
+            Option("sessions", "Sessions, each with its calls and a scored trajectory.", low=1),
+            Option("calls", "Calls per session.", low=1),
+            Option("group_size", "Sessions per GRPO group.", low=1),
+            Option("repeats", "Times each answer is timed (the median is kept).", low=1),
+        ),
     ),
 )

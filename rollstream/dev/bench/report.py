@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rollstream.dev.bench.backend import backend_section
 from rollstream.dev.bench.cluster_report import cluster_section
+from rollstream.dev.bench.console import console_section
 from rollstream.dev.bench.fidelity import fidelity_section
 from rollstream.dev.bench.instances import instances_section
 from rollstream.dev.bench.interceptor import interceptor_section
@@ -36,4 +37,5 @@ SECTIONS = {
     "fidelity-vllm": fidelity_section,
     "wall": wall_section,
     "long-session": long_stack_section,
+    "console": console_section,
 }

@@ -27,6 +27,7 @@ ORDER = (
     "scale",
     "long-session",
     "fidelity",
+    "console",
 )
 
 

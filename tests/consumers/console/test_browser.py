@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import urllib.parse
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -173,6 +174,8 @@ async def test_the_console_in_a_browser_follows_a_live_run(
             await page.get_by_test_id("nav-sessions").click()
             await page.get_by_test_id("open-trajectory").first.click()
             await expect(page.get_by_test_id("trajectory")).to_be_visible(timeout=15_000)
+            trajectory_id = page.url.split("#/trajectory/", 1)[1].split("?", 1)[0]
+            trajectory_id = urllib.parse.unquote(trajectory_id)
             sampled = page.locator(".t.m1")
             await expect(sampled.first).to_be_visible()
             title = await sampled.first.get_attribute("title")
@@ -192,6 +195,24 @@ async def test_the_console_in_a_browser_follows_a_live_run(
             await expect(page.get_by_test_id("control-result")).to_contain_text("pause: ok")
             await page.get_by_test_id("control-resume").click()
             await until(lambda: _paused(state, False), timeout=30, what="resumed")
+
+            # Replay with another strategy, then compare the two builds of one session.
+            await page.get_by_test_id("replay-strategy").fill("per_call")
+            await page.get_by_test_id("control-replay").click()
+            replayed = f"{console.feed.names.trajectories}.per_call"
+            opened = console.index.find(trajectory_id, None)
+            assert opened is not None
+            await until(
+                lambda: console.index.by_session.get(opened.session_id, {}).get(replayed),
+                timeout=60,
+                what="the replay's trajectory of the opened session",
+            )
+            await page.reload()
+            await page.get_by_test_id("compare-link").filter(has_text=replayed).click()
+            await expect(page.get_by_test_id("compare-side")).to_have_count(2, timeout=15_000)
+            sides = page.get_by_test_id("compare-side")
+            await expect(sides.nth(1)).to_contain_text("per_call")
+            await page.screenshot(path=ARTIFACTS / "compare.png", full_page=True)
 
             # Back on the fleet: every consumer group of the stack with its lag.
             await page.get_by_test_id("nav-fleet").click()

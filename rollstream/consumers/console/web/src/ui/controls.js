@@ -15,7 +15,7 @@ export function Controls({ source, filters }) {
   const [busy, setBusy] = useState(false);
   const [result, setResult] = useState('');
   const [failed, setFailed] = useState(false);
-  const [strategy, setStrategy] = useState('exact');
+  const [strategy, setStrategy] = useState('per_call');
 
   const run = async (action, body) => {
     setBusy(true);
