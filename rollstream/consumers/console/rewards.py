@@ -139,13 +139,12 @@ class Rewards:
 
     def page(self, filters: Mapping[str, str], offset: int, limit: int) -> dict[str, Any]:
         """A page of groups, newest first."""
-        rows = ({"task_id": g.task_id, "group": g} for g in reversed(self.groups.values()))
-        total, items = page_of(rows, filters, offset, limit)
+        total, items = page_of(reversed(self.groups.values()), filters, offset, limit)
         return {
             "total": total,
             "offset": offset,
             "limit": limit,
-            "items": [item["group"].public(self.solved_at) for item in items],
+            "items": [group.public(self.solved_at) for group in items],
         }
 
     def series(self) -> dict[str, Any]:
