@@ -20,6 +20,7 @@ EXTRA_MODULES: dict[str, frozenset[str]] = {
     "models": frozenset(_MODELS),
     "export": frozenset({"pyarrow"}),
     "consumers": frozenset(_MODELS),
+    "console": frozenset({*_MODELS, "aiohttp", "pyarrow"}),
     "producers": frozenset({*_MODELS, "aiohttp", "yaml"}),
     "interceptor": frozenset({*_MODELS, "mitmproxy", "aiohttp", "yaml"}),
     "dev": frozenset({*_MODELS, "mitmproxy", "aiohttp", "yaml", "pyarrow", "matplotlib"}),
@@ -43,6 +44,7 @@ _DEV_TOOLS = (
 #: The extra each top-level command (or group) is documented to need; absent: the base install.
 COMMAND_EXTRAS: dict[str, str] = {
     "interceptor": "interceptor",
+    "console": "console",
     "node": "producers",
     "run": "producers",
     "harness": "producers",
