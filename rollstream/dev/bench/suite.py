@@ -26,8 +26,8 @@ ORDER = (
     "instances",
     "scale",
     "long-session",
-    "fidelity",
     "console",
+    "fidelity",
 )
 
 
