@@ -29,7 +29,11 @@ async def group_lags(kafka: KafkaSettings, topics: set[str]) -> list[GroupLag]:
     admin = make_admin(kafka)
     consumer = make_consumer(kafka)
     await admin.start()
-    await consumer.start()
+    try:
+        await consumer.start()
+    except BaseException:
+        await admin.close()
+        raise
     try:
         lags: list[GroupLag] = []
         for group, _protocol in sorted(await admin.list_consumer_groups()):

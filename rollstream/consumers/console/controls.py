@@ -31,7 +31,9 @@ from rollstream.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: How long a pause or resume may take on one interceptor.
+PAUSE_WAIT_S = 120.0
 
 
 @dataclass
@@ -75,7 +77,8 @@ class Controls:
                 "the console knows no interceptor: give ROLLSTREAM_CONSOLE_INTERCEPTORS"
             )
         results: list[dict[str, Any]] = []
-        timeout = aiohttp.ClientTimeout(total=30)
+        # Longer than a pause may wait for the calls in flight to drain (the admin's bound).
+        timeout = aiohttp.ClientTimeout(total=PAUSE_WAIT_S)
         async with aiohttp.ClientSession(
             timeout=timeout, headers=auth_headers(self.admin_token)
         ) as http:
@@ -117,7 +120,7 @@ class Controls:
     def replay(self, strategy: str, sessions: set[str] | None) -> Job:
         """Rebuild the retained sessions with ``strategy`` into ``trajectories.<strategy>``."""
         get_strategy(strategy)  # an unknown one is refused here, not in the background
-        if not _NAME.match(strategy):
+        if not _NAME.fullmatch(strategy):
             raise ConfigurationError(
                 f"a replay from the console takes a built-in strategy: {strategy!r}"
             )
@@ -138,7 +141,7 @@ class Controls:
 
     def export(self, topic: str, sessions: frozenset[str] | None, name: str) -> Job:
         """Write ``topic``'s trajectories of ``sessions`` to ``export_dir/name.parquet``."""
-        if not _NAME.match(name):
+        if not _NAME.fullmatch(name):
             raise ConfigurationError(f"an export's name is letters, digits, - and _: {name!r}")
         out = self.export_dir / f"{name}.parquet"
         self.export_dir.mkdir(parents=True, exist_ok=True)

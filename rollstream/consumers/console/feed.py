@@ -17,6 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from rollstream.consumers.console.fleet import Fleet
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 
 #: How often the topic list is looked at again for new replay topics.
 TOPICS_EVERY_S = 5.0
+#: Records handled between two turns given to the rest of the event loop.
+YIELD_EVERY = 100
 
 
 @dataclass(frozen=True)
@@ -157,8 +160,11 @@ class Feed:
         self.names = TopicNames(kafka.topic_prefix)
         self.aggregates = Aggregates(fleet, rewards, index)
         self.since = since
+        self.read = 0
         self.undecodable = 0
+        self.failed = 0  # decoded, but the aggregates failed on it (a bug: logged)
         self.caught_up = False
+        self.died = False  # the reading ended on an error (logged)
         self._decoder = RecordDecoder(kafka)
         self._consumer = make_consumer(kafka)
         self._task: asyncio.Task[None] | None = None
@@ -168,15 +174,24 @@ class Feed:
         """Connect and start reading in the background."""
         await self._consumer.start()
         self._task = asyncio.create_task(self._run(), name="console-feed")
+        self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """Say why the reading ended, if it was not asked to: the figures stop moving."""
+        if not task.cancelled() and task.exception() is not None:
+            self.died = True
+            log.error("console: reading Kafka stopped", exc_info=task.exception())
 
     async def stop(self) -> None:
-        """Stop reading and disconnect."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        await self._consumer.stop()
-        await self._decoder.close()
+        """Stop reading and disconnect (whatever ended the reading)."""
+        try:
+            if self._task is not None:
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._task  # a failure was logged when the task ended
+        finally:
+            await self._consumer.stop()
+            await self._decoder.close()
 
     async def __aenter__(self) -> Feed:
         await self.start()
@@ -199,13 +214,17 @@ class Feed:
             for t in sorted(topics)
             for p in sorted(cluster.partitions_for_topic(t) or ())
         ]
+        gone = [tp for tp in self._next if tp not in tps]
+        for tp in gone:  # a deleted topic (a replay's, say): seeking it would fail
+            del self._next[tp]
         new = [tp for tp in tps if tp not in self._next]
-        if not new:
+        if not new and not gone:
             return
         self._consumer.assign(tps)
         for tp, offset in self._next.items():
             self._consumer.seek(tp, offset)
-        await seek(self._consumer, new, self.since)
+        if new:
+            await seek(self._consumer, new, self.since)
         for tp in new:
             self._next[tp] = await self._consumer.position(tp)
 
@@ -213,29 +232,46 @@ class Feed:
         loop = asyncio.get_running_loop()
         looked = float("-inf")
         while True:
-            if loop.time() - looked >= TOPICS_EVERY_S:
-                looked = loop.time()
-                try:
+            try:
+                if loop.time() - looked >= TOPICS_EVERY_S:
+                    looked = loop.time()
                     await self._assign()
-                except ConfigurationError as exc:
-                    log.warning("console: %s", exc)
-            if not self._next:
-                await asyncio.sleep(0.5)
+                if not self._next:
+                    await asyncio.sleep(0.5)
+                    continue
+                batch = await self._consumer.getmany(timeout_ms=200, max_records=2000)
+            except (KafkaError, ConfigurationError) as exc:
+                # The broker away a while: the figures wait, the console goes on serving.
+                log.warning("console: reading Kafka failed (%s); again in a second", exc)
+                await asyncio.sleep(1.0)
                 continue
-            batch = await self._consumer.getmany(timeout_ms=200, max_records=2000)
+            handled = 0
             for tp, messages in batch.items():
                 for message in messages:
-                    await self._handle(tp, message)
+                    handled += 1
+                    if handled % YIELD_EVERY == 0:
+                        await asyncio.sleep(0)  # let the server answer while catching up
+                    try:
+                        await self._handle(tp, message)
+                    except Exception:  # one record must not stop the console's reading
+                        self.failed += 1
+                        log.exception(
+                            "console: %s@%d could not be counted; skipped",
+                            tp,
+                            message.offset,
+                        )
                     self._next[tp] = after(message)
             if not batch:
                 self.caught_up = True
 
     async def _handle(self, tp: TopicPartition, message: ConsumerRecord) -> None:
+        self.read += 1
         if message.value is None:
             return  # a compacted topic's tombstone
         record = await self._decoder.decode(message.value)
         if record is None:
             self.undecodable += 1
+            log.warning("console: %s@%d cannot be decoded; skipped", tp, message.offset)
             return
         self.dispatch(record, Place(tp.topic, tp.partition, message.offset))
 
@@ -263,7 +299,10 @@ class RecordFetcher:
         await self._decoder.close()
 
     async def fetch(self, place: Place) -> AvroRecord | None:
-        """The record at ``place``; None when it is gone (retention) or not read in time."""
+        """The record at ``place``; None when it is gone (retention or compaction).
+
+        Raises TimeoutError when it is not read in ``timeout_s`` (the broker away, say).
+        """
         tp = TopicPartition(place.topic, place.partition)
         async with self._lock:
             self._consumer.assign([tp])
@@ -277,4 +316,4 @@ class RecordFetcher:
                         return await self._decoder.decode(message.value)
                     if message.offset > place.offset:
                         return None  # deleted by retention or compaction
-            return None
+            raise TimeoutError(f"{place.topic}@{place.offset} not read in {self.timeout_s:g}s")

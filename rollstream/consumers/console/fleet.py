@@ -8,6 +8,7 @@ are bucketed by the second the call ended, so catching up on an old log draws no
 
 from __future__ import annotations
 
+import math
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -57,6 +58,11 @@ class CallFacts:
             completion_tokens=len(call.completion_token_ids or ()),
             error=call.error.type if call.error else None,
         )
+
+
+def finite(value: float | None) -> float | None:
+    """``value``, or None when it is not a finite number (JSON has no NaN or infinity)."""
+    return value if value is not None and math.isfinite(value) else None
 
 
 def _ts(moment: Any) -> float | None:
@@ -144,40 +150,62 @@ class Fleet:
         # second -> (harness, model) -> [calls, tokens]
         self._buckets: dict[int, dict[tuple[str, str], list[int]]] = defaultdict(dict)
         self._newest_second = 0
+        # Counts kept as rows change, so a snapshot or a page's facets walk no session.
+        self._counts: dict[str, Counter[Any]] = {
+            k: Counter() for k in ("status", "harness", "version", "running_version")
+        }
+        self._nodes: dict[str, Counter[str]] = defaultdict(Counter)
+        self._ended: OrderedDict[str, None] = OrderedDict()  # in the order they ended
+
+    def _count(self, row: SessionRow, sign: int) -> None:
+        running = row.status == RUNNING
+        self._counts["status"][row.status] += sign
+        self._counts["harness"][row.harness] += sign
+        self._counts["version"][row.policy_version] += sign
+        if running:
+            self._counts["running_version"][row.policy_version] += sign
+        self._nodes[row.node_id or "?"]["running" if running else "ended"] += sign
 
     def _row(self, session_id: str) -> SessionRow:
         row = self.sessions.get(session_id)
         if row is None:
             row = self.sessions[session_id] = SessionRow(session_id)
+            self._count(row, +1)
             self._forget_beyond_bound()
         return row
 
     def _forget_beyond_bound(self) -> None:
+        """Forget the sessions that ended first; running ones only when none has ended."""
         while len(self.sessions) > self.max_sessions:
-            victim = next(
-                (sid for sid, row in self.sessions.items() if row.status != RUNNING),
-                next(iter(self.sessions)),
-            )
-            del self.sessions[victim]
+            if self._ended:
+                victim, _ = self._ended.popitem(last=False)
+            else:
+                victim = next(iter(self.sessions))
+            self._count(self.sessions.pop(victim), -1)
             self.forgotten += 1
 
     def started(self, record: SessionStarted) -> None:
         """A session began."""
         self.records += 1
         row = self._row(record.session_id)
+        self._count(row, -1)
         row.task_id, row.group_id = record.task_id, record.group_id
         row.sample_index, row.harness = record.sample_index, record.harness
         row.node_id, row.policy_version = record.node_id, record.policy_version
         row.started_at = record.started_at.timestamp()
+        self._count(row, +1)
 
     def ended(self, record: SessionEnded) -> None:
         """A session ended (possibly one this console never saw start)."""
         self.records += 1
         row = self._row(record.session_id)
+        self._count(row, -1)
         row.task_id, row.group_id = record.task_id, record.group_id
         row.sample_index, row.harness = record.sample_index, record.harness
         row.status = record.status.value
         row.ended_at = record.ended_at.timestamp()
+        self._count(row, +1)
+        self._ended[row.session_id] = None
 
     def call(self, record: CallRecord) -> None:
         """A call ended: counted in the totals, its second's bucket and its session."""
@@ -206,7 +234,7 @@ class Fleet:
         """A trajectory of the session was scored."""
         row = self.sessions.get(session_id)
         if row is not None:
-            row.trajectory_id, row.reward = trajectory_id, reward
+            row.trajectory_id, row.reward = trajectory_id, finite(reward)
 
     def reconstructed(self, session_id: str, trajectory_id: str) -> None:
         """A trajectory of the session was built (scored or not yet)."""
@@ -249,24 +277,24 @@ class Fleet:
     def snapshot(self, now: float) -> dict[str, Any]:
         """The fleet's figures the console shows (the services' own figures added by the caller)."""
         self._prune(now)
-        running = [r for r in self.sessions.values() if r.status == RUNNING]
-        ended = Counter(r.status for r in self.sessions.values() if r.status != RUNNING)
-        nodes: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-        for row in self.sessions.values():
-            nodes[row.node_id or "?"][0 if row.status == RUNNING else 1] += 1
-        versions = Counter(r.policy_version for r in running)
+        statuses = self._counts["status"]
+        ended = {k: n for k, n in sorted(statuses.items()) if k != RUNNING and n > 0}
+        versions = self._counts["running_version"]
         return {
             "now": now,
-            "sessions": {"running": len(running), "ended": dict(sorted(ended.items()))},
+            "sessions": {"running": statuses[RUNNING], "ended": ended},
             "nodes": [
-                {"node_id": node, "running": n[0], "ended": n[1]}
-                for node, n in sorted(nodes.items())
+                {"node_id": node, "running": n["running"], "ended": n["ended"]}
+                for node, n in sorted(self._nodes.items())
+                if n["running"] or n["ended"]
             ],
             "rates": self.rates(now),
             "totals": {"calls": self.calls, "tokens": self.tokens, "records": self.records},
             "errors": [{"kind": k, "count": n} for k, n in self.errors.most_common()],
             "deadletters": self.deadletters,
-            "policy_versions": [{"version": v, "running": n} for v, n in sorted(versions.items())],
+            "policy_versions": [
+                {"version": v, "running": n} for v, n in sorted(versions.items()) if n > 0
+            ],
             "forgotten_sessions": self.forgotten,
             "history": self.history(now),
         }
@@ -275,15 +303,20 @@ class Fleet:
         """A page of sessions, newest first, with the values each filter can take."""
         # Rows are filtered as they are; only the page's own are turned into JSON.
         total, rows = page_of(reversed(self.sessions.values()), filters, offset, limit)
-        values = self.sessions.values()
+        counts = self._counts
         return {
             "total": total,
             "offset": offset,
             "limit": limit,
             "items": [row.public() for row in rows],
             "facets": {
-                "harness": sorted({r.harness for r in values}),
-                "status": sorted({r.status for r in values}),
-                "policy_version": sorted({r.policy_version for r in values}),
+                "harness": sorted(k for k, n in counts["harness"].items() if n > 0),
+                "status": sorted(k for k, n in counts["status"].items() if n > 0),
+                "policy_version": sorted(k for k, n in counts["version"].items() if n > 0),
             },
         }
+
+    def select(self, filters: Mapping[str, str]) -> frozenset[str]:
+        """The ids of every session matching ``filters`` (a control's selection)."""
+        active = {k: v for k, v in filters.items() if v != ""}
+        return frozenset(row.session_id for row in self.sessions.values() if matches(row, active))

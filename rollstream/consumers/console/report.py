@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from rollstream.consumers.console.fleet import CallFacts
+from rollstream.consumers.console.fleet import CallFacts, finite
 from rollstream.consumers.console.rewards import Rewards
 from rollstream.consumers.console.trajectory_view import TokenTexts, trajectory_view
 from rollstream.consumers.export import exportable
@@ -46,7 +46,7 @@ def session_row(record: Reportable) -> dict[str, Any]:
         "started_at": None,
         "ended_at": trajectory.created_at.timestamp(),
         "trajectory_id": trajectory.trajectory_id,
-        "reward": record.reward if isinstance(record, Scored) else None,
+        "reward": finite(record.reward) if isinstance(record, Scored) else None,
     }
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any
 
-from rollstream.consumers.console.fleet import page_of
+from rollstream.consumers.console.fleet import finite, page_of
 from rollstream.consumers.trainer.batch import advantages
 from rollstream.schemas import Scored
 
@@ -100,7 +100,9 @@ class Rewards:
         self.max_groups = max_groups
         self.bucket_s = bucket_s
         self.solved_at = solved_at
-        self.groups: OrderedDict[str, GroupRow] = OrderedDict()
+        # By (task, group), as the trainer groups records: a group id reused by another task
+        # (the same instance in a later epoch) is another group.
+        self.groups: OrderedDict[tuple[str, str], GroupRow] = OrderedDict()
         self.latest_policy_version = 0
         self._by_time: dict[int, _Bucket] = defaultdict(_Bucket)
         self._by_version: dict[int, _Bucket] = defaultdict(_Bucket)
@@ -111,30 +113,37 @@ class Rewards:
         self.latest_policy_version = max(self.latest_policy_version, version)
 
     def scored(self, record: Scored) -> None:
-        """Add a scored record to its group and to the series."""
+        """Add a scored record to its group and, the first time it is scored, to the series.
+
+        A trajectory scored again (a replay's scorer, a re-run) replaces its member; the series
+        count each trajectory once. A reward that is not a finite number counts as none.
+        """
         trajectory = record.trajectory
         versions = trajectory.policy_versions
         for version in versions:
             self.policy_version(version)
-        group = self.groups.get(trajectory.group_id)
+        key = (trajectory.task_id, trajectory.group_id)
+        group = self.groups.get(key)
         if group is None:
-            group = self.groups[trajectory.group_id] = GroupRow(
-                trajectory.group_id, trajectory.task_id
-            )
+            group = self.groups[key] = GroupRow(trajectory.group_id, trajectory.task_id)
             while len(self.groups) > self.max_groups:
                 self.groups.popitem(last=False)
+        reward = finite(record.reward)
+        again = trajectory.trajectory_id in group.members
         group.members[trajectory.trajectory_id] = Member(
             trajectory.trajectory_id,
             trajectory.session_id,
             trajectory.sample_index,
-            record.reward,
+            reward,
             trajectory.session_status.value,
         )
         group.policy_versions.update(versions)
+        if again:
+            return
         oldest = min(versions, default=0)
         second = int(record.scored_at.timestamp())
-        self._by_time[second - second % self.bucket_s].add(record.reward, self.solved_at)
-        self._by_version[oldest].add(record.reward, self.solved_at)
+        self._by_time[second - second % self.bucket_s].add(reward, self.solved_at)
+        self._by_version[oldest].add(reward, self.solved_at)
         self._staleness[self.latest_policy_version - oldest] += 1
 
     def page(self, filters: Mapping[str, str], offset: int, limit: int) -> dict[str, Any]:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 from aiohttp import web
+from aiokafka.errors import KafkaError
 from pydantic import SecretStr
 
 from rollstream.consumers.console.assets import Assets
@@ -25,7 +27,7 @@ from rollstream.consumers.console.fleet import SESSION_FILTERS, Fleet
 from rollstream.consumers.console.rewards import Rewards
 from rollstream.consumers.console.settings import ConsoleSettings
 from rollstream.errors import ConfigurationError
-from rollstream.http_auth import matches, unauthorized
+from rollstream.http_auth import METRICS_PATH, matches, unauthorized
 
 
 class Served(Protocol):
@@ -41,6 +43,10 @@ class Served(Protocol):
 
     def snapshot(self) -> dict[str, Any]:
         """The fleet's figures with the services' own."""
+        ...
+
+    def metrics_text(self) -> str:
+        """The console's own counters, as Prometheus text."""
         ...
 
     async def trajectory(self, trajectory_id: str, topic: str | None) -> dict[str, Any] | None:
@@ -68,7 +74,9 @@ def _bounded(request: web.Request, name: str, default: int, top: int) -> int:
         value = int(raw) if raw else default
     except ValueError:
         raise web.HTTPBadRequest(
-            text=json.dumps({"error": f"{name} must be a whole number, not {raw!r}"}),
+            text=json.dumps(
+                {"error": {"type": "bad_request", "message": f"{name} must be a whole number"}}
+            ),
             content_type="application/json",
         ) from None
     return max(0, min(value, top))
@@ -86,7 +94,7 @@ def auth_middleware(token: SecretStr, control_token: SecretStr | None) -> Any:
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not request.path.startswith("/api/"):
+        if not request.path.startswith("/api/") and request.path != METRICS_PATH:
             return await handler(request)
         presented = request.headers.get("Authorization")
         control = control_token is not None and matches(presented, control_token)
@@ -110,8 +118,27 @@ def auth_middleware(token: SecretStr, control_token: SecretStr | None) -> Any:
     return guard
 
 
-def _json_error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": {"type": "bad_request", "message": message}}, status=status)
+def _json_error(status: int, message: str, kind: str = "bad_request") -> web.Response:
+    return web.json_response({"error": {"type": kind, "message": message}}, status=status)
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure in the caller's protocol: JSON ``{"error": {"type", "message"}}``."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.content_type == "application/json":
+            raise
+        return _json_error(exc.status, exc.reason, "http_error")
+    except TimeoutError as exc:
+        return _json_error(504, str(exc) or "timed out", "timeout")
+    except KafkaError as exc:
+        log.warning("console: Kafka failed a request to %s: %s", request.path, exc)
+        return _json_error(503, f"Kafka did not answer: {exc}", "unavailable")
+    except Exception:
+        log.exception("console: %s %s failed", request.method, request.path)
+        return _json_error(500, "the console failed on this request (see its log)", "internal")
 
 
 class ConsoleApp:
@@ -125,11 +152,14 @@ class ConsoleApp:
         """The aiohttp application."""
         settings = self.console.settings
         assert settings.token is not None
-        app = web.Application(middlewares=[auth_middleware(settings.token, settings.control_token)])
+        app = web.Application(
+            middlewares=[json_errors, auth_middleware(settings.token, settings.control_token)]
+        )
         app.add_routes(
             [
                 web.get("/", self.index),
                 web.get("/health", self.health),
+                web.get(METRICS_PATH, self.metrics),
                 web.get("/static/{name}", self.static),
                 web.get("/api/whoami", self.whoami),
                 web.get("/api/fleet", self.fleet),
@@ -154,6 +184,10 @@ class ConsoleApp:
     async def health(self, request: web.Request) -> web.Response:
         """Up, and whether the feed has caught up with the log."""
         return web.json_response({"status": "ok", "caught_up": self.console.feed.caught_up})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """Prometheus text: what the console read, skipped and serves (read token)."""
+        return web.Response(text=self.console.metrics_text(), content_type="text/plain")
 
     async def static(self, request: web.Request) -> web.StreamResponse:
         """The built front end's files."""
@@ -186,7 +220,7 @@ class ConsoleApp:
                 data = json.dumps(self.console.snapshot(), separators=(",", ":"))
                 await response.write(f"event: fleet\ndata: {data}\n\n".encode())
                 await asyncio.sleep(STREAM_EVERY_S)
-        except (ConnectionResetError, asyncio.CancelledError):
+        except ConnectionResetError:
             pass  # the browser left
         finally:
             self.console.streams -= 1
@@ -258,12 +292,19 @@ class ConsoleApp:
         return body if isinstance(body, dict) else {}
 
     def _selection(self, body: dict[str, Any]) -> frozenset[str] | None:
+        """The sessions a control's ``filters`` (the session list's) select; None: all."""
         filters = body.get("filters") or {}
-        wanted = {SESSION_PARAMS.get(k, k): str(v) for k, v in filters.items() if v != ""}
-        if not any(wanted.values()):
+        if not isinstance(filters, dict):
+            raise web.HTTPBadRequest(
+                text=json.dumps(
+                    {"error": {"type": "bad_request", "message": "filters: an object"}}
+                ),
+                content_type="application/json",
+            )
+        wanted = {SESSION_PARAMS.get(str(k), str(k)): str(v) for k, v in filters.items() if v != ""}
+        if not wanted:
             return None
-        page = self.console.fleet.page(wanted, 0, 10**9)
-        return frozenset(str(row["session_id"]) for row in page["items"])
+        return self.console.fleet.select(wanted)
 
     async def replay(self, request: web.Request) -> web.Response:
         """Replay the retained sessions (or a selection) with a strategy."""
@@ -281,7 +322,8 @@ class ConsoleApp:
         """Export a topic's trajectories (or a selection's) to Parquet."""
         body = await self._body(request)
         selection = self._selection(body)
-        name = str(body.get("name") or f"export-{len(self.console.controls.jobs) + 1}")
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        name = str(body.get("name") or f"export-{stamp}-{len(self.console.controls.jobs) + 1}")
         try:
             job = self.console.controls.export(str(body.get("topic") or "scored"), selection, name)
         except ConfigurationError as exc:

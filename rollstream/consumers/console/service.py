@@ -65,7 +65,7 @@ class Console:
             rate_window_s=settings.rate_window_s,
             history_s=settings.history_s,
         )
-        self.rewards = Rewards(solved_at=settings.solved_at)
+        self.rewards = Rewards(max_groups=settings.max_groups, solved_at=settings.solved_at)
         self.index = TrajectoryIndex(settings.max_indexed)
         self.feed = Feed(kafka, self.fleet, self.rewards, self.index, since)
         self.fetcher = RecordFetcher(kafka)
@@ -108,7 +108,14 @@ class Console:
         return f"{self.base_url}#token={self.token.get_secret_value()}"
 
     async def start(self) -> None:
-        """Read the topics, poll the services, serve."""
+        """Read the topics, poll the services, serve; on a failure, stop what had started."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
         await self.feed.start()
         await self.fetcher.start()
         self._runner = web.AppRunner(ConsoleApp(self, self.assets).app(), access_log=None)
@@ -159,9 +166,31 @@ class Console:
         snap = self.fleet.snapshot(time.time())
         snap["lag"] = self.lags
         snap["interceptors"] = self.interceptors
-        snap["feed"] = {"caught_up": self.feed.caught_up, "undecodable": self.feed.undecodable}
+        snap["feed"] = {
+            "caught_up": self.feed.caught_up,
+            "undecodable": self.feed.undecodable,
+            "failed": self.feed.failed,
+        }
         self._snapshot = (now, snap)
         return snap
+
+    def metrics_text(self) -> str:
+        """The console's own counters, as Prometheus text."""
+        values: list[tuple[str, str, float]] = [
+            ("rollstream_console_records_total", "counter", self.feed.read),
+            ("rollstream_console_records_undecodable_total", "counter", self.feed.undecodable),
+            ("rollstream_console_records_failed_total", "counter", self.feed.failed),
+            ("rollstream_console_sessions_held", "gauge", len(self.fleet.sessions)),
+            ("rollstream_console_sessions_forgotten_total", "counter", self.fleet.forgotten),
+            ("rollstream_console_trajectories_indexed", "gauge", len(self.index.places)),
+            ("rollstream_console_trajectories_forgotten_total", "counter", self.index.forgotten),
+            ("rollstream_console_streams_open", "gauge", self.streams),
+            ("rollstream_console_caught_up", "gauge", int(self.feed.caught_up)),
+        ]
+        lines = []
+        for name, kind, value in values:
+            lines += [f"# TYPE {name} {kind}", f"{name} {value}"]
+        return "\n".join(lines) + "\n"
 
     async def trajectory(self, trajectory_id: str, topic: str | None) -> dict[str, Any] | None:
         """The viewer's data of one trajectory, read back from Kafka; None if not found."""
@@ -203,18 +232,27 @@ class Console:
         async with aiohttp.ClientSession(timeout=timeout) as http:
             while not self._stop.is_set():
                 for state in self.interceptors:
-                    try:
-                        async with http.get(state["url"].rstrip("/") + HEALTH_PATH) as reply:
-                            body = await reply.json(content_type=None)
-                        state.update(
-                            up=reply.status == 200,
-                            paused=bool(body.get("paused")),
-                            spool_alarm=bool(body.get("spool_alarm")),
-                            spooled=int(body.get("spool_bytes") or 0),
-                        )
-                    except (aiohttp.ClientError, TimeoutError, ValueError):
-                        state.update(up=False)
+                    await self._ask_health(http, state)
                 await self._pause(HEALTH_EVERY_S)
+
+    async def _ask_health(self, http: aiohttp.ClientSession, state: dict[str, Any]) -> None:
+        """One interceptor's health into ``state``; any failure shows it down (and is logged)."""
+        url = state["url"].rstrip("/") + HEALTH_PATH
+        try:
+            async with http.get(url) as reply:
+                body = await reply.json(content_type=None)
+            if not isinstance(body, dict):
+                raise ValueError(f"not a JSON object: {body!r:.80}")
+            state.update(
+                up=reply.status == 200,
+                paused=bool(body.get("paused")),
+                spool_alarm=bool(body.get("spool_alarm")),
+                spooled=int(body.get("spool_bytes") or 0),
+            )
+        except Exception as exc:  # whatever it answered, the console goes on asking
+            if state.get("up", True):
+                log.warning("console: %s does not answer its health: %s", url, exc)
+            state.update(up=False)
 
     async def _pause(self, seconds: float) -> None:
         """Sleep ``seconds``, or less if the console is stopping."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -53,6 +53,11 @@ class ConsoleSettings(BaseSettings):
         description="Trajectories whose place in their topic is remembered, so the viewer "
         "reads one record from Kafka when it is opened; older ones are forgotten.",
     )
+    max_groups: int = Field(
+        default=100_000,
+        ge=1,
+        description="GRPO groups kept (their members' rewards); the oldest are forgotten first.",
+    )
     rate_window_s: float = Field(
         default=10.0, gt=0, description="Window of the calls/s and tokens/s figures."
     )
@@ -74,6 +79,25 @@ class ConsoleSettings(BaseSettings):
         description="Where the export control writes Parquet files. Default: the current "
         "directory's rollstream-exports/.",
     )
+
+    @field_validator("token", "control_token", "admin_token")
+    @classmethod
+    def _not_empty(cls, value: SecretStr | None) -> SecretStr | None:
+        """An empty token is no secret: refused rather than letting nobody (or anybody) in."""
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError("an empty token; give one, or leave the variable unset")
+        return value
+
+    @model_validator(mode="after")
+    def _control_is_not_read(self) -> ConsoleSettings:
+        """The control token must differ from the read token, or every reader could act."""
+        if (
+            self.token is not None
+            and self.control_token is not None
+            and self.token.get_secret_value() == self.control_token.get_secret_value()
+        ):
+            raise ValueError("the control token is the read token: every reader could act")
+        return self
 
     @field_validator("interceptors", mode="before")
     @classmethod

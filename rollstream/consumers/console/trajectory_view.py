@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from rollstream.consumers.console.fleet import CallFacts
+from rollstream.consumers.console.fleet import CallFacts, finite
 from rollstream.consumers.score.evaluators.command import find_diff
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import Scored, Segment, Trajectory
@@ -111,9 +111,10 @@ def segment_view(
             "id": [int(i) for i in ids[:shown]],
             "text": [t for t, _ in decoded],
             "mask": [int(m) for m in mask[:shown]],
-            # A context token's logprob is not the policy's: sent as null, not as 0.
+            # A context token's logprob is not the policy's: sent as null, not as 0 (and so
+            # is one that is not a finite number, which JSON cannot carry).
             "logprob": [
-                round(float(lp), 5) if m else None
+                finite(round(float(lp), 5)) if m else None
                 for lp, m in zip(logprobs[:shown], mask[:shown], strict=True)
             ],
             "special": [s for _, s in decoded],
@@ -152,7 +153,7 @@ def trajectory_view(
         "session_status": trajectory.session_status.value,
         "policy_versions": list(trajectory.policy_versions),
         "topic": topic,
-        "reward": scored.reward if scored else None,
+        "reward": finite(scored.reward) if scored else None,
         "evaluator": scored.evaluator if scored else None,
         "details": dict(scored.details) if scored else {},
         "error": scored.error if scored else None,

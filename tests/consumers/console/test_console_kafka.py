@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,6 +19,7 @@ from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import Scored, TopicNames
 from rollstream.schemas.topics import TopicSpec
 from rollstream.settings import KafkaSettings
+from tests.conftest import ProducerFactory
 from tests.consumers.console.conftest import Publish
 from tests.schemas.samples import SCORED
 from tests.waiting import until
@@ -89,7 +91,9 @@ async def test_sessions_calls_and_groups_are_read_from_the_topics(
 
     async def settled() -> bool:
         snap = await fleet()
-        return snap["totals"]["calls"] == 12 and console.rewards.groups.get("g") is not None
+        return snap["totals"]["calls"] == 12 and any(
+            group == "g" for _, group in console.rewards.groups
+        )
 
     await until(settled, timeout=30, what="the console to read every record")
     snap = await fleet()
@@ -203,3 +207,131 @@ async def test_export_writes_the_selected_sessions_to_parquet(
     assert job.error is None, job.error
     table = pq.read_table(tmp_path / "one.parquet")
     assert set(table.column("session_id").to_pylist()) == {"s1"}
+
+
+async def test_a_poison_record_is_counted_and_logged_and_the_rest_are_read(
+    console: Console,
+    publish: Publish,
+    rollstream_topics: TopicNames,
+    producer_factory: ProducerFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    producer = await producer_factory()
+    await publish(rollstream_topics.events, synthetic_session("before", SHAPE).records)
+    await producer.send_and_wait(rollstream_topics.events, b"\x00not avro", key=b"before")
+    await publish(rollstream_topics.events, synthetic_session("after", SHAPE).records)
+    await until(
+        lambda: console.fleet.snapshot(0)["sessions"]["ended"] == {"completed": 2},
+        what="both sessions, to their end",
+    )
+    assert console.fleet.calls == 6 and console.feed.undecodable == 1
+    assert any("cannot be decoded" in r.getMessage() for r in caplog.records)
+    status, metrics = await _get_text(console, "metrics", READ)
+    assert status == 200
+    lines = dict(line.split(" ", 1) for line in metrics.splitlines() if not line.startswith("#"))
+    assert lines["rollstream_console_records_undecodable_total"] == "1"
+    assert int(lines["rollstream_console_records_total"]) == 11  # 2 x (start, 3 calls, end) + 1
+    assert (await _get_text(console, "metrics", None))[0] == 401
+
+
+async def _get_text(console: Console, path: str, token: SecretStr | None) -> tuple[int, str]:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(console.base_url + path, headers=_auth(token)) as reply,
+    ):
+        return reply.status, await reply.text()
+
+
+async def test_a_record_the_aggregates_fail_on_is_skipped_and_the_reading_goes_on(
+    console: Console,
+    publish: Publish,
+    rollstream_topics: TopicNames,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    real = console.fleet.call
+    before = synthetic_session("before", SHAPE)
+    failing = {before.calls[0].call_id}
+
+    def call(record: Any) -> None:
+        if record.call_id in failing:
+            failing.clear()
+            raise RuntimeError("a bug in the aggregates")
+        real(record)
+
+    monkeypatch.setattr(console.fleet, "call", call)
+    await publish(rollstream_topics.events, before.records)
+    await publish(rollstream_topics.events, synthetic_session("after", SHAPE).records)
+    await until(lambda: console.fleet.calls == 5, what="every call but the failing one")
+    assert console.feed.failed == 1 and not console.feed.died
+    assert any("could not be counted" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_deleted_topic_leaves_the_others_read_once(
+    console: Console,
+    publish: Publish,
+    rollstream_topics: TopicNames,
+    kafka_settings: KafkaSettings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The topic list looked at often, so the test need not wait 5 s for each look.
+    monkeypatch.setattr("rollstream.consumers.console.feed.TOPICS_EVERY_S", 0.5)
+    doomed = f"{rollstream_topics.trajectories}.doomed"
+    later = f"{rollstream_topics.trajectories}.later"
+    async with TopicAdmin(kafka_settings) as admin:
+        await admin.create([TopicSpec(doomed, 1)])
+    await publish(rollstream_topics.events, synthetic_session("s0", SHAPE).records)
+    await until(lambda: console.fleet.calls == 3, what="the first session")
+    await until(lambda: any(tp.topic == doomed for tp in console.feed.assigned()), what="doomed")
+    async with TopicAdmin(kafka_settings) as admin:
+        await admin.delete([doomed])
+        await admin.create([TopicSpec(later, 1)])
+    await until(
+        lambda: any(tp.topic == later for tp in console.feed.assigned()),
+        timeout=30,
+        what="the topic made after the deletion",
+    )
+    await publish(rollstream_topics.events, synthetic_session("s1", SHAPE).records)
+    await until(lambda: console.fleet.calls == 6, what="the second session")
+    await asyncio.sleep(2)  # had the partitions gone back to their start, calls would pass 6
+    assert console.fleet.calls == 6 and not console.feed.died
+
+
+async def test_an_interceptor_answering_nonsense_shows_down_and_is_asked_again(
+    kafka_settings: KafkaSettings, rollstream_topics: TopicNames, stub_assets: Assets
+) -> None:
+    from aiohttp import web
+
+    answers = ["", "[1, 2]", json.dumps({"paused": True, "spool_alarm": True})]
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text=answers[0] if len(answers) == 1 else answers.pop(0))
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    settings = ConsoleSettings(port=0, token=READ, interceptors=(f"http://127.0.0.1:{port}",))
+    tokenizer = ChatTokenizer(default_tokenizer_dir())
+    try:
+        async with Console(settings, kafka_settings, tokenizer, assets=stub_assets) as running:
+            await until(lambda: running.interceptors[0]["paused"], timeout=15, what="a good answer")
+            assert running.interceptors[0]["up"] and running.interceptors[0]["spool_alarm"]
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_console_that_cannot_listen_stops_what_it_started(
+    console: Console, kafka_settings: KafkaSettings, stub_assets: Assets
+) -> None:
+    taken = ConsoleSettings(port=console.port, token=READ)
+    second = Console(
+        taken, kafka_settings, ChatTokenizer(default_tokenizer_dir()), assets=stub_assets
+    )
+    with pytest.raises(OSError):
+        await second.start()
+    # Its feed and fetcher were stopped: a consumer left open would warn when collected.
+    assert second.feed._consumer._closed and second.fetcher._consumer._closed

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 from rollstream.consumers.console.fleet import Fleet, page_of
 from rollstream.dev.synthetic import SyntheticShape, synthetic_session
-from rollstream.schemas import CallError, CallRecord, CallStatus, SessionEnded, SessionStarted
+from rollstream.schemas import (
+    CallError,
+    CallRecord,
+    CallStatus,
+    SessionEnded,
+    SessionStarted,
+    SessionStatus,
+)
 
 SHAPE = SyntheticShape(turns=3, system_tokens=16, tool_result_tokens=4, completion_tokens=5)
 
@@ -126,3 +134,52 @@ def test_a_session_first_seen_ending_has_its_facts() -> None:
     fleet.ended(ended)
     [row] = fleet.page({}, 0, 10)["items"]
     assert (row["task_id"], row["status"], row["started_at"]) == ("tt", "completed", None)
+
+
+def test_counts_kept_as_rows_change_agree_with_counting_the_rows() -> None:
+    """Random arrivals, ends before starts, re-ends and forgetting: the kept counts hold."""
+    import random
+
+    rng = random.Random(7)
+    fleet = Fleet(max_sessions=15)
+    template = synthetic_session("x", SHAPE)
+    started, ended = template.records[0], template.records[-1]
+    assert isinstance(started, SessionStarted) and isinstance(ended, SessionEnded)
+    statuses = [SessionStatus.COMPLETED, SessionStatus.FAILED, SessionStatus.TIMEOUT]
+    for _ in range(400):
+        sid = f"s{rng.randrange(30)}"
+        if rng.random() < 0.5:
+            fleet.started(
+                started.model_copy(
+                    update={
+                        "session_id": sid,
+                        "node_id": rng.choice(["n1", "n2", ""]),
+                        "policy_version": rng.randrange(3),
+                        "harness": rng.choice(["pi", "codex"]),
+                    }
+                )
+            )
+        else:
+            fleet.ended(
+                ended.model_copy(update={"session_id": sid, "status": rng.choice(statuses)})
+            )
+        rows = list(fleet.sessions.values())
+        snap = fleet.snapshot(0)
+        running = [r for r in rows if r.status == "running"]
+        assert snap["sessions"]["running"] == len(running)
+        assert snap["sessions"]["ended"] == dict(
+            sorted(Counter(r.status for r in rows if r.status != "running").items())
+        )
+        nodes = {n["node_id"]: (n["running"], n["ended"]) for n in snap["nodes"]}
+        for node in {r.node_id or "?" for r in rows}:
+            mine = [r for r in rows if (r.node_id or "?") == node]
+            ran = sum(r.status == "running" for r in mine)
+            assert nodes[node] == (ran, len(mine) - ran)
+        versions = Counter(r.policy_version for r in running)
+        assert snap["policy_versions"] == [
+            {"version": v, "running": n} for v, n in sorted(versions.items())
+        ]
+        facets = fleet.page({}, 0, 1)["facets"]
+        assert facets["harness"] == sorted({r.harness for r in rows})
+        assert facets["policy_version"] == sorted({r.policy_version for r in rows})
+    assert len(fleet.sessions) <= 15 and fleet.forgotten > 0

@@ -41,7 +41,11 @@ def test_each_group_has_the_trainers_advantages() -> None:
         rewards.scored(record)
     [group] = rewards.page({}, 0, 10)["items"]
     shown = [m["advantage"] for m in group["members"]]
-    np.testing.assert_allclose(shown, group_advantages(records), rtol=1e-6)
+    # (r - mean) / std by hand: mean 0.375, std sqrt(0.171875).
+    std = 0.171875**0.5
+    expected = [(r - 0.375) / std for r in (1.0, 0.0, 0.0, 0.5)]
+    np.testing.assert_allclose(shown, expected, rtol=1e-5)
+    np.testing.assert_allclose(shown, group_advantages(records), rtol=1e-6)  # the trainer's
     assert group["mean_reward"] == pytest.approx(0.375)
     assert group["solved_rate"] == 0.25
 
@@ -55,12 +59,42 @@ def test_a_member_without_reward_has_no_advantage_and_the_others_keep_theirs() -
     assert members[0]["advantage"] == pytest.approx(1.0, rel=1e-5)
 
 
-def test_a_record_scored_again_replaces_its_member() -> None:
+def test_a_record_scored_again_replaces_its_member_and_counts_once() -> None:
     rewards = Rewards()
     rewards.scored(_scored("t0", "g", 0.0, [0]))
     rewards.scored(_scored("t0", "g", 1.0, [0]))
     [member] = rewards.page({}, 0, 10)["items"][0]["members"]
     assert member["reward"] == 1.0
+    series = rewards.series()
+    assert sum(series["by_time"]["count"]) == 1
+    assert [v["count"] for v in series["by_version"]] == [1]
+    assert series["staleness"] == [{"staleness": 0, "count": 1}]
+
+
+def test_the_same_group_id_under_another_task_is_another_group() -> None:
+    rewards = Rewards()
+    first = _scored("t0", "g", 1.0, [0])
+    other = first.model_copy(
+        update={
+            "trajectory": first.trajectory.model_copy(
+                update={"task_id": "epoch-2", "trajectory_id": "t1"}
+            )
+        }
+    )
+    rewards.scored(first)
+    rewards.scored(other)
+    page = rewards.page({}, 0, 10)
+    assert page["total"] == 2
+    assert all(len(g["members"]) == 1 for g in page["items"])
+
+
+def test_a_reward_that_is_not_a_number_counts_as_none() -> None:
+    rewards = Rewards()
+    rewards.scored(_scored("t0", "g", float("nan"), [0]))
+    rewards.scored(_scored("t1", "g", 1.0, [0]))
+    members = rewards.page({}, 0, 10)["items"][0]["members"]
+    assert [m["reward"] for m in members] == [None, 1.0]
+    assert rewards.series()["by_version"][0]["mean_reward"] == 1.0
 
 
 def test_series_by_time_and_version_and_staleness() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rollstream.consumers.console.fleet import CallFacts
@@ -118,3 +120,14 @@ def test_calls_come_in_time_order(tokenizer: ChatTokenizer) -> None:
     assert [c["call_id"] for c in view["calls"]] == ["a", "b"]
     assert view["other_topics"] == ["p.trajectories.exact"]
     assert view["segments"][0]["collapsed"] is None  # a short prompt
+
+
+def test_numbers_json_cannot_carry_are_sent_as_none(tokenizer: ChatTokenizer) -> None:
+    segment = _segment(tokenizer, "short", "ok")
+    n = len(segment.input_ids)
+    broken = segment.model_copy(update={"logprobs": Logprobs.from_list([float("-inf")] * n)})
+    record = scored("t1", "g", 0, [broken], float("nan"))
+    view = trajectory_view(record, TokenTexts(tokenizer), [], topic="p.scored")
+    assert view["reward"] is None
+    assert set(view["segments"][0]["tokens"]["logprob"]) == {None}
+    json.dumps(view, allow_nan=False)  # what the report's page and the API send

@@ -1,14 +1,18 @@
 // Fleet controls, shown only to the control token: pause/resume interceptors,
 // export with the sessions page's filters, replay with another strategy.
 import { useState } from 'preact/hooks';
-import { fmtInt } from '../logic/format.js';
 import { html } from './html.js';
 
 function describe(action, res) {
-  if (action === 'export') return `exported ${fmtInt(res.rows)} rows to ${res.path}`;
+  // Exports and replays run on the server after the answer: say they started, and where.
+  if (action === 'export') return `export started → ${res.path}`;
   if (action === 'replay') return `replay started → ${res.topic}`;
-  const n = Array.isArray(res.results) ? res.results.length : 0;
-  return `${action}: ok (${n} interceptor${n === 1 ? '' : 's'})`;
+  const results = Array.isArray(res.results) ? res.results : [];
+  const n = results.length;
+  // A pause answers whether the calls in flight drained before it answered.
+  const waiting = results.filter((r) => r.body && r.body.drained === false).length;
+  const drained = action === 'pause' && waiting ? `; ${waiting} still draining` : '';
+  return `${action}: ok (${n} interceptor${n === 1 ? '' : 's'}${drained})`;
 }
 
 export function Controls({ source, filters }) {
@@ -40,7 +44,8 @@ export function Controls({ source, filters }) {
     <button data-testid="control-export" disabled=${busy} title="export scored trajectories matching the sessions filters"
       onClick=${() => run('export', { topic: 'scored', filters: activeFilters })}>export</button>
     <input data-testid="replay-strategy" size="8" value=${strategy} onInput=${(e) => setStrategy(e.currentTarget.value)} aria-label="replay strategy" />
-    <button data-testid="control-replay" disabled=${busy || !strategy.trim()} onClick=${() => run('replay', { strategy: strategy.trim() })}>replay</button>
+    <button data-testid="control-replay" disabled=${busy || !strategy.trim()} title="rebuild the sessions matching the sessions filters with this strategy"
+      onClick=${() => run('replay', { strategy: strategy.trim(), filters: activeFilters })}>replay</button>
     <span class=${'control-result' + (failed ? ' error' : '')} data-testid="control-result">${result}</span>
   </div>`;
 }
