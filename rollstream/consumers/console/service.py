@@ -79,7 +79,7 @@ class Console:
         )
         self.lags: list[dict[str, Any]] = []
         self.interceptors: list[dict[str, Any]] = [
-            {"url": u, "up": False, "paused": False, "spool_alarm": False, "spooled": 0}
+            {"url": u, "up": False, "paused": False, "spool_alarm": False, "spool_bytes": 0}
             for u in settings.interceptors
         ]
         self.streams = 0
@@ -247,7 +247,7 @@ class Console:
                 up=reply.status == 200,
                 paused=bool(body.get("paused")),
                 spool_alarm=bool(body.get("spool_alarm")),
-                spooled=int(body.get("spool_bytes") or 0),
+                spool_bytes=int(body.get("spool_bytes") or 0),
             )
         except Exception as exc:  # whatever it answered, the console goes on asking
             if state.get("up", True):

@@ -82,8 +82,8 @@ const fleet = {
   lag: [{ group: 'rollstream-reconstruct', topic: 'rollstream.events', lag: 0 }, { group: 'rollstream-score', topic: 'rollstream.trajectories', lag: 3 }],
   deadletters: 0,
   interceptors: [
-    { url: 'http://127.0.0.1:9091', up: true, paused: false, spool_alarm: false, spooled: 0 },
-    { url: 'http://127.0.0.1:9092', up: true, paused: true, spool_alarm: true, spooled: 12 },
+    { url: 'http://127.0.0.1:9091', up: true, paused: false, spool_alarm: false, spool_bytes: 0 },
+    { url: 'http://127.0.0.1:9092', up: true, paused: true, spool_alarm: true, spool_bytes: 12288 },
   ],
   policy_versions: [{ version: 1, running: 1 }],
   history: hist,

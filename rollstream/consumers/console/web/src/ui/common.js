@@ -23,8 +23,8 @@ export function Facts({ rows, testid = null }) {
 }
 
 /** A section with a heading. */
-export function Section({ title, children, testid = null }) {
-  return html`<section class="panel" data-testid=${testid}>
+export function Section({ title, children, testid = null, wide = false }) {
+  return html`<section class=${wide ? 'panel wide' : 'panel'} data-testid=${testid}>
     <h2>${title}</h2>
     ${children}
   </section>`;

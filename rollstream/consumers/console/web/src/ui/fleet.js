@@ -113,16 +113,16 @@ export function Fleet({ fleet, isStatic }) {
         />
         <p>dead letters: <strong class=${fleet.deadletters > 0 ? 'alarm' : ''} data-testid="deadletters">${fmtInt(fleet.deadletters ?? 0)}</strong></p>
       <//>
-      <${Section} title="Interceptors">
+      <${Section} title="Interceptors" wide=${true}>
         <${Table}
-          head=${['url', 'up', 'paused', 'spool alarm', 'spooled']}
+          head=${['url', 'up', 'paused', 'spool alarm', 'spool bytes']}
           rows=${(fleet.interceptors || []).map(
             (i) => html`<tr data-testid="interceptor-row">
               <td>${i.url}</td>
               <td class=${i.up ? '' : 'alarm'}>${i.up ? 'up' : 'down'}</td>
               <td>${yesNo(i.paused)}</td>
               <td class=${i.spool_alarm ? 'alarm' : ''}>${i.spool_alarm ? 'ALARM' : 'ok'}</td>
-              <td class="num">${fmtInt(i.spooled)}</td>
+              <td class="num">${fmtInt(i.spool_bytes)}</td>
             </tr>`,
           )}
         />
