@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from rollstream.consumers.console.fleet import CallFacts, finite
+from rollstream.consumers.export.rows import identity
 from rollstream.consumers.score.evaluators.command import find_diff
 from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import Scored, Segment, Trajectory
@@ -142,16 +143,7 @@ def trajectory_view(
     instruction = trajectory.task.instruction if trajectory.task is not None else None
     diff = find_diff(trajectory, {})
     return {
-        "trajectory_id": trajectory.trajectory_id,
-        "session_id": trajectory.session_id,
-        "task_id": trajectory.task_id,
-        "group_id": trajectory.group_id,
-        "sample_index": trajectory.sample_index,
-        "harness": trajectory.harness,
-        "strategy": trajectory.strategy,
-        "status": trajectory.status.value,
-        "session_status": trajectory.session_status.value,
-        "policy_versions": list(trajectory.policy_versions),
+        **identity(trajectory),
         "topic": topic,
         "reward": finite(scored.reward) if scored else None,
         "evaluator": scored.evaluator if scored else None,

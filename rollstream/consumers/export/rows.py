@@ -74,13 +74,9 @@ def passes(scored: Scored | None, min_reward: float | None) -> bool:
     return scored is not None and scored.reward is not None and scored.reward >= min_reward
 
 
-def rows_of(trajectory: Trajectory, scored: Scored | None = None) -> list[Row]:
-    """One row per segment of ``trajectory``, with ``scored``'s reward columns when given.
-
-    Raises SerializationError when the trajectory's messages blob cannot be opened.
-    """
-    messages = orjson.dumps(trajectory.decoded_messages()).decode()
-    shared: Row = {
+def identity(trajectory: Trajectory) -> dict[str, Any]:
+    """What names a trajectory and how it was made: the columns every reader of it shows."""
+    return {
         "trajectory_id": trajectory.trajectory_id,
         "session_id": trajectory.session_id,
         "task_id": trajectory.task_id,
@@ -91,6 +87,17 @@ def rows_of(trajectory: Trajectory, scored: Scored | None = None) -> list[Row]:
         "status": trajectory.status.value,
         "session_status": trajectory.session_status.value,
         "policy_versions": list(trajectory.policy_versions),
+    }
+
+
+def rows_of(trajectory: Trajectory, scored: Scored | None = None) -> list[Row]:
+    """One row per segment of ``trajectory``, with ``scored``'s reward columns when given.
+
+    Raises SerializationError when the trajectory's messages blob cannot be opened.
+    """
+    messages = orjson.dumps(trajectory.decoded_messages()).decode()
+    shared: Row = {
+        **identity(trajectory),
         "reward": scored.reward if scored is not None else None,
         "evaluator": scored.evaluator if scored is not None else None,
         "error": scored.error if scored is not None else None,
