@@ -37,3 +37,5 @@ def test_the_demo_trains_and_exact_context_keeps_each_trajectory_whole(
     assert out.count("trainer: step ") == 3
     assert "stamped with policy v3" in out
     assert report.stat().st_size > 10_000
+    # The console watched the run: its URL, with a token, was printed while the demo ran.
+    assert "console: http://127.0.0.1:" in demo.stderr and "/#token=" in demo.stderr, demo.stderr
