@@ -11,8 +11,9 @@ earlier call S when
 
 - S answered in text, calling no tool (a summary is text),
 - M's prompt does not continue S (S's prompt and answer are not a prefix of it),
-- M's prompt holds S's answer: a quarter at least of its runs of tokens (the summary as the
-  harness placed it, re-tokenized from its text, with its ends re-formatted), and
+- M's prompt holds S's answer: a quarter at least of its tokens lie in runs of it found there
+  (the summary as the harness placed it, re-tokenized from its text, with its ends
+  re-formatted), and
 - M's prompt does not hold the end of S's prompt (what asked for the summary).
 
 The last rule tells a compaction from a harness that pruned its history (old tool output
@@ -37,8 +38,10 @@ WINDOW = 8
 #: Tokens left off the end of a prompt before its last window: the generation prompt (the
 #: assistant header, a thinking prefix) and the end of the message before it.
 PROMPT_END = 8
-#: At least 1 / HELD of the answer's runs must be in the prompt.
+#: At least 1 / HELD of the answer's tokens must be in runs found in the prompt.
 HELD = 4
+#: Answers up to this long are compared at every offset when their disjoint runs fall short.
+EVERY_OFFSET_UP_TO = 4096
 #: Earlier calls tried, most recent first: a summary is written just before the thread resumes.
 LOOKBACK = 8
 
@@ -61,16 +64,41 @@ def _resumes(prompt: TokenIds, summary: ResolvedCall) -> bool:
     context = summary.context()
     if context is not None and prompt.startswith(context):
         return False  # it continues the call: an ordinary turn
-    # Not every run: the harness sends text back, and where the model sampled a token split
-    # unlike the tokenizer's, the prompt has other ids; a thinking block or tags the harness
-    # strips are not there at all.
-    runs = [answer[i : i + WINDOW] for i in range(0, len(answer) - WINDOW + 1, WINDOW)]
-    if sum(holds(prompt, run) for run in runs) * HELD < len(runs):
+    if not held(prompt, answer):
         return False
     end = len(asked) - PROMPT_END
     if end >= WINDOW and holds(prompt, asked[end - WINDOW : end]):
         return False
     return not _called_tools(summary)
+
+
+def held(prompt: TokenIds, answer: TokenIds) -> bool:
+    """Whether a quarter at least of ``answer``'s tokens lie in runs of it that ``prompt`` holds.
+
+    Not all of them: the harness sends text back, and where the model sampled a token split
+    unlike the tokenizer's, the prompt has other ids; a thinking block or tags the harness
+    strips are not there at all. The disjoint runs are tried first (one search in eight
+    tokens). A split breaks the run it falls in, so a short summary with a few splits can have
+    too few whole ones (about 1 in 70 of the scripted policy's, at its split rate): then the runs at
+    every offset are tried, counting the tokens they cover. That costs a search a token, so a
+    long answer is left to its disjoint runs, which are then too many for chance splits to tip.
+    """
+    size = len(answer)
+    if size < WINDOW:
+        return False
+    disjoint = range(0, size - WINDOW + 1, WINDOW)
+    if sum(holds(prompt, answer[i : i + WINDOW]) for i in disjoint) * HELD >= len(disjoint):
+        return True
+    if size > EVERY_OFFSET_UP_TO:
+        return False
+    covered = reach = 0
+    for start in range(size - WINDOW + 1):
+        if holds(prompt, answer[start : start + WINDOW]):
+            covered += start + WINDOW - max(reach, start)
+            reach = start + WINDOW
+            if covered * HELD >= size:
+                return True
+    return False
 
 
 def _called_tools(call: ResolvedCall) -> bool:

@@ -8,8 +8,10 @@ import pytest
 from hypothesis import given
 
 from rollstream.consumers.reconstruct.checker import check_segments
+from rollstream.consumers.reconstruct.compaction import WINDOW, held, holds
 from rollstream.consumers.reconstruct.strategies import StrategyContext, get_strategy
 from rollstream.schemas import Compaction, compress_json
+from rollstream.schemas.packed import TokenIds
 from tests.consumers.reconstruct.sessions import (
     SYSTEM,
     TOOL,
@@ -19,6 +21,7 @@ from tests.consumers.reconstruct.sessions import (
     Planted,
     SessionWriter,
     build_session,
+    render,
     sessions,
     to_records,
 )
@@ -51,6 +54,45 @@ def test_a_summary_of_a_summary_is_a_second_boundary() -> None:
     stats = get_strategy("prefix_merge")(session.resolved(), StrategyContext()).stats
     assert [c.summary_call_id for c in stats.compactions] == [first, second]
     assert stats.compactions[0].resumed_call_id == second  # asked for with the first summary
+
+
+def test_a_summary_sampled_with_split_tokens_is_still_found() -> None:
+    # The sampler split four of its forty tokens unlike the tokenizer; the harness sent the text
+    # back, re-tokenized whole. Every run of eight at the answer's own offsets has a split in
+    # it, but most of the answer still stands in the new prompt.
+    writer = SessionWriter(random.Random(13))
+    conv: list[Message] = [(SYSTEM, writer.system), (USER, writer.text(4, 8))]
+    writer.tool_turn(conv)
+    whole = writer.text(40, 40)
+    sampled = tuple(
+        token
+        for i, whole_token in enumerate(whole)
+        for token in ((5001, 5002) if i in (4, 14, 24, 34) else (whole_token,))
+    )
+    asked = [*conv, (USER, (42, 43, 44, *writer.text(8, 12)))]
+    summary = writer.call(asked, sampled, "stop")
+    conv[:] = [(SYSTEM, writer.system), (USER, whole)]
+    resumed = TokenIds.from_list(render(conv))
+    writer.tool_turn(conv)
+    assert summary.completion is not None
+    assert not any(
+        holds(resumed, TokenIds.from_list(summary.completion[i : i + WINDOW]))
+        for i in range(0, len(summary.completion) - WINDOW + 1, WINDOW)
+    )
+    session = GeneratedSession(writer.planned, to_records(writer.planned), Planted())
+    stats = get_strategy("prefix_merge")(session.resolved(), StrategyContext()).stats
+    assert stats.compactions == [
+        Compaction(summary_call_id=summary.call_id, resumed_call_id=writer.planned[-1].call_id)
+    ]
+
+
+def test_an_answer_quoted_in_a_few_short_runs_is_not_held() -> None:
+    # The every-offset count still asks for a quarter of the answer: a few phrases in common
+    # are not a summary.
+    answer = list(range(1000, 1080))
+    prompt = [7] * 50 + answer[10:19] + [7] * 50 + answer[40:49] + [7] * 50
+    assert not held(TokenIds.from_list(prompt), TokenIds.from_list(answer))
+    assert held(TokenIds.from_list(prompt + answer[50:70]), TokenIds.from_list(answer))
 
 
 def test_a_history_the_harness_pruned_is_not_a_compaction() -> None:
