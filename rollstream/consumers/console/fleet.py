@@ -2,14 +2,15 @@
 
 The feed hands every session record and call record to :class:`Fleet`; the server asks it for a
 snapshot once a second and for pages of sessions. Memory is bounded: a session keeps its facts
-(never its records), and the oldest ended sessions are forgotten past ``max_sessions``. Rates
+(never its records), and the oldest ended sessions are forgotten past ``max_sessions``, or
+past ``max_calls`` calls held in all (a few long sessions weigh as much as many short). Rates
 are bucketed by the second the call ended, so catching up on an old log draws no spike.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter, OrderedDict, defaultdict
+from collections import Counter, OrderedDict, defaultdict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,7 +86,9 @@ class SessionRow:
     ended_at: float | None = None
     trajectory_id: str | None = None
     reward: float | None = None
-    calls: list[CallFacts] = field(default_factory=list)
+    #: Its calls' facts, oldest first; the oldest are let go past the fleet's call bound.
+    calls: deque[CallFacts] = field(default_factory=deque)
+    call_count: int = 0
 
     def public(self) -> dict[str, Any]:
         """The row as the API sends it."""
@@ -98,7 +101,7 @@ class SessionRow:
             "node_id": self.node_id,
             "status": self.status,
             "policy_version": self.policy_version,
-            "calls": len(self.calls),
+            "calls": self.call_count,
             "started_at": self.started_at,
             "ended_at": self.ended_at,
             "trajectory_id": self.trajectory_id,
@@ -135,9 +138,18 @@ class Fleet:
     """Sessions and calls as they arrive; snapshots and pages on demand."""
 
     def __init__(
-        self, *, max_sessions: int = 200_000, rate_window_s: float = 10.0, history_s: int = 300
+        self,
+        *,
+        max_sessions: int = 200_000,
+        max_calls: int = 2_000_000,
+        rate_window_s: float = 10.0,
+        history_s: int = 300,
     ) -> None:
         self.max_sessions = max_sessions
+        self.max_calls = max_calls
+        self.held_calls = 0
+        #: Calls let go from a session alone past ``max_calls`` (its row still counts them).
+        self.calls_forgotten = 0
         self.rate_window_s = rate_window_s
         self.history_s = history_s
         self.sessions: OrderedDict[str, SessionRow] = OrderedDict()
@@ -171,17 +183,26 @@ class Fleet:
         if row is None:
             row = self.sessions[session_id] = SessionRow(session_id)
             self._count(row, +1)
-            self._forget_beyond_bound()
+            self._forget_beyond_bound(keep=session_id)
         return row
 
-    def _forget_beyond_bound(self) -> None:
-        """Forget the sessions that ended first; running ones only when none has ended."""
-        while len(self.sessions) > self.max_sessions:
-            if self._ended:
-                victim, _ = self._ended.popitem(last=False)
-            else:
-                victim = next(iter(self.sessions))
-            self._count(self.sessions.pop(victim), -1)
+    def _forget_beyond_bound(self, keep: str | None = None) -> None:
+        """Forget the sessions that ended first; running ones only when none has ended.
+
+        ``keep`` (the session a call is being added to) is the last to go: a session longer
+        than the bound keeps its newest calls instead (see :meth:`call`).
+        """
+        while len(self.sessions) > self.max_sessions or (
+            self.held_calls > self.max_calls and len(self.sessions) > 1
+        ):
+            ended = (s for s in self._ended if s != keep)
+            victim = next(ended, None) or next((s for s in self.sessions if s != keep), None)
+            if victim is None:
+                return
+            row = self.sessions.pop(victim)
+            self._ended.pop(victim, None)
+            self._count(row, -1)
+            self.held_calls -= len(row.calls)
             self.forgotten += 1
 
     def started(self, record: SessionStarted) -> None:
@@ -213,6 +234,14 @@ class Fleet:
         facts = CallFacts.of(record)
         row = self._row(record.session_id)
         row.calls.append(facts)
+        row.call_count += 1
+        self.held_calls += 1
+        if self.held_calls > self.max_calls:
+            self._forget_beyond_bound(keep=row.session_id)
+            if self.held_calls > self.max_calls:  # this session alone: its oldest calls go
+                row.calls.popleft()
+                self.held_calls -= 1
+                self.calls_forgotten += 1
         self.calls += 1
         self.tokens += facts.completion_tokens
         if record.status is not CallStatus.OK:

@@ -62,6 +62,7 @@ class Console:
         self.assets.require()
         self.fleet = Fleet(
             max_sessions=settings.max_sessions,
+            max_calls=settings.max_calls,
             rate_window_s=settings.rate_window_s,
             history_s=settings.history_s,
         )
@@ -182,6 +183,8 @@ class Console:
             ("rollstream_console_records_failed_total", "counter", self.feed.failed),
             ("rollstream_console_sessions_held", "gauge", len(self.fleet.sessions)),
             ("rollstream_console_sessions_forgotten_total", "counter", self.fleet.forgotten),
+            ("rollstream_console_calls_held", "gauge", self.fleet.held_calls),
+            ("rollstream_console_calls_forgotten_total", "counter", self.fleet.calls_forgotten),
             ("rollstream_console_trajectories_indexed", "gauge", len(self.index.places)),
             ("rollstream_console_trajectories_forgotten_total", "counter", self.index.forgotten),
             ("rollstream_console_streams_open", "gauge", self.streams),

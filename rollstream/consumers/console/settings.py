@@ -47,6 +47,13 @@ class ConsoleSettings(BaseSettings):
         description="Sessions kept in memory (their facts, not their records); the oldest "
         "ended ones are forgotten first.",
     )
+    max_calls: int = Field(
+        default=2_000_000,
+        ge=1,
+        description="Calls whose facts are kept for the timeline, about 320 bytes each, in all "
+        "sessions together: past it the oldest ended sessions are forgotten, and a session "
+        "alone past it keeps its newest calls.",
+    )
     max_indexed: int = Field(
         default=1_000_000,
         ge=1,

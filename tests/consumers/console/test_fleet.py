@@ -127,6 +127,31 @@ def test_the_oldest_ended_sessions_are_forgotten_first() -> None:
     assert fleet.snapshot(0)["forgotten_sessions"] == 2
 
 
+def test_past_the_call_bound_the_oldest_ended_sessions_are_forgotten() -> None:
+    fleet = Fleet(max_calls=10)
+    per_session = len(_feed(fleet, "running-1", end=False))
+    for i in range(4):
+        _feed(fleet, f"ended-{i}")
+    kept = 10 // per_session
+    assert list(fleet.sessions) == ["running-1", *[f"ended-{i}" for i in range(5 - kept, 4)]]
+    assert fleet.held_calls == kept * per_session <= 10
+    assert fleet.snapshot(0)["forgotten_sessions"] == 5 - kept
+
+
+def test_a_session_alone_past_the_call_bound_keeps_its_newest_calls() -> None:
+    fleet = Fleet(max_calls=4)
+    calls = _feed(fleet, "ended-0") + _feed(fleet, "long", end=False)
+    template = calls[-1]
+    for seq in range(3, 9):
+        fleet.call(template.model_copy(update={"call_id": f"late-{seq}", "seq": seq}))
+    assert list(fleet.sessions) == ["long"]
+    row = fleet.sessions["long"]
+    assert [c.call_id for c in row.calls] == [f"late-{seq}" for seq in range(5, 9)]
+    assert fleet.page({}, 0, 1)["items"][0]["calls"] == len(calls) // 2 + 6
+    assert fleet.held_calls == 4 and fleet.calls_forgotten == len(calls) // 2 + 2
+    assert fleet.calls == len(calls) + 6
+
+
 def test_a_session_first_seen_ending_has_its_facts() -> None:
     fleet = Fleet()
     ended = synthetic_session("late", SHAPE, task_id="tt").records[-1]
@@ -141,14 +166,16 @@ def test_counts_kept_as_rows_change_agree_with_counting_the_rows() -> None:
     import random
 
     rng = random.Random(7)
-    fleet = Fleet(max_sessions=15)
+    fleet = Fleet(max_sessions=15, max_calls=25)
     template = synthetic_session("x", SHAPE)
     started, ended = template.records[0], template.records[-1]
     assert isinstance(started, SessionStarted) and isinstance(ended, SessionEnded)
     statuses = [SessionStatus.COMPLETED, SessionStatus.FAILED, SessionStatus.TIMEOUT]
-    for _ in range(400):
+    for _ in range(600):
         sid = f"s{rng.randrange(30)}"
-        if rng.random() < 0.5:
+        if rng.random() < 0.3:
+            fleet.call(template.calls[0].model_copy(update={"session_id": sid}))
+        elif rng.random() < 0.5:
             fleet.started(
                 started.model_copy(
                     update={
@@ -164,6 +191,8 @@ def test_counts_kept_as_rows_change_agree_with_counting_the_rows() -> None:
                 ended.model_copy(update={"session_id": sid, "status": rng.choice(statuses)})
             )
         rows = list(fleet.sessions.values())
+        assert fleet.held_calls == sum(len(r.calls) for r in rows) <= 25
+        assert set(fleet._ended) <= set(fleet.sessions)
         snap = fleet.snapshot(0)
         running = [r for r in rows if r.status == "running"]
         assert snap["sessions"]["running"] == len(running)
@@ -182,4 +211,4 @@ def test_counts_kept_as_rows_change_agree_with_counting_the_rows() -> None:
         facets = fleet.page({}, 0, 1)["facets"]
         assert facets["harness"] == sorted({r.harness for r in rows})
         assert facets["policy_version"] == sorted({r.policy_version for r in rows})
-    assert len(fleet.sessions) <= 15 and fleet.forgotten > 0
+    assert len(fleet.sessions) <= 15 and fleet.forgotten > 0 and fleet.held_calls > 0
