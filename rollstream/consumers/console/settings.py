@@ -50,7 +50,7 @@ class ConsoleSettings(BaseSettings):
     max_calls: int = Field(
         default=2_000_000,
         ge=1,
-        description="Calls whose facts are kept for the timeline, about 320 bytes each, in all "
+        description="Calls whose facts are kept for the timeline, about 340 bytes each, in all "
         "sessions together: past it the oldest ended sessions are forgotten, and a session "
         "alone past it keeps its newest calls.",
     )
