@@ -89,14 +89,27 @@ def collapsed_range(
 def segment_view(
     segment: Segment, index: int, texts: TokenTexts, instruction: str | None, cap: int
 ) -> dict[str, Any]:
-    """A segment's tokens (the first ``cap``), call starts and the range to collapse."""
+    """A segment's tokens (``cap`` of them at most), call starts and the range to collapse.
+
+    A segment over the cap gives up the head of its collapsed prefix first (``first`` is the
+    index of the first token sent): the harness's instructions, which a real harness makes
+    longer than the cap on its own, so that cutting the tail would send no sampled token.
+    """
     ids = np.frombuffer(segment.input_ids.data, "<u4")
     mask = np.frombuffer(segment.loss_mask.data, np.uint8)
     logprobs = np.frombuffer(segment.logprobs.data, "<f4")
-    shown = min(len(ids), cap)
-    decoded = [texts.get(int(i)) for i in ids[:shown]]
     starts = completion_starts(mask)
     first_sampled = starts[0] if starts else len(ids)
+    prompt = [texts.get(int(i)) for i in ids[:first_sampled]]
+    collapsed = collapsed_range(
+        [t for t, _ in prompt], [s for _, s in prompt], first_sampled, instruction
+    )
+    first = 0
+    if collapsed is not None and len(ids) > cap:
+        first = min(collapsed[1], len(ids) - cap)
+        collapsed = (0, collapsed[1] - first) if collapsed[1] > first else None
+    end = min(len(ids), first + cap)
+    decoded = prompt[first:end] + [texts.get(int(i)) for i in ids[max(first, first_sampled) : end]]
     calls = segment.call_ids
     return {
         "index": index,
@@ -104,26 +117,25 @@ def segment_view(
         "call_ids": list(calls),
         "total_tokens": len(ids),
         "trainable_tokens": int(mask.sum()),
-        "truncated": shown < len(ids),
-        "collapsed": collapsed_range(
-            [t for t, _ in decoded], [s for _, s in decoded], min(first_sampled, shown), instruction
-        ),
+        "first": first,
+        "truncated": first > 0 or end < len(ids),
+        "collapsed": collapsed,
         "tokens": {
-            "id": [int(i) for i in ids[:shown]],
+            "id": [int(i) for i in ids[first:end]],
             "text": [t for t, _ in decoded],
-            "mask": [int(m) for m in mask[:shown]],
+            "mask": [int(m) for m in mask[first:end]],
             # A context token's logprob is not the policy's: sent as null, not as 0 (and so
             # is one that is not a finite number, which JSON cannot carry).
             "logprob": [
                 finite(round(float(lp), 5)) if m else None
-                for lp, m in zip(logprobs[:shown], mask[:shown], strict=True)
+                for lp, m in zip(logprobs[first:end], mask[first:end], strict=True)
             ],
             "special": [s for _, s in decoded],
         },
         "call_starts": [
-            {"at": at, "call_id": calls[k] if k < len(calls) else f"call #{k + 1}"}
+            {"at": at - first, "call_id": calls[k] if k < len(calls) else f"call #{k + 1}"}
             for k, at in enumerate(starts)
-            if at < shown
+            if first <= at < end
         ],
     }
 

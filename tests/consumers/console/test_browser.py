@@ -22,6 +22,9 @@ import pytest
 from pydantic import SecretStr
 
 from rollstream.consumers.console import Assets, Console, ConsoleSettings
+from rollstream.consumers.reconstruct.calls import resolve_calls
+from rollstream.consumers.reconstruct.strategies import StrategyContext, get_strategy
+from rollstream.consumers.reconstruct.threads import threads_of
 from rollstream.dev.backend.tokenizer import default_tokenizer_dir
 from rollstream.dev.demo.run import TASKS, run_tasks, task_document
 from rollstream.dev.stack.local import LocalStack
@@ -29,7 +32,11 @@ from rollstream.dev.stack.processes import StackState
 from rollstream.dev.stack.settings import StackSettings
 from rollstream.dev.stack.tokens import StackTokens
 from rollstream.models.tokenizer import ChatTokenizer
+from rollstream.schemas import TopicNames
 from rollstream.settings import KafkaSettings, StatePaths
+from tests.consumers.console.conftest import Publish
+from tests.sandbox.harnesses.spawning import spawn_task, spawning_session
+from tests.schemas.samples import TRAJECTORY
 from tests.waiting import until
 
 pytestmark = [pytest.mark.integration]
@@ -277,6 +284,87 @@ async def test_a_report_is_the_same_views_in_one_file(tmp_path: Path) -> None:
             sampled = await page.locator(".t.m1").count()
             assert sampled == sum(segment.loss_mask)
             assert _pixels_of(shot, MASK1_RGB) > 1000 and _pixels_of(shot, MASK0_RGB) > 1000
+            assert errors == [], errors
+        finally:
+            await browser.close()
+
+
+async def test_a_real_sub_agent_s_thread_shows_under_its_parent(
+    kafka_settings: KafkaSettings,
+    rollstream_topics: TopicNames,
+    publish: Publish,
+    tmp_path: Path,
+) -> None:
+    """Claude Code delegates to a sub-agent (its Agent tool): the viewer shows the tree."""
+    from playwright.async_api import async_playwright, expect
+
+    records = await spawning_session("claude-code", kafka_settings, tmp_path)
+    threads = threads_of(records)
+    main, sub = threads
+    assert sub.agent is not None and sub.spawned_by in main.call_ids
+    rebuilt = get_strategy("tree")(resolve_calls(records), StrategyContext())
+    session = records[0].session_id
+    assert TRAJECTORY.task is not None
+    trajectory = TRAJECTORY.model_copy(
+        update={
+            "trajectory_id": f"{session}/tree",
+            "session_id": session,
+            "strategy": "tree",
+            "segments": rebuilt.segments,
+            "stats": rebuilt.stats,
+            "threads": threads,
+            "task": TRAJECTORY.task.model_copy(update={"instruction": spawn_task("claude-code")}),
+        }
+    )
+    await publish(rollstream_topics.trajectories, [trajectory])
+    assets = Assets()
+    if assets.missing():
+        pytest.fail(f"the console's front end is not built: {assets.missing()} (make console)")
+    settings = ConsoleSettings(port=0, token=CONTROL)
+    tokenizer = ChatTokenizer(default_tokenizer_dir())
+    assert CHROMIUM is not None
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    async with (
+        Console(settings, kafka_settings, tokenizer, assets=assets) as console,
+        async_playwright() as playwright,
+    ):
+        await until(lambda: console.index.find(trajectory.trajectory_id, None), what="the index")
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = await browser.new_page(viewport={"width": 1280, "height": 900})
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            escaped = urllib.parse.quote(trajectory.trajectory_id, safe="")
+            await page.goto(f"{console.base_url}#token={CONTROL.get_secret_value()}")
+            await expect(page.get_by_test_id("live-status")).to_have_text("live", timeout=15_000)
+            await page.goto(f"{console.base_url}#/trajectory/{escaped}")
+            tree = page.get_by_test_id("thread-tree")
+            await expect(tree).to_be_visible(timeout=15_000)
+            # The sub-agent is a branch of the main thread, named by the call that spawned it.
+            nested = tree.locator("li li")
+            await expect(nested).to_have_count(1)
+            await expect(nested).to_contain_text(f"agent {sub.agent}")
+            await expect(nested).to_contain_text(f"spawned by call {sub.spawned_by}")
+            await expect(tree.locator("li").first).to_contain_text(
+                f"main thread · {len(main.call_ids)} calls"
+            )
+            # Claude Code's instructions alone are longer than the tokens a segment sends: each
+            # segment still shows what the policy sampled, and the counts are the segments'.
+            segments = page.get_by_test_id("segment")
+            await expect(segments).to_have_count(len(rebuilt.segments))
+            for k, segment in enumerate(rebuilt.segments):
+                await expect(segments.nth(k).locator(".t.m1").first).to_be_visible()
+                await expect(segments.nth(k)).to_contain_text(
+                    f"{sum(segment.loss_mask):,} trainable"
+                )
+            await expect(page.get_by_test_id("unsent-prefix").first).to_be_visible()
+            trainable = sum(sum(s.loss_mask) for s in rebuilt.segments)
+            await expect(page.get_by_test_id("facts")).to_contain_text(f"({trainable:,} trainable)")
+            # Its calls are on the timeline, labelled with the agent.
+            await expect(page.locator(".timeline-label", has_text=sub.agent)).to_have_count(
+                len(sub.call_ids)
+            )
+            await page.screenshot(path=ARTIFACTS / "threads.png", full_page=True)
             assert errors == [], errors
         finally:
             await browser.close()

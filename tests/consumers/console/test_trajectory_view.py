@@ -87,6 +87,30 @@ def test_a_long_segment_is_cut_to_the_cap_and_says_so(tokenizer: ChatTokenizer) 
     [shown] = _view(tokenizer, segment, cap=200)["segments"]
     assert shown["truncated"] and len(shown["tokens"]["id"]) == 200
     assert shown["total_tokens"] == len(segment.input_ids)
+    # The collapsed head went first: the sent tokens start at the instruction's message.
+    assert shown["first"] > 0 and shown["collapsed"] is None
+
+
+def test_a_head_longer_than_the_cap_gives_up_its_start_not_the_sampled_tokens(
+    tokenizer: ChatTokenizer,
+) -> None:
+    # A real harness's instructions alone outgrow the cap (Claude Code's: 40,000 tokens in the
+    # reference vocabulary): cut at the tail, the page would show no sampled token at all.
+    segment = _segment(tokenizer, SYSTEM * 3, "I will write it.")
+    whole = _view(tokenizer, segment)["segments"][0]
+    head = whole["collapsed"][1]
+    cap = len(segment.input_ids) - head + 50
+    assert head > cap
+    [shown] = _view(tokenizer, segment, cap=cap)["segments"]
+    tokens, first = shown["tokens"], shown["first"]
+    assert first == head - 50 and shown["truncated"]
+    assert tokens["id"] == list(segment.input_ids)[first:] and len(tokens["id"]) == cap
+    assert tokens["text"] == whole["tokens"]["text"][first:]
+    assert sum(tokens["mask"]) == shown["trainable_tokens"] == sum(segment.loss_mask)
+    assert tuple(shown["collapsed"]) == (0, 50)
+    assert shown["call_starts"] == [{"at": tokens["mask"].index(1), "call_id": "call-a"}]
+    # The instruction's message and what follows are all sent.
+    assert INSTRUCTION.split()[0] in "".join(tokens["text"][50:])
 
 
 def test_without_the_instruction_all_but_the_prompts_tail_is_collapsed() -> None:

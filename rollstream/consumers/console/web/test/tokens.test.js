@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { breakGaps, segmentRuns, surprisalData, tokenTitle, trajectoryStats } from '../src/logic/tokens.js';
+import { breakGaps, segmentRuns, segmentTrainable, surprisalData, tokenTitle, trajectoryStats } from '../src/logic/tokens.js';
 
 function toks(mask, special = []) {
   return {
@@ -80,6 +80,18 @@ test('surprisal covers mask-1 tokens with a logprob, across segments', () => {
   assert.deepEqual(surprisalData([]), [[], []]);
 });
 
+test('surprisal keeps positions in the segment when its head was not sent', () => {
+  const a = { first: 10, total_tokens: 14, tokens: { id: [1, 2, 3, 4], mask: [0, 1, 1, 0], logprob: [null, -1, -2, null] } };
+  const b = { total_tokens: 2, tokens: { id: [5, 6], mask: [1, 0], logprob: [-3, null] } };
+  assert.deepEqual(surprisalData([a, b]), [[11, 12, 14], [1, 2, 3]]);
+});
+
+test('a segment counts its trainable tokens as the server does, sent or not', () => {
+  assert.equal(segmentTrainable({ trainable_tokens: 7, tokens: { id: [1], mask: [0] } }), 7);
+  assert.equal(segmentTrainable({ tokens: { id: [1, 2, 3], mask: [1, 0, 1] } }), 2);
+  assert.equal(segmentTrainable({}), 0);
+});
+
 test('breakGaps inserts a null after each run so the line breaks over skipped tokens', () => {
   assert.deepEqual(breakGaps([[1, 2, 5, 6, 9], [0.1, 0.2, 0.5, 0.6, 0.9]]), [
     [1, 2, 3, 5, 6, 7, 9],
@@ -97,5 +109,8 @@ test('trajectoryStats counts segments, tokens and trainable tokens', () => {
     ],
   });
   assert.deepEqual(st, { segments: 2, calls: 2, tokens: 12, shownTokens: 5, trainable: 3 });
+  // The whole segment's count where the server sends it (a long segment is sent in part).
+  const cut = trajectoryStats({ segments: [{ total_tokens: 90, trainable_tokens: 40, tokens: { id: [1], mask: [0] } }] });
+  assert.equal(cut.trainable, 40);
   assert.deepEqual(trajectoryStats({}), { segments: 0, calls: 0, tokens: 0, shownTokens: 0, trainable: 0 });
 });

@@ -95,14 +95,16 @@ export function surprisalData(segments) {
     const n = t.id?.length ?? 0;
     const mask = t.mask || [];
     const lps = t.logprob || [];
+    // A long segment is sent from `first` on: positions stay the segment's own.
+    const first = Number.isFinite(seg.first) ? seg.first : 0;
     for (let i = 0; i < n; i++) {
       const lp = lps[i];
       if (mask[i] && lp !== null && lp !== undefined && Number.isFinite(lp)) {
-        xs.push(offset + i);
+        xs.push(offset + first + i);
         ys.push(lp === 0 ? 0 : -lp);
       }
     }
-    offset += n;
+    offset += Number.isFinite(seg.total_tokens) ? seg.total_tokens : first + n;
   }
   return [xs, ys];
 }
@@ -135,7 +137,7 @@ export function trajectoryStats(traj) {
     const n = seg.tokens?.id?.length ?? 0;
     shownTokens += n;
     tokens += Number.isFinite(seg.total_tokens) ? seg.total_tokens : n;
-    for (const m of seg.tokens?.mask || []) if (m) trainable++;
+    trainable += segmentTrainable(seg);
   }
   return {
     segments: traj?.segments?.length ?? 0,
@@ -144,4 +146,12 @@ export function trajectoryStats(traj) {
     shownTokens,
     trainable,
   };
+}
+
+/** A segment's trainable tokens: the server's count of the whole segment, else those sent. */
+export function segmentTrainable(seg) {
+  if (Number.isFinite(seg?.trainable_tokens)) return seg.trainable_tokens;
+  let trainable = 0;
+  for (const m of seg?.tokens?.mask || []) if (m) trainable++;
+  return trainable;
 }

@@ -4,7 +4,7 @@
 import { h } from 'preact';
 import { useMemo, useState } from 'preact/hooks';
 import { fmtInt } from '../logic/format.js';
-import { segmentRuns, tokenTitle } from '../logic/tokens.js';
+import { segmentRuns, segmentTrainable, tokenTitle } from '../logic/tokens.js';
 import { html } from './html.js';
 
 export const RENDER_STEP = 4000;
@@ -26,8 +26,8 @@ export function Segment({ seg, callSeq }) {
   };
 
   const n = tokens.id.length;
-  let trainable = 0;
-  for (const m of tokens.mask || []) if (m) trainable++;
+  const trainable = segmentTrainable(seg);
+  const unsent = Number.isFinite(seg.first) ? seg.first : 0;
 
   const head = [
     seg.parent !== null && seg.parent !== undefined ? `continues segment ${seg.parent}` : null,
@@ -42,6 +42,9 @@ export function Segment({ seg, callSeq }) {
   // Token spans are made with h() directly rather than one template per token:
   // thousands of them go into a single render of the wrapper below.
   const children = [];
+  if (unsent > 0) {
+    children.push(html`<span class="collapsed-prefix muted" data-testid="unsent-prefix">the first ${fmtInt(unsent)} tokens of the system prompt and tool schemas are not sent </span>`);
+  }
   for (const p of view.pieces) {
     if (p.type === 'collapsed') {
       children.push(html`<span class="collapsed-prefix" data-testid="collapsed-prefix">
