@@ -74,8 +74,9 @@ class ConsoleSettings(BaseSettings):
     tokens_per_segment: int = Field(
         default=20_000,
         ge=100,
-        description="Tokens of one segment sent to the browser (the first ones; the page says "
-        "how many more there are).",
+        description="Tokens of one segment sent to the browser: past it, the start of the "
+        "collapsed system prompt is left out first, then the segment's end (the page says how "
+        "many).",
     )
     solved_at: float = Field(
         default=1.0,
@@ -136,6 +137,6 @@ class ReportSettings(BaseSettings):
     tokens_per_segment: int = Field(
         default=4000,
         ge=2,
-        description="Tokens shown per segment (the first ones; the page says how many more "
-        "there are).",
+        description="Tokens shown per segment: past it, the start of the collapsed system "
+        "prompt is left out first, then the segment's end (the page says how many).",
     )
