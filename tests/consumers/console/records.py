@@ -2,8 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from rollstream.consumers.reconstruct.calls import resolve_calls
+from rollstream.consumers.reconstruct.strategies import StrategyContext, get_strategy
 from rollstream.models.tokenizer import ChatTokenizer
-from rollstream.schemas import Logprobs, LossMask, Scored, Segment, TokenIds, Trajectory
+from rollstream.schemas import (
+    CallRecord,
+    Logprobs,
+    LossMask,
+    Scored,
+    Segment,
+    TokenIds,
+    Trajectory,
+)
 from tests.schemas.samples import SCORED, TRAJECTORY
 
 
@@ -81,3 +94,18 @@ def scored(
             "error": error,
         }
     )
+
+
+def rebuilt(records: Sequence[CallRecord], strategy: str, **update: Any) -> Trajectory:
+    """The sample trajectory with ``records`` (one session's) rebuilt by ``strategy``."""
+    result = get_strategy(strategy)(resolve_calls(records), StrategyContext())
+    session = records[0].session_id
+    fields = {
+        "trajectory_id": f"{session}/{strategy}",
+        "session_id": session,
+        "strategy": strategy,
+        "segments": result.segments,
+        "stats": result.stats,
+        "threads": [],
+    }
+    return TRAJECTORY.model_copy(update=fields | update)

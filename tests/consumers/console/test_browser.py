@@ -22,8 +22,6 @@ import pytest
 from pydantic import SecretStr
 
 from rollstream.consumers.console import Assets, Console, ConsoleSettings
-from rollstream.consumers.reconstruct.calls import resolve_calls
-from rollstream.consumers.reconstruct.strategies import StrategyContext, get_strategy
 from rollstream.consumers.reconstruct.threads import threads_of
 from rollstream.dev.backend.tokenizer import default_tokenizer_dir
 from rollstream.dev.demo.run import TASKS, run_tasks, task_document
@@ -35,6 +33,7 @@ from rollstream.models.tokenizer import ChatTokenizer
 from rollstream.schemas import TopicNames
 from rollstream.settings import KafkaSettings, StatePaths
 from tests.consumers.console.conftest import Publish
+from tests.consumers.console.records import rebuilt
 from tests.sandbox.harnesses.spawning import spawn_task, spawning_session
 from tests.schemas.samples import TRAJECTORY
 from tests.waiting import until
@@ -302,20 +301,9 @@ async def test_a_real_sub_agent_s_thread_shows_under_its_parent(
     threads = threads_of(records)
     main, sub = threads
     assert sub.agent is not None and sub.spawned_by in main.call_ids
-    rebuilt = get_strategy("tree")(resolve_calls(records), StrategyContext())
-    session = records[0].session_id
     assert TRAJECTORY.task is not None
-    trajectory = TRAJECTORY.model_copy(
-        update={
-            "trajectory_id": f"{session}/tree",
-            "session_id": session,
-            "strategy": "tree",
-            "segments": rebuilt.segments,
-            "stats": rebuilt.stats,
-            "threads": threads,
-            "task": TRAJECTORY.task.model_copy(update={"instruction": spawn_task("claude-code")}),
-        }
-    )
+    task = TRAJECTORY.task.model_copy(update={"instruction": spawn_task("claude-code")})
+    trajectory = rebuilt(records, "tree", threads=threads, task=task)
     await publish(rollstream_topics.trajectories, [trajectory])
     assets = Assets()
     if assets.missing():
@@ -351,14 +339,14 @@ async def test_a_real_sub_agent_s_thread_shows_under_its_parent(
             # Claude Code's instructions alone are longer than the tokens a segment sends: each
             # segment still shows what the policy sampled, and the counts are the segments'.
             segments = page.get_by_test_id("segment")
-            await expect(segments).to_have_count(len(rebuilt.segments))
-            for k, segment in enumerate(rebuilt.segments):
+            await expect(segments).to_have_count(len(trajectory.segments))
+            for k, segment in enumerate(trajectory.segments):
                 await expect(segments.nth(k).locator(".t.m1").first).to_be_visible()
                 await expect(segments.nth(k)).to_contain_text(
                     f"{sum(segment.loss_mask):,} trainable"
                 )
             await expect(page.get_by_test_id("unsent-prefix").first).to_be_visible()
-            trainable = sum(sum(s.loss_mask) for s in rebuilt.segments)
+            trainable = sum(sum(s.loss_mask) for s in trajectory.segments)
             await expect(page.get_by_test_id("facts")).to_contain_text(f"({trainable:,} trainable)")
             # Its calls are on the timeline, labelled with the agent.
             await expect(page.locator(".timeline-label", has_text=sub.agent)).to_have_count(

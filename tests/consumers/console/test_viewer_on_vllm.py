@@ -19,16 +19,14 @@ import pytest
 from pydantic import SecretStr
 
 from rollstream.consumers.console import Assets, Console, ConsoleSettings
-from rollstream.consumers.reconstruct.calls import resolve_calls
-from rollstream.consumers.reconstruct.strategies import StrategyContext, get_strategy
 from rollstream.schemas import CallRecord, TopicNames
 from rollstream.settings import KafkaSettings
 from tests.consumers.console.conftest import Publish
+from tests.consumers.console.records import rebuilt
 from tests.engine_servers import EngineServers
 from tests.harness_stack import engine_interceptor
 from tests.kafka_reading import read_records
 from tests.loaded_families import loaded_family
-from tests.schemas.samples import TRAJECTORY
 from tests.waiting import until
 
 pytestmark = pytest.mark.integration
@@ -79,17 +77,7 @@ async def test_the_viewer_shows_the_tokens_and_logprobs_vllm_sampled(
         where=lambda r: r.session_id == session,
     )
     records.sort(key=lambda r: r.seq)
-    rebuilt = get_strategy("per_call")(resolve_calls(records), StrategyContext())
-    trajectory = TRAJECTORY.model_copy(
-        update={
-            "trajectory_id": f"{session}/per_call",
-            "session_id": session,
-            "strategy": "per_call",
-            "segments": rebuilt.segments,
-            "stats": rebuilt.stats,
-            "threads": [],
-        }
-    )
+    trajectory = rebuilt(records, "per_call")
     await publish(rollstream_topics.trajectories, [trajectory])
 
     settings = ConsoleSettings(port=0, token=READ)
