@@ -3,7 +3,8 @@
 The feed hands every session record and call record to :class:`Fleet`; the server asks it for a
 snapshot once a second and for pages of sessions. Memory is bounded: a session keeps its facts
 (never its records), and the oldest ended sessions are forgotten past ``max_sessions``, or
-past ``max_calls`` calls held in all (a few long sessions weigh as much as many short). Rates
+past ``max_calls`` calls held in all (a few long sessions weigh as much as many short), where
+running sessions let go of their oldest calls instead. Rates
 are bucketed by the second the call ended, so catching up on an old log draws no spike.
 """
 
@@ -148,7 +149,7 @@ class Fleet:
         self.max_sessions = max_sessions
         self.max_calls = max_calls
         self.held_calls = 0
-        #: Calls let go from a session alone past ``max_calls`` (its row still counts them).
+        #: Calls let go by running sessions past ``max_calls`` (their rows still count them).
         self.calls_forgotten = 0
         self.rate_window_s = rate_window_s
         self.history_s = history_s
@@ -186,24 +187,44 @@ class Fleet:
             self._forget_beyond_bound(keep=session_id)
         return row
 
-    def _forget_beyond_bound(self, keep: str | None = None) -> None:
-        """Forget the sessions that ended first; running ones only when none has ended.
-
-        ``keep`` (the session a call is being added to) is the last to go: a session longer
-        than the bound keeps its newest calls instead (see :meth:`call`).
-        """
-        while len(self.sessions) > self.max_sessions or (
-            self.held_calls > self.max_calls and len(self.sessions) > 1
-        ):
+    def _forget_beyond_bound(self, keep: str) -> None:
+        """Past ``max_sessions``: the sessions that ended first; running ones when none has."""
+        while len(self.sessions) > self.max_sessions:
             ended = (s for s in self._ended if s != keep)
             victim = next(ended, None) or next((s for s in self.sessions if s != keep), None)
             if victim is None:
                 return
-            row = self.sessions.pop(victim)
-            self._ended.pop(victim, None)
-            self._count(row, -1)
-            self.held_calls -= len(row.calls)
-            self.forgotten += 1
+            self._forget(victim)
+
+    def _forget_calls_beyond_bound(self, row: SessionRow) -> None:
+        """Past ``max_calls``: the sessions that ended first; then running ones' oldest calls.
+
+        A running session is never forgotten for its calls. When only running ones are left,
+        each lets go of its oldest calls down to an even share of nine tenths of the bound, so
+        a session that starts then still gets its timeline, and the sessions are walked once
+        in a tenth of the bound's calls, not at every call (while the bound is well above the
+        number of sessions, as its default is above ``max_sessions``).
+        """
+        while self.held_calls > self.max_calls:
+            victim = next((s for s in self._ended if s != row.session_id), None)
+            if victim is None:
+                break
+            self._forget(victim)
+        if self.held_calls <= self.max_calls:
+            return
+        share = max(1, self.max_calls * 9 // 10 // len(self.sessions))
+        for held in self.sessions.values():
+            while len(held.calls) > share:
+                held.calls.popleft()
+                self.held_calls -= 1
+                self.calls_forgotten += 1
+
+    def _forget(self, session_id: str) -> None:
+        row = self.sessions.pop(session_id)
+        self._ended.pop(session_id, None)
+        self._count(row, -1)
+        self.held_calls -= len(row.calls)
+        self.forgotten += 1
 
     def started(self, record: SessionStarted) -> None:
         """A session began."""
@@ -236,12 +257,7 @@ class Fleet:
         row.calls.append(facts)
         row.call_count += 1
         self.held_calls += 1
-        if self.held_calls > self.max_calls:
-            self._forget_beyond_bound(keep=row.session_id)
-            if self.held_calls > self.max_calls:  # this session alone: its oldest calls go
-                row.calls.popleft()
-                self.held_calls -= 1
-                self.calls_forgotten += 1
+        self._forget_calls_beyond_bound(row)
         self.calls += 1
         self.tokens += facts.completion_tokens
         if record.status is not CallStatus.OK:

@@ -139,17 +139,32 @@ def test_past_the_call_bound_the_oldest_ended_sessions_are_forgotten() -> None:
 
 
 def test_a_session_alone_past_the_call_bound_keeps_its_newest_calls() -> None:
-    fleet = Fleet(max_calls=4)
+    fleet = Fleet(max_calls=10)
     calls = _feed(fleet, "ended-0") + _feed(fleet, "long", end=False)
     template = calls[-1]
-    for seq in range(3, 9):
+    for seq in range(3, 13):
         fleet.call(template.model_copy(update={"call_id": f"late-{seq}", "seq": seq}))
-    assert list(fleet.sessions) == ["long"]
+    assert list(fleet.sessions) == ["long"]  # the ended session went first
     row = fleet.sessions["long"]
-    assert [c.call_id for c in row.calls] == [f"late-{seq}" for seq in range(5, 9)]
-    assert fleet.page({}, 0, 1)["items"][0]["calls"] == len(calls) // 2 + 6
-    assert fleet.held_calls == 4 and fleet.calls_forgotten == len(calls) // 2 + 2
-    assert fleet.calls == len(calls) + 6
+    # Down to nine tenths of the bound when it passed it, then growing again.
+    assert [c.call_id for c in row.calls] == [f"late-{seq}" for seq in range(4, 13)]
+    assert fleet.page({}, 0, 1)["items"][0]["calls"] == 3 + 10
+    assert fleet.held_calls == 9 and fleet.calls_forgotten == 4
+    assert fleet.calls == len(calls) + 10
+
+
+def test_running_sessions_past_the_call_bound_keep_their_rows_and_newest_calls() -> None:
+    fleet = Fleet(max_calls=6)
+    fed = {sid: _feed(fleet, sid, end=False) for sid in ("r1", "r2", "r3")}
+    assert list(fleet.sessions) == ["r1", "r2", "r3"] and fleet.forgotten == 0
+    # Past the bound, each kept its newest calls down to an even share (6 x 0.9 / 3 = 1); the
+    # session that started then got its timeline.
+    held = {sid: [c.call_id for c in fleet.sessions[sid].calls] for sid in fed}
+    assert held == {"r1": [fed["r1"][-1].call_id], "r2": [fed["r2"][-1].call_id]} | {
+        "r3": [c.call_id for c in fed["r3"]]
+    }
+    assert fleet.held_calls == 5 and fleet.calls_forgotten == 4
+    assert [r["calls"] for r in fleet.page({}, 0, 10)["items"]] == [3, 3, 3]
 
 
 def test_a_session_first_seen_ending_has_its_facts() -> None:
