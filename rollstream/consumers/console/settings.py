@@ -51,8 +51,8 @@ class ConsoleSettings(BaseSettings):
         default=2_000_000,
         ge=1,
         description="Calls whose facts are kept for the timeline, about 340 bytes each, in all "
-        "sessions together: past it the oldest ended sessions are forgotten, and a session "
-        "alone past it keeps its newest calls.",
+        "sessions together: past it the oldest ended sessions are forgotten, then running "
+        "sessions keep their newest calls, an even share of it.",
     )
     max_indexed: int = Field(
         default=1_000_000,
